@@ -1,0 +1,168 @@
+#include "tp/autograd/tape.h"
+
+#include <unordered_map>
+
+#include "tp/autograd/grad_state.h"
+
+namespace tp {
+
+// ---- Tensor's autograd accessors live here, next to the state they read.
+
+bool Tensor::requires_grad() const {
+  auto& state = impl()->grad_state;
+  return state && state->requires_grad;
+}
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  TP_CHECK(defined(), "set_requires_grad on an undefined tensor");
+  auto& state = impl()->grad_state;
+  if (!state) state = std::make_shared<autograd::TensorGradState>();
+  TP_CHECK(on || state->is_leaf, "set_requires_grad(false) on a tensor produced by a recorded op");
+  TP_CHECK(!on || is_floating(dtype()), "only floating-point tensors can require gradients, not {}",
+           dtype_name(dtype()));
+  state->requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  auto& state = impl()->grad_state;
+  return state ? state->grad : Tensor();
+}
+
+void Tensor::zero_grad() {
+  auto& state = impl()->grad_state;
+  if (state) state->grad = Tensor();
+}
+
+namespace autograd {
+namespace {
+
+thread_local bool grad_enabled = true;
+
+struct TapeEntry {
+  const char* name;
+  std::vector<Tensor> inputs;
+  std::vector<std::weak_ptr<TensorImpl>> outputs;  // a dead output cannot receive a gradient
+  std::vector<Shape> output_shapes;
+  std::vector<DType> output_dtypes;
+  BackwardFn fn;
+};
+
+thread_local std::vector<TapeEntry> tape;
+
+}  // namespace
+
+bool is_grad_enabled() { return grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void accumulate_into(Tensor& dst, const Tensor& src) {
+  check_same_shape(dst, src, "gradient accumulation");
+  int64_t n = dst.numel();
+  if (dst.dtype() == DType::F32 && src.dtype() == DType::F32) {
+    float* d = dst.data<float>();
+    const float* s = src.data<float>();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    return;
+  }
+  Tensor a = dst.to(DType::F32).clone(), b = src.to(DType::F32);
+  float* d = a.data<float>();
+  const float* s = b.data<float>();
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  dst.copy_from(a);
+}
+
+void record(const char* name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward_fn) {
+  TapeEntry e{name, std::move(inputs), {}, {}, {}, std::move(backward_fn)};
+  for (Tensor& out : outputs) {
+    auto& state = out.impl()->grad_state;
+    if (!state) state = std::make_shared<TensorGradState>();
+    state->requires_grad = true;
+    state->is_leaf = false;
+    e.output_shapes.push_back(out.shape());
+    e.output_dtypes.push_back(out.dtype());
+    e.outputs.push_back(out.impl_ptr());
+  }
+  tape.push_back(std::move(e));
+}
+
+void backward(const Tensor& root, const Tensor& grad_root) {
+  TP_CHECK(root.defined() && root.requires_grad(),
+           "backward: the root tensor does not require grad (was it computed under NoGradGuard, or from "
+           "inputs without requires_grad?)");
+  Tensor seed = grad_root;
+  if (!seed.defined()) {
+    TP_CHECK(root.numel() == 1, "backward: grad_root can be omitted only for a one-element root, got shape {}",
+             shape_str(root.shape()));
+    seed = Tensor::full(root.shape(), 1.0, DType::F32);
+  }
+  check_same_shape(root, seed, "backward: grad_root vs root");
+
+  NoGradGuard no_grad;  // backward closures must not record
+  std::unordered_map<const TensorImpl*, Tensor> grads;
+  grads[root.impl()] = seed.to(DType::F32).clone();
+
+  auto add_grad = [&](const Tensor& input, const Tensor& g) {
+    auto it = grads.find(input.impl());
+    if (it == grads.end()) {
+      grads.emplace(input.impl(), g.same_storage(input) ? g.clone() : g);
+    } else {
+      accumulate_into(it->second, g);
+    }
+  };
+
+  std::vector<TapeEntry> entries = std::move(tape);
+  tape.clear();
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    TapeEntry& e = *it;
+    std::vector<Tensor> grad_outputs(e.outputs.size());
+    bool any = false;
+    for (size_t i = 0; i < e.outputs.size(); ++i) {
+      auto out = e.outputs[i].lock();
+      if (!out) continue;
+      auto g = grads.find(out.get());
+      if (g == grads.end()) continue;
+      grad_outputs[i] = std::move(g->second);
+      grads.erase(g);
+      any = true;
+    }
+    if (!any) continue;
+    for (size_t i = 0; i < grad_outputs.size(); ++i)
+      if (!grad_outputs[i].defined()) grad_outputs[i] = Tensor::zeros(e.output_shapes[i], DType::F32);
+    std::vector<Tensor> grad_inputs = e.fn(grad_outputs);
+    TP_CHECK(grad_inputs.size() == e.inputs.size(), "backward of '{}' returned {} gradients for {} inputs", e.name,
+             grad_inputs.size(), e.inputs.size());
+    for (size_t i = 0; i < grad_inputs.size(); ++i) {
+      const Tensor& in = e.inputs[i];
+      if (!grad_inputs[i].defined() || !in.defined() || !in.requires_grad()) continue;
+      TP_CHECK(grad_inputs[i].shape() == in.shape(), "backward of '{}': gradient {} for input {} of shape {}", e.name,
+               shape_str(grad_inputs[i].shape()), i, shape_str(in.shape()));
+      add_grad(in, grad_inputs[i]);
+    }
+  }
+  // What is left belongs to leaves (and to non-leaf roots nobody consumed).
+  for (auto& [impl, g] : grads) {
+    auto& state = impl->grad_state;
+    if (!state || !state->is_leaf || !state->requires_grad) continue;
+    if (!state->grad.defined()) {
+      state->grad = g.dtype() == impl->dtype ? g : g.to(impl->dtype);
+    } else {
+      accumulate_into(state->grad, g);
+    }
+  }
+}
+
+size_t tape_size() { return tape.size(); }
+void clear_tape() { tape.clear(); }
+
+}  // namespace autograd
+}  // namespace tp

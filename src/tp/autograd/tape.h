@@ -1,0 +1,58 @@
+#pragma once
+// Tape-based reverse-mode autograd.
+//
+// A differentiable op computes its forward, then, when needs_grad(inputs),
+// records {inputs, outputs, backward closure} on the thread's tape. backward()
+// walks the tape from the newest entry to the oldest, calling each closure whose
+// outputs received a gradient, and accumulates the results into the inputs'
+// gradients; leaves keep theirs in tensor.grad() (summed across backward calls
+// until zero_grad). Under NoGradGuard nothing is recorded: inference pays one
+// flag test per op.
+//
+// Collectives are ops too (tp/dist): every rank records the same entries in the
+// same order, so the backward collectives match up across ranks.
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tp/tensor/tensor.h"
+
+namespace tp::autograd {
+
+bool is_grad_enabled();
+
+// Disables recording in its scope (inference).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when grad mode is on and any defined input requires a gradient.
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Given the gradients of the outputs (always defined: zeros for an output that
+// received none), returns one gradient per input, in input order; an undefined
+// Tensor means "no gradient for this input".
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+// Records an op. Marks every output as requiring grad. Call only when
+// needs_grad(inputs) is true.
+void record(const char* name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward_fn);
+
+// Runs backward from `root`. `grad_root` defaults to 1 (root must then have one element).
+// Clears the tape.
+void backward(const Tensor& root, const Tensor& grad_root = Tensor());
+
+size_t tape_size();
+void clear_tape();
+
+// Adds `src` into `dst` elementwise (same shape), in f32 arithmetic.
+void accumulate_into(Tensor& dst, const Tensor& src);
+
+}  // namespace tp::autograd

@@ -1,0 +1,68 @@
+// `tp`: one executable, one subcommand per file (cmd_*.cpp).
+// Exit codes: 0 ok, 1 runtime error, 2 usage error.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "tp/cli/command.h"
+#include "tp/tensor/error.h"
+
+namespace tp::cli {
+
+std::vector<CommandSpec>& commands() {
+  static std::vector<CommandSpec> list;
+  return list;
+}
+
+int launcher_rank() {
+  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+}  // namespace tp::cli
+
+namespace {
+
+// Prints the error once per failing rank and takes the whole job down: other
+// ranks may be blocked in a collective waiting for this one.
+[[noreturn]] void die(const std::string& message, int code) {
+  std::fprintf(stderr, "[rank %d] error: %s\n", tp::cli::launcher_rank(), message.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int size = 1;
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tp: tensor-parallel inference and training of Hugging Face transformer models"};
+  app.set_version_flag("--version", std::string("tp ") + TP_VERSION);
+  app.require_subcommand(1);
+  std::map<CLI::App*, tp::cli::RunFn> runs;
+  for (auto& spec : tp::cli::commands()) {
+    CLI::App* sub = app.add_subcommand(spec.name, spec.help);
+    runs[sub] = spec.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& [sub, run] : runs)
+      if (sub->parsed()) return run();
+  } catch (const tp::UsageError& e) {
+    die(e.what(), 2);
+  } catch (const std::exception& e) {
+    die(e.what(), 1);
+  }
+  return 0;
+}

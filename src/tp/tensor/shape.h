@@ -1,0 +1,17 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tp {
+
+// Sizes of each dimension, outermost first (row-major).
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& shape);
+// "[2, 3, 4]"
+std::string shape_str(const Shape& shape);
+// Maps a possibly negative dimension index into [0, rank); throws naming both.
+int64_t normalize_dim(int64_t dim, int64_t rank);
+
+}  // namespace tp

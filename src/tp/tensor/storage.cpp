@@ -1,0 +1,107 @@
+#include "tp/tensor/storage.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "tp/tensor/error.h"
+
+namespace tp {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kMaxCachedBytes = size_t{4} << 30;
+
+// Free blocks by capacity. A request takes the smallest block at least its size
+// and at most twice it, so a steady-state workload stops calling the OS.
+struct BlockCache {
+  std::mutex mutex;
+  std::multimap<size_t, void*> free_blocks;
+  AllocatorStats stats;
+};
+
+BlockCache& cache() {
+  static auto* c = new BlockCache();  // never destroyed: storages may outlive main's statics
+  return *c;
+}
+
+size_t round_capacity(size_t bytes) {
+  if (bytes >= kHugePage) return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  return (bytes + 63) / 64 * 64;
+}
+
+void* system_allocate(size_t capacity) {
+  size_t alignment = capacity >= kHugePage ? kHugePage : 64;
+  void* p = std::aligned_alloc(alignment, capacity);
+  if (p == nullptr) fail("out of memory allocating {} bytes", capacity);
+  if (capacity >= kHugePage) madvise(p, capacity, MADV_HUGEPAGE);
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
+  auto s = std::shared_ptr<Storage>(new Storage());
+  size_t capacity = round_capacity(bytes == 0 ? 64 : bytes);
+  BlockCache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.free_blocks.lower_bound(capacity);
+    if (it != c.free_blocks.end() && it->first <= 2 * capacity) {
+      s->data_ = it->second;
+      s->capacity_ = it->first;
+      c.stats.cached_bytes -= it->first;
+      c.free_blocks.erase(it);
+    }
+  }
+  if (s->data_ == nullptr) {
+    s->data_ = system_allocate(capacity);
+    s->capacity_ = capacity;
+    std::lock_guard<std::mutex> lock(c.mutex);
+    ++c.stats.system_allocations;
+  }
+  s->bytes_ = bytes;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.stats.live_bytes += s->capacity_;
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, std::shared_ptr<void> owner) {
+  auto s = std::shared_ptr<Storage>(new Storage());
+  s->data_ = data;
+  s->bytes_ = bytes;
+  s->owner_ = std::move(owner);
+  return s;
+}
+
+Storage::~Storage() {
+  if (capacity_ == 0) return;
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.stats.live_bytes -= capacity_;
+  if (c.stats.cached_bytes + capacity_ > kMaxCachedBytes) {
+    std::free(data_);
+    return;
+  }
+  c.free_blocks.emplace(capacity_, data_);
+  c.stats.cached_bytes += capacity_;
+}
+
+AllocatorStats allocator_stats() {
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.stats;
+}
+
+void release_cached_memory() {
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto& [capacity, p] : c.free_blocks) std::free(p);
+  c.free_blocks.clear();
+  c.stats.cached_bytes = 0;
+}
+
+}  // namespace tp
