@@ -116,7 +116,11 @@ void backward(const Tensor& root, const Tensor& grad_root) {
     if (it == grads.end()) {
       grads.emplace(input.impl(), g.same_storage(input) ? g.clone() : g);
     } else {
-      accumulate_into(it->second, g);
+      // Out of place: a backward may hand the same tensor to several inputs
+      // (add gives g to both), so the stored gradient can be aliased.
+      Tensor sum = it->second.to(DType::F32).clone();
+      accumulate_into(sum, g);
+      it->second = sum;
     }
   };
 
@@ -131,7 +135,8 @@ void backward(const Tensor& root, const Tensor& grad_root) {
       if (!out) continue;
       auto g = grads.find(out.get());
       if (g == grads.end()) continue;
-      grad_outputs[i] = std::move(g->second);
+      // Closures work in f32 (a to_dtype backward may have produced bf16).
+      grad_outputs[i] = g->second.to(DType::F32);
       grads.erase(g);
       any = true;
     }
@@ -154,7 +159,9 @@ void backward(const Tensor& root, const Tensor& grad_root) {
     auto& state = impl->grad_state;
     if (!state || !state->is_leaf || !state->requires_grad) continue;
     if (!state->grad.defined()) {
-      state->grad = g.dtype() == impl->dtype ? g : g.to(impl->dtype);
+      // A copy: g may be shared with another leaf's gradient, and the next
+      // backward accumulates into this one in place.
+      state->grad = g.dtype() == impl->dtype ? g.clone() : g.to(impl->dtype);
     } else {
       accumulate_into(state->grad, g);
     }

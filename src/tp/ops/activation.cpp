@@ -1,0 +1,146 @@
+#include "tp/ops/activation.h"
+
+#include <cmath>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/util.h"
+
+namespace tp::ops {
+
+namespace {
+
+inline float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
+inline float silu_f(float v) { return v * sigmoid(v); }
+// d silu / dv = s + v s (1 - s)
+inline float silu_grad(float v) {
+  float s = sigmoid(v);
+  return s * (1.f + v * (1.f - s));
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+inline float gelu_erf(float v) { return 0.5f * v * (1.f + std::erf(v * kInvSqrt2)); }
+inline float gelu_erf_grad(float v) {
+  return 0.5f * (1.f + std::erf(v * kInvSqrt2)) + v * kInvSqrt2Pi * std::exp(-0.5f * v * v);
+}
+inline float gelu_tanh(float v) {
+  float u = kSqrt2OverPi * (v + 0.044715f * v * v * v);
+  return 0.5f * v * (1.f + std::tanh(u));
+}
+inline float gelu_tanh_grad(float v) {
+  float u = kSqrt2OverPi * (v + 0.044715f * v * v * v);
+  float t = std::tanh(u);
+  return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * 0.044715f * v * v);
+}
+
+}  // namespace
+
+Tensor silu(const Tensor& x) {
+  check_f32(x, "silu", "input");
+  Tensor out = map_f32(x, silu_f);
+  if (autograd::needs_grad({x})) {
+    autograd::record("silu", {x}, {out}, [x](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{zip_f32(g[0], x, [](float gv, float v) { return gv * silu_grad(v); })};
+    });
+  }
+  return out;
+}
+
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  check_f32(x, "gelu", "input");
+  Tensor out = tanh_approximation ? map_f32(x, gelu_tanh) : map_f32(x, gelu_erf);
+  if (autograd::needs_grad({x})) {
+    autograd::record("gelu", {x}, {out}, [x, tanh_approximation](const std::vector<Tensor>& g) {
+      Tensor dx = tanh_approximation ? zip_f32(g[0], x, [](float gv, float v) { return gv * gelu_tanh_grad(v); })
+                                     : zip_f32(g[0], x, [](float gv, float v) { return gv * gelu_erf_grad(v); });
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
+}
+
+Tensor swiglu(const Tensor& a, const Tensor& b) {
+  check_f32(a, "swiglu", "gate input a");
+  check_f32(b, "swiglu", "up input b");
+  TP_CHECK(a.shape() == b.shape(), "swiglu: gate shape {} and up shape {} differ", shape_str(a.shape()),
+           shape_str(b.shape()));
+  Tensor out = zip_f32(a, b, [](float u, float v) { return silu_f(u) * v; });
+  if (autograd::needs_grad({a, b})) {
+    autograd::record("swiglu", {a, b}, {out}, [a, b](const std::vector<Tensor>& g) {
+      Tensor da, db;
+      if (a.requires_grad()) da = mul_same(zip_f32(g[0], a, [](float gv, float u) { return gv * silu_grad(u); }), b);
+      if (b.requires_grad()) db = zip_f32(g[0], a, [](float gv, float u) { return gv * silu_f(u); });
+      return std::vector<Tensor>{da, db};
+    });
+  }
+  return out;
+}
+
+namespace {
+
+// Softmax over the middle axis of a [outer, n, inner] view.
+struct Axis {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+Axis axis_of(const Shape& s, int64_t d) {
+  Axis a;
+  for (int64_t i = 0; i < d; ++i) a.outer *= s[i];
+  a.n = s[d];
+  for (size_t i = d + 1; i < s.size(); ++i) a.inner *= s[i];
+  return a;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  check_f32(x, "softmax", "input");
+  TP_CHECK(x.dim() >= 1, "softmax: input must have at least one dimension, got shape {}", shape_str(x.shape()));
+  int64_t d = normalize_dim(dim, x.dim());
+  Axis ax = axis_of(x.shape(), d);
+  Tensor out = Tensor::empty(x.shape());
+  const float* s = x.data<float>();
+  float* o = out.data<float>();
+#pragma omp parallel for collapse(2) schedule(static) if (x.numel() > 16384)
+  for (int64_t a = 0; a < ax.outer; ++a) {
+    for (int64_t c = 0; c < ax.inner; ++c) {
+      const float* row = s + a * ax.n * ax.inner + c;
+      float* orow = o + a * ax.n * ax.inner + c;
+      float mx = -INFINITY;
+      for (int64_t i = 0; i < ax.n; ++i) mx = std::max(mx, row[i * ax.inner]);
+      float total = 0;
+      for (int64_t i = 0; i < ax.n; ++i) {
+        float e = std::exp(row[i * ax.inner] - mx);
+        orow[i * ax.inner] = e;
+        total += e;
+      }
+      float inv = 1.f / total;
+      for (int64_t i = 0; i < ax.n; ++i) orow[i * ax.inner] *= inv;
+    }
+  }
+  if (autograd::needs_grad({x})) {
+    autograd::record("softmax", {x}, {out}, [out, ax](const std::vector<Tensor>& g) {
+      // dx = y * (g - sum(g * y)) along the axis.
+      Tensor dx = Tensor::empty(out.shape());
+      const float* y = out.data<float>();
+      const float* gg = g[0].data<float>();
+      float* d = dx.data<float>();
+#pragma omp parallel for collapse(2) schedule(static) if (out.numel() > 16384)
+      for (int64_t a = 0; a < ax.outer; ++a) {
+        for (int64_t c = 0; c < ax.inner; ++c) {
+          int64_t base = a * ax.n * ax.inner + c;
+          float dot = 0;
+          for (int64_t i = 0; i < ax.n; ++i) dot += gg[base + i * ax.inner] * y[base + i * ax.inner];
+          for (int64_t i = 0; i < ax.n; ++i)
+            d[base + i * ax.inner] = y[base + i * ax.inner] * (gg[base + i * ax.inner] - dot);
+        }
+      }
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
+}
+
+}  // namespace tp::ops

@@ -1,0 +1,217 @@
+#include "tp/ops/attention.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/util.h"
+
+namespace tp::ops {
+
+namespace {
+
+// Sizes and per-sequence limits, shared by forward and backward.
+struct Geometry {
+  int64_t b, tq, tk, hq, hkv, d, group;
+  float scale;
+  bool causal;
+  std::vector<int64_t> kv_lens, q_offsets;
+
+  // Number of keys query i of sequence s may read.
+  int64_t visible(int64_t s, int64_t i) const {
+    int64_t n = kv_lens[s];
+    if (causal) n = std::min(n, q_offsets[s] + i + 1);
+    return std::max<int64_t>(n, 0);
+  }
+  const float* q_row(const float* q, int64_t s, int64_t i, int64_t h) const { return q + ((s * tq + i) * hq + h) * d; }
+  int64_t kv_index(int64_t s, int64_t j, int64_t kh) const { return ((s * tk + j) * hkv + kh) * d; }
+};
+
+Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
+  check_f32(q, "attention", "q");
+  check_f32(k, "attention", "k");
+  check_f32(v, "attention", "v");
+  TP_CHECK(q.dim() == 4 && k.dim() == 4, "attention: q {} and k {} must both be [B, T, H, D]", shape_str(q.shape()),
+           shape_str(k.shape()));
+  TP_CHECK(k.shape() == v.shape(), "attention: k shape {} and v shape {} differ", shape_str(k.shape()),
+           shape_str(v.shape()));
+  TP_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3),
+           "attention: q shape {} and k shape {} disagree on batch or head dim", shape_str(q.shape()),
+           shape_str(k.shape()));
+  int64_t hq = q.size(2), hkv = k.size(2);
+  TP_CHECK(hkv > 0 && hq % hkv == 0, "attention: {} query heads (q {}) are not a multiple of {} kv heads (k {})", hq,
+           shape_str(q.shape()), hkv, shape_str(k.shape()));
+  Geometry g{q.size(0), q.size(1), k.size(1), hq, hkv, q.size(3), hq / hkv, 0.f, opt.causal, opt.kv_lens,
+             opt.q_offsets};
+  g.scale = static_cast<float>(opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(g.d, 1))));
+  if (g.kv_lens.empty()) g.kv_lens.assign(static_cast<size_t>(g.b), g.tk);
+  if (g.q_offsets.empty()) g.q_offsets.assign(static_cast<size_t>(g.b), g.tk - g.tq);
+  TP_CHECK(static_cast<int64_t>(g.kv_lens.size()) == g.b && static_cast<int64_t>(g.q_offsets.size()) == g.b,
+           "attention: kv_lens ({}) and q_offsets ({}) need one entry per batch row ({})", g.kv_lens.size(),
+           g.q_offsets.size(), g.b);
+  for (int64_t s = 0; s < g.b; ++s)
+    TP_CHECK(g.kv_lens[s] >= 0 && g.kv_lens[s] <= g.tk, "attention: kv_lens[{}] = {} is outside [0, {}] (k {})", s,
+             g.kv_lens[s], g.tk, shape_str(k.shape()));
+  return g;
+}
+
+// Softmax-normalized scores p [n] of one query row against keys 0..n-1 of kv head kh.
+void probabilities(const Geometry& g, const float* qr, const float* k, int64_t s, int64_t kh, int64_t n, float* p) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kr = k + g.kv_index(s, j, kh);
+    float dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < g.d; ++c) dot += qr[c] * kr[c];
+    p[j] = dot * g.scale;
+    mx = std::max(mx, p[j]);
+  }
+  float total = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    total += p[j];
+  }
+  float inv = 1.f / total;
+  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+}
+
+void attention_forward(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+#pragma omp parallel
+  {
+    std::vector<float> p(static_cast<size_t>(g.tk));
+#pragma omp for collapse(3) schedule(static)
+    for (int64_t s = 0; s < g.b; ++s) {
+      for (int64_t h = 0; h < g.hq; ++h) {
+        for (int64_t i = 0; i < g.tq; ++i) {
+          float* o = out + ((s * g.tq + i) * g.hq + h) * g.d;
+          std::memset(o, 0, sizeof(float) * g.d);
+          int64_t n = g.visible(s, i), kh = h / g.group;
+          if (n == 0) continue;
+          probabilities(g, g.q_row(q, s, i, h), k, s, kh, n, p.data());
+          for (int64_t j = 0; j < n; ++j) {
+            const float* vr = v + g.kv_index(s, j, kh);
+            float pj = p[j];
+#pragma omp simd
+            for (int64_t c = 0; c < g.d; ++c) o[c] += pj * vr[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+// dP_j = g·v_j;  dS_j = P_j (dP_j - Σ P dP);  dq = scale Σ dS_j k_j;  dk_j += scale dS_j q;  dv_j += P_j g.
+// Parallel over (sequence, kv head): the query heads of one group write the same dk/dv rows.
+void attention_backward(const Geometry& g, const float* q, const float* k, const float* v, const float* dout,
+                        float* dq, float* dk, float* dv) {
+#pragma omp parallel
+  {
+    std::vector<float> p(static_cast<size_t>(g.tk)), dp(static_cast<size_t>(g.tk));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t s = 0; s < g.b; ++s) {
+      for (int64_t kh = 0; kh < g.hkv; ++kh) {
+        for (int64_t h = kh * g.group; h < (kh + 1) * g.group; ++h) {
+          for (int64_t i = 0; i < g.tq; ++i) {
+            int64_t n = g.visible(s, i);
+            if (n == 0) continue;
+            const float* qr = g.q_row(q, s, i, h);
+            const float* gr = g.q_row(dout, s, i, h);
+            float* dqr = dq + (qr - q);
+            probabilities(g, qr, k, s, kh, n, p.data());
+            float dot = 0;
+            for (int64_t j = 0; j < n; ++j) {
+              const float* vr = v + g.kv_index(s, j, kh);
+              float acc = 0;
+#pragma omp simd reduction(+ : acc)
+              for (int64_t c = 0; c < g.d; ++c) acc += gr[c] * vr[c];
+              dp[j] = acc;
+              dot += p[j] * acc;
+            }
+            for (int64_t j = 0; j < n; ++j) {
+              float ds = p[j] * (dp[j] - dot) * g.scale;
+              int64_t idx = g.kv_index(s, j, kh);
+              for (int64_t c = 0; c < g.d; ++c) {
+                dqr[c] += ds * k[idx + c];
+                dk[idx + c] += ds * qr[c];
+                dv[idx + c] += p[j] * gr[c];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
+  Geometry g = check_attention(q, k, v, opt);
+  Tensor out = Tensor::empty(q.shape());
+  attention_forward(g, q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>());
+  if (autograd::needs_grad({q, k, v})) {
+    autograd::record("attention", {q, k, v}, {out}, [g, q, k, v](const std::vector<Tensor>& grad) {
+      Tensor dq = Tensor::zeros(q.shape()), dk = Tensor::zeros(k.shape()), dv = Tensor::zeros(v.shape());
+      attention_backward(g, q.data<float>(), k.data<float>(), v.data<float>(), grad[0].data<float>(),
+                         dq.data<float>(), dk.data<float>(), dv.data<float>());
+      return std::vector<Tensor>{dq, dk, dv};
+    });
+  }
+  return out;
+}
+
+// ---- KV cache
+
+KVCache::KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim) {
+  TP_CHECK(batch >= 0 && max_len >= 0 && kv_heads > 0 && head_dim > 0,
+           "KVCache: invalid sizes batch {}, max_len {}, kv_heads {}, head_dim {}", batch, max_len, kv_heads,
+           head_dim);
+  keys_ = Tensor::zeros({batch, max_len, kv_heads, head_dim});
+  values_ = Tensor::zeros({batch, max_len, kv_heads, head_dim});
+  lengths_.assign(static_cast<size_t>(batch), 0);
+}
+
+void KVCache::append(const Tensor& k, const Tensor& v) {
+  append(k, v, std::vector<int64_t>(lengths_.size(), k.defined() && k.dim() == 4 ? k.size(1) : 0));
+}
+
+void KVCache::append(const Tensor& k, const Tensor& v, const std::vector<int64_t>& counts) {
+  check_f32(k, "KVCache::append", "k");
+  check_f32(v, "KVCache::append", "v");
+  const Shape& cs = keys_.shape();
+  TP_CHECK(k.dim() == 4 && k.size(0) == cs[0] && k.size(2) == cs[2] && k.size(3) == cs[3] && k.shape() == v.shape(),
+           "KVCache::append: k {} and v {} must be [B, T, Hkv, D] matching the cache [{}, max_len {}, {}, {}]",
+           shape_str(k.shape()), shape_str(v.shape()), cs[0], cs[1], cs[2], cs[3]);
+  TP_CHECK(counts.size() == lengths_.size(), "KVCache::append: {} counts for a batch of {}", counts.size(),
+           lengths_.size());
+  int64_t t = k.size(1), row = cs[2] * cs[3];
+  for (size_t s = 0; s < counts.size(); ++s) {
+    TP_CHECK(counts[s] >= 0 && counts[s] <= t, "KVCache::append: count {} for sequence {} is outside [0, {}]",
+             counts[s], s, t);
+    TP_CHECK(lengths_[s] + counts[s] <= cs[1],
+             "KVCache::append: sequence {} would grow to {} tokens, past max_len {}", s, lengths_[s] + counts[s],
+             cs[1]);
+  }
+  for (size_t s = 0; s < counts.size(); ++s) {
+    size_t bytes = sizeof(float) * static_cast<size_t>(counts[s] * row);
+    int64_t src = static_cast<int64_t>(s) * t * row, dst = (static_cast<int64_t>(s) * cs[1] + lengths_[s]) * row;
+    std::memcpy(keys_.data<float>() + dst, k.data<float>() + src, bytes);
+    std::memcpy(values_.data<float>() + dst, v.data<float>() + src, bytes);
+    lengths_[s] += counts[s];
+  }
+}
+
+void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
+
+Tensor attention_with_cache(const Tensor& q, KVCache& cache, const Tensor& k_new, const Tensor& v_new, double scale) {
+  std::vector<int64_t> before = cache.lengths();
+  cache.append(k_new, v_new);
+  AttentionOptions opt;
+  opt.scale = scale;
+  opt.kv_lens = cache.lengths();
+  opt.q_offsets = before;
+  autograd::NoGradGuard no_grad;
+  return attention(q, cache.keys(), cache.values(), opt);
+}
+
+}  // namespace tp::ops

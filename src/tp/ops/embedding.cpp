@@ -1,0 +1,57 @@
+#include "tp/ops/embedding.h"
+
+#include <cstring>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/util.h"
+#include "tp/tensor/convert.h"
+
+namespace tp::ops {
+
+Tensor embedding(const Tensor& ids, const Tensor& w, int64_t vocab_start) {
+  TP_CHECK(ids.defined() && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+           "embedding: ids must be i64 or i32, got {}", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
+  check_floating(w, "embedding");
+  TP_CHECK(w.dim() == 2, "embedding: weight must be [V, H], got shape {} (ids shape {})", shape_str(w.shape()),
+           shape_str(ids.shape()));
+  int64_t v = w.size(0), h = w.size(1), n = ids.numel();
+  std::vector<int64_t> id = ids.to_int_vector();
+  Shape out_shape = ids.shape();
+  out_shape.push_back(h);
+  Tensor out = Tensor::empty(out_shape);
+  float* o = out.data<float>();
+  size_t esize = dtype_size(w.dtype());
+  const char* rows = static_cast<const char*>(w.raw_data());
+#pragma omp parallel for schedule(static) if (n * h > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t r = id[i] - vocab_start;
+    if (r < 0 || r >= v) {
+      std::memset(o + i * h, 0, sizeof(float) * h);
+    } else {
+      convert(rows + r * h * esize, w.dtype(), o + i * h, DType::F32, static_cast<size_t>(h));
+    }
+  }
+  if (autograd::needs_grad({w})) {
+    Shape w_shape = w.shape();
+    autograd::record("embedding", {ids, w}, {out}, [id, w_shape, vocab_start](const std::vector<Tensor>& g) {
+      int64_t v = w_shape[0], h = w_shape[1];
+      Tensor dw = Tensor::zeros(w_shape);
+      float* d = dw.data<float>();
+      const float* gs = g[0].data<float>();
+      // Columns split over threads, so rows hit by repeated ids never race.
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(id.size()) * h > 65536)
+      for (int64_t c0 = 0; c0 < h; c0 += 64) {
+        int64_t c1 = std::min(h, c0 + 64);
+        for (size_t i = 0; i < id.size(); ++i) {
+          int64_t r = id[i] - vocab_start;
+          if (r < 0 || r >= v) continue;
+          for (int64_t c = c0; c < c1; ++c) d[r * h + c] += gs[i * h + c];
+        }
+      }
+      return std::vector<Tensor>{Tensor(), dw};
+    });
+  }
+  return out;
+}
+
+}  // namespace tp::ops

@@ -1,0 +1,95 @@
+#include "tp/ops/gemm.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "tp/ops/dnnl_context.h"
+#include "tp/tensor/convert.h"
+#include "tp/tensor/error.h"
+
+namespace tp::ops::detail {
+
+namespace {
+
+using dnnl::memory;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, bool>;
+
+memory::data_type dnnl_type(DType t) { return t == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32; }
+
+struct Entry {
+  dnnl::matmul prim;
+  memory::desc a_md, b_md, bias_md, c_md;
+};
+
+const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
+  static std::mutex mutex;
+  static std::map<Key, Entry> cache;
+  Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.a_dtype, has_bias};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  memory::data_type dt = dnnl_type(s.a_dtype);
+  // Transposed operands are described by strides, never copied.
+  memory::desc a_md({s.m, s.k}, dt, s.trans_a ? memory::dims{1, s.m} : memory::dims{s.k, 1});
+  memory::desc b_md({s.k, s.n}, dt, s.trans_b ? memory::dims{1, s.k} : memory::dims{s.n, 1});
+  memory::desc bias_md = has_bias ? memory::desc({1, s.n}, memory::data_type::f32, memory::format_tag::ab)
+                                  : memory::desc();
+  memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), dnnl_engine());
+  Entry e{dnnl::matmul(pd), a_md, b_md, bias_md, c_md};
+  return cache.emplace(key, std::move(e)).first->second;
+}
+
+}  // namespace
+
+bf16* bf16_scratch(size_t n) {
+  thread_local std::vector<bf16> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c) {
+  GemmSpec s = spec;
+  if (s.m == 0 || s.n == 0) return;
+  if (s.k == 0) {
+    // oneDNN rejects empty reductions; the product of nothing is zero (+ bias).
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) c[i * s.n + j] = bias ? bias[j] : 0.f;
+    return;
+  }
+  TP_CHECK(s.a_dtype == DType::F32 || s.a_dtype == DType::BF16, "gemm: A must be f32 or bf16, not {}",
+           dtype_name(s.a_dtype));
+  TP_CHECK(s.b_dtype == DType::F32 || s.b_dtype == DType::BF16, "gemm: B must be f32 or bf16, not {}",
+           dtype_name(s.b_dtype));
+  std::vector<bf16> b_converted;
+  if (s.a_dtype != s.b_dtype) {
+    // Mixed: compute in bf16 (the weight's precision), converting the f32 side.
+    size_t a_n = static_cast<size_t>(s.m * s.k), b_n = static_cast<size_t>(s.k * s.n);
+    if (s.a_dtype == DType::F32) {
+      bf16* buf = bf16_scratch(a_n);
+      convert_f32_to_bf16(static_cast<const float*>(a), buf, a_n);
+      a = buf;
+      s.a_dtype = DType::BF16;
+    } else {
+      b_converted.resize(b_n);
+      convert_f32_to_bf16(static_cast<const float*>(b), b_converted.data(), b_n);
+      b = b_converted.data();
+      s.b_dtype = DType::BF16;
+    }
+  }
+  const Entry& e = cached_primitive(s, bias != nullptr);
+  auto& engine = dnnl_engine();
+  memory a_mem(e.a_md, engine, const_cast<void*>(a));
+  memory b_mem(e.b_md, engine, const_cast<void*>(b));
+  memory c_mem(e.c_md, engine, c);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias_md, engine, const_cast<float*>(bias)));
+  e.prim.execute(dnnl_stream(), args);
+  dnnl_stream().wait();
+}
+
+}  // namespace tp::ops::detail

@@ -1,0 +1,29 @@
+#pragma once
+// Plain GEMM through oneDNN, for the ops that are not the packed inference path
+// (linear with an unpacked weight, matmul, the backward passes).
+//
+//   C [M, N] = op(A) [M, K] · op(B) [K, N] (+ bias [N])
+//   trans_a: A is stored [K, M];  trans_b: B is stored [N, K] (HF weight layout).
+//
+// A and B are f32 or bf16 (both the same: oneDNN wants matching source and weight
+// types, so an f32 A with a bf16 B is converted to bf16 first); C is f32;
+// accumulation is f32. Primitives are cached by (shape, layout, dtype), so a repeated
+// call creates nothing.
+#include <cstdint>
+
+#include "tp/tensor/dtype.h"
+
+namespace tp::ops::detail {
+
+struct GemmSpec {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  DType a_dtype = DType::F32, b_dtype = DType::F32;
+};
+
+void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c);
+
+// A per-thread scratch buffer for converting activations to bf16 (grows, never shrinks).
+bf16* bf16_scratch(size_t n);
+
+}  // namespace tp::ops::detail

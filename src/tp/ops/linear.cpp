@@ -1,0 +1,264 @@
+#include "tp/ops/linear.h"
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/dnnl_context.h"
+#include "tp/ops/gemm.h"
+#include "tp/tensor/convert.h"
+
+namespace tp::ops {
+
+namespace {
+
+using dnnl::memory;
+using detail::GemmSpec;
+
+// Checks x [..., K] against w [N, K] (and b [N]); returns the row count M.
+int64_t check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
+  TP_CHECK(x.defined() && w.defined(), "linear: input and weight must be defined");
+  TP_CHECK(w.dim() == 2, "linear: weight must be 2-D [out, in], got shape {}", shape_str(w.shape()));
+  TP_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
+           "linear: input shape {} does not match weight shape {} (input's last dim must equal weight's dim 1)",
+           shape_str(x.shape()), shape_str(w.shape()));
+  TP_CHECK(x.dtype() == DType::F32, "linear: input must be f32, got {} (weight {})", dtype_name(x.dtype()),
+           dtype_name(w.dtype()));
+  TP_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::BF16, "linear: weight must be f32 or bf16, got {}",
+           dtype_name(w.dtype()));
+  if (b.defined()) {
+    TP_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias shape {} does not match weight shape {}",
+             shape_str(b.shape()), shape_str(w.shape()));
+    TP_CHECK(is_floating(b.dtype()), "linear: bias must be floating point, got {}", dtype_name(b.dtype()));
+  }
+  return x.numel() / w.size(1);
+}
+
+Shape linear_out_shape(const Tensor& x, int64_t n) {
+  Shape s = x.shape();
+  s.back() = n;
+  return s;
+}
+
+// dx [M, K] = dy [M, N] · w [N, K];  dw [N, K] = dy^T · x;  db [N] = column sums of dy.
+std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& b) {
+  int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+  Tensor dx, dw, db;
+  if (x.requires_grad()) {
+    dx = Tensor::empty(x.shape());
+    detail::gemm({m, k, n, false, false, DType::F32, w.dtype()}, dy.raw_data(), w.raw_data(), nullptr,
+                 dx.data<float>());
+  }
+  if (w.requires_grad()) {
+    dw = Tensor::empty({n, k});
+    detail::gemm({n, k, m, true, false, DType::F32, DType::F32}, dy.raw_data(), x.raw_data(), nullptr,
+                 dw.data<float>());
+  }
+  if (b.defined() && b.requires_grad()) {
+    db = Tensor::zeros({n});
+    float* d = db.data<float>();
+    const float* g = dy.data<float>();
+    // Columns split over threads; each thread sums its columns over all rows.
+#pragma omp parallel for schedule(static) if (m * n > 65536)
+    for (int64_t j0 = 0; j0 < n; j0 += 64) {
+      int64_t j1 = std::min(n, j0 + 64);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = j0; j < j1; ++j) d[j] += g[i * n + j];
+    }
+  }
+  return {dx, dw, db};
+}
+
+Tensor f32_bias(const Tensor& b) { return b.defined() ? b.to(DType::F32) : Tensor(); }
+
+void maybe_record_linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (!autograd::needs_grad({x, w, b})) return;
+  autograd::record("linear", {x, w, b}, {y}, [x, w, b](const std::vector<Tensor>& g) {
+    return linear_backward(g[0], x, w, b);
+  });
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  int64_t m = check_linear_args(x, w, b);
+  int64_t n = w.size(0), k = w.size(1);
+  Tensor y = Tensor::empty(linear_out_shape(x, n));
+  Tensor bias = f32_bias(b);
+  detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x.raw_data(), w.raw_data(),
+               bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  maybe_record_linear(y, x, w, b);
+  return y;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  TP_CHECK(a.defined() && b.defined(), "matmul: both operands must be defined");
+  TP_CHECK(b.dim() == 2, "matmul: b must be 2-D [K, N], got shape {} (a {})", shape_str(b.shape()),
+           shape_str(a.shape()));
+  TP_CHECK(a.dim() >= 2 && a.size(-1) == b.size(0), "matmul: a shape {} does not match b shape {} (a's last dim must equal b's dim 0)",
+           shape_str(a.shape()), shape_str(b.shape()));
+  TP_CHECK(a.dtype() == DType::F32, "matmul: a must be f32, got {} (b {})", dtype_name(a.dtype()),
+           dtype_name(b.dtype()));
+  TP_CHECK(b.dtype() == DType::F32 || b.dtype() == DType::BF16, "matmul: b must be f32 or bf16, got {}",
+           dtype_name(b.dtype()));
+  int64_t k = b.size(0), n = b.size(1), m = a.numel() / k;
+  Tensor y = Tensor::empty(linear_out_shape(a, n));
+  detail::gemm({m, n, k, false, false, DType::F32, b.dtype()}, a.raw_data(), b.raw_data(), nullptr,
+               y.data<float>());
+  if (autograd::needs_grad({a, b})) {
+    autograd::record("matmul", {a, b}, {y}, [a, b, m, n, k](const std::vector<Tensor>& g) {
+      Tensor da, db;
+      if (a.requires_grad()) {  // da [M, K] = g [M, N] · b^T
+        da = Tensor::empty(a.shape());
+        detail::gemm({m, k, n, false, true, DType::F32, b.dtype()}, g[0].raw_data(), b.raw_data(), nullptr,
+                     da.data<float>());
+      }
+      if (b.requires_grad()) {  // db [K, N] = a^T · g
+        db = Tensor::empty(b.shape());
+        detail::gemm({k, n, m, true, false, DType::F32, DType::F32}, a.raw_data(), g[0].raw_data(), nullptr,
+                     db.data<float>());
+      }
+      return std::vector<Tensor>{da, db};
+    });
+  }
+  return y;
+}
+
+// ---- PackedLinear
+
+// oneDNN picks the blocked weight layout per primitive; it usually does not
+// depend on M, so one packed copy serves every M. When a primitive for some M
+// wants another layout, that layout is packed once too and kept.
+struct PackedLinear::State {
+  struct Variant {
+    memory::desc w_md;
+    memory w_mem;
+  };
+  struct Prim {
+    dnnl::matmul prim;
+    memory::desc x_md, y_md, bias_md;
+    size_t variant;
+  };
+  std::mutex mutex;
+  std::vector<Variant> variants;
+  std::map<std::pair<int64_t, bool>, Prim> prims;  // (M, has bias)
+
+  memory::data_type dt() const;
+  Tensor weight;
+
+  size_t variant_for(const memory::desc& md) {
+    for (size_t i = 0; i < variants.size(); ++i)
+      if (variants[i].w_md == md) return i;
+    Variant v{md, memory(md, detail::dnnl_engine())};
+    pack(v);
+    variants.push_back(std::move(v));
+    return variants.size() - 1;
+  }
+
+  void pack(Variant& v) {
+    int64_t n = weight.size(0), k = weight.size(1);
+    // The user weight [N, K] row-major is the [K, N] matrix with strides {1, K}.
+    memory::desc user_md({k, n}, dt(), memory::format_tag::ba);
+    memory user(user_md, detail::dnnl_engine(), weight.raw_data());
+    dnnl::reorder(user, v.w_mem).execute(detail::dnnl_stream(), user, v.w_mem);
+    detail::dnnl_stream().wait();
+  }
+
+  const Prim& prim_for(int64_t m, bool has_bias) {
+    auto key = std::make_pair(m, has_bias);
+    auto it = prims.find(key);
+    if (it != prims.end()) return it->second;
+    int64_t n = weight.size(0), k = weight.size(1);
+    memory::desc x_md({m, k}, dt(), memory::format_tag::ab);
+    memory::desc w_any({k, n}, dt(), memory::format_tag::any);
+    memory::desc bias_md =
+        has_bias ? memory::desc({1, n}, memory::data_type::f32, memory::format_tag::ab) : memory::desc();
+    memory::desc y_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x_md, w_any, bias_md, y_md), detail::dnnl_engine());
+    size_t v = variant_for(pd.weights_desc());
+    return prims.emplace(key, Prim{dnnl::matmul(pd), x_md, y_md, bias_md, v}).first->second;
+  }
+};
+
+memory::data_type PackedLinear::State::dt() const {
+  return weight.dtype() == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+PackedLinear::PackedLinear(const Tensor& w) : weight_(w), state_(std::make_shared<State>()) {
+  TP_CHECK(w.defined() && w.dim() == 2, "PackedLinear: weight must be 2-D [out, in], got shape {}",
+           w.defined() ? shape_str(w.shape()) : std::string("(undefined)"));
+  TP_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::BF16, "PackedLinear: weight must be f32 or bf16, got {}",
+           dtype_name(w.dtype()));
+  state_->weight = w;
+  if (w.numel() > 0) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->prim_for(1, false);  // packs now, so the first forward pays nothing
+  }
+}
+
+void PackedLinear::repack() {
+  if (!state_) return;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  for (auto& v : state_->variants) state_->pack(v);
+}
+
+void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b) {
+  TP_CHECK(w.defined(), "linear_into: the PackedLinear is empty (default-constructed)");
+  int64_t m = check_linear_args(x, w.weight(), b);
+  int64_t n = w.out_features(), k = w.in_features();
+  Shape want = linear_out_shape(x, n);
+  TP_CHECK(out.defined() && out.shape() == want && out.dtype() == DType::F32,
+           "linear_into: out must be f32 of shape {} for input {} and weight {}, got {} {}", shape_str(want),
+           shape_str(x.shape()), shape_str(w.weight().shape()), out.defined() ? dtype_name(out.dtype()) : "undefined",
+           out.defined() ? shape_str(out.shape()) : "");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    out.zero();
+    if (b.defined()) {
+      Tensor bias = b.to(DType::F32);
+      for (int64_t i = 0; i < m; ++i)
+        std::copy(bias.data<float>(), bias.data<float>() + n, out.data<float>() + i * n);
+    }
+    return;
+  }
+  Tensor bias = f32_bias(b);
+  PackedLinear::State& s = *w.state_;
+  const void* src = x.raw_data();
+  if (w.weight().dtype() == DType::BF16) {
+    bf16* buf = detail::bf16_scratch(static_cast<size_t>(m * k));
+    convert_f32_to_bf16(x.data<float>(), buf, static_cast<size_t>(m * k));
+    src = buf;
+  }
+  dnnl::matmul prim;
+  memory::desc x_md, y_md, bias_md;
+  memory w_mem;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const PackedLinear::State::Prim& p = s.prim_for(m, bias.defined());
+    prim = p.prim;
+    x_md = p.x_md;
+    y_md = p.y_md;
+    bias_md = p.bias_md;
+    w_mem = s.variants[p.variant].w_mem;
+  }
+  auto& engine = detail::dnnl_engine();
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(x_md, engine, const_cast<void*>(src))},
+                                       {DNNL_ARG_WEIGHTS, w_mem},
+                                       {DNNL_ARG_DST, memory(y_md, engine, out.raw_data())}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, memory(bias_md, engine, bias.raw_data()));
+  prim.execute(detail::dnnl_stream(), args);
+  detail::dnnl_stream().wait();
+}
+
+Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b) {
+  TP_CHECK(w.defined(), "linear: the PackedLinear is empty (default-constructed)");
+  check_linear_args(x, w.weight(), b);
+  Tensor y = Tensor::empty(linear_out_shape(x, w.out_features()));
+  linear_into(y, x, w, b);
+  maybe_record_linear(y, x, w.weight(), b);
+  return y;
+}
+
+}  // namespace tp::ops

@@ -1,0 +1,45 @@
+#pragma once
+// Linear layers and matrix products (oneDNN).
+//
+//   linear:  y [..., N] = x [..., K] · w [N, K]^T (+ b [N])   (Hugging Face weight layout [out, in])
+//   matmul:  y [..., M, N] = a [..., M, K] · b [K, N]
+//
+// x is f32; w is f32 or bf16 (bf16: x is converted to bf16 in a reused per-thread
+// buffer, products accumulate in f32, y is f32).
+#include <cstdint>
+#include <memory>
+
+#include "tp/tensor/tensor.h"
+
+namespace tp::ops {
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// A weight packed once into oneDNN's preferred blocked layout (format_tag::any +
+// reorder) and reused by every call: the inference path. It keeps the original
+// tensor too, so linear() through it stays differentiable w.r.t. x and w.
+// Copies share the packed state. Call repack() after w's values change.
+class PackedLinear {
+ public:
+  PackedLinear() = default;
+  explicit PackedLinear(const Tensor& w);  // w [N, K], f32 or bf16
+  void repack();
+  const Tensor& weight() const { return weight_; }
+  int64_t in_features() const { return weight_.defined() ? weight_.size(1) : 0; }
+  int64_t out_features() const { return weight_.defined() ? weight_.size(0) : 0; }
+  bool defined() const { return weight_.defined(); }
+
+  struct State;  // oneDNN primitives and packed weights, per row count
+
+ private:
+  friend void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b);
+  Tensor weight_;
+  std::shared_ptr<State> state_;
+};
+
+Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b = Tensor());
+// No grad, no tensor allocation: writes x · w^T (+ b) into out [..., N] (preallocated f32).
+void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b = Tensor());
+
+}  // namespace tp::ops

@@ -1,0 +1,105 @@
+#include "tp/ops/rope.h"
+
+#include <cmath>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/util.h"
+
+namespace tp::ops {
+
+std::vector<float> rope_inv_freq(int64_t rotary_dim, double theta, const RopeScaling& scaling) {
+  TP_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "rope: rotary dim must be a positive even number, got {}",
+           rotary_dim);
+  TP_CHECK(theta > 0, "rope: rope_theta must be positive, got {}", theta);
+  std::vector<float> inv(static_cast<size_t>(rotary_dim / 2));
+  for (size_t i = 0; i < inv.size(); ++i) {
+    // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in f32.
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
+  }
+  if (scaling.rope_type == "default") return inv;
+  TP_CHECK(scaling.rope_type == "llama3", "rope: unsupported rope_type '{}' (supported: default, llama3)",
+           scaling.rope_type);
+  TP_CHECK(scaling.factor > 0 && scaling.high_freq_factor != scaling.low_freq_factor &&
+               scaling.original_max_position_embeddings > 0,
+           "rope: invalid llama3 rope_scaling (factor {}, low_freq_factor {}, high_freq_factor {}, "
+           "original_max_position_embeddings {})",
+           scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor,
+           scaling.original_max_position_embeddings);
+  // Python floats (doubles) for the wavelength bounds, f32 tensors for the rest, as in Transformers.
+  double old_len = static_cast<double>(scaling.original_max_position_embeddings);
+  double low_wavelen = old_len / scaling.low_freq_factor;
+  double high_wavelen = old_len / scaling.high_freq_factor;
+  float factor = static_cast<float>(scaling.factor);
+  for (float& f : inv) {
+    float wavelen = static_cast<float>(2 * M_PI) / f;
+    float scaled = wavelen > low_wavelen ? f / factor : f;
+    bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    if (medium) {
+      float smooth = (static_cast<float>(old_len) / wavelen - static_cast<float>(scaling.low_freq_factor)) /
+                     static_cast<float>(scaling.high_freq_factor - scaling.low_freq_factor);
+      scaled = (1.f - smooth) * scaled / factor + smooth * scaled;
+    }
+    f = scaled;
+  }
+  return inv;
+}
+
+namespace {
+
+// Rotates x [B, T, H, D] in place into y; sign = +1 forward, -1 for the backward
+// (the transpose of a rotation is the rotation by -a).
+void rotate(const float* x, float* y, const std::vector<int64_t>& pos, const std::vector<float>& inv_freq,
+            int64_t bt, int64_t h, int64_t d, float sign) {
+  int64_t half = static_cast<int64_t>(inv_freq.size());
+#pragma omp parallel for schedule(static) if (bt * h * d > 65536)
+  for (int64_t r = 0; r < bt; ++r) {
+    std::vector<float> c(half), s(half);
+    float p = static_cast<float>(pos[r]);
+    for (int64_t i = 0; i < half; ++i) {
+      float a = p * inv_freq[i];  // f32 product, as torch's freqs matmul
+      c[i] = std::cos(a);
+      s[i] = sign * std::sin(a);
+    }
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const float* xr = x + (r * h + hh) * d;
+      float* yr = y + (r * h + hh) * d;
+      for (int64_t i = 0; i < half; ++i) {
+        float x1 = xr[i], x2 = xr[i + half];
+        yr[i] = x1 * c[i] - x2 * s[i];
+        yr[i + half] = x2 * c[i] + x1 * s[i];
+      }
+      for (int64_t i = 2 * half; i < d; ++i) yr[i] = xr[i];
+    }
+  }
+}
+
+}  // namespace
+
+Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<float>& inv_freq) {
+  check_f32(x, "apply_rope", "input");
+  TP_CHECK(x.dim() == 4, "apply_rope: input must be [B, T, H, D], got shape {}", shape_str(x.shape()));
+  TP_CHECK(positions.defined() && (positions.dtype() == DType::I64 || positions.dtype() == DType::I32),
+           "apply_rope: positions must be i64 or i32");
+  TP_CHECK(positions.dim() == 2 && positions.size(0) == x.size(0) && positions.size(1) == x.size(1),
+           "apply_rope: positions shape {} does not match input shape {} (expected [B, T])",
+           shape_str(positions.shape()), shape_str(x.shape()));
+  int64_t d = x.size(3);
+  TP_CHECK(static_cast<int64_t>(2 * inv_freq.size()) <= d,
+           "apply_rope: {} frequencies need a rotary dim of {}, but the head dim is {} (input shape {})",
+           inv_freq.size(), 2 * inv_freq.size(), d, shape_str(x.shape()));
+  std::vector<int64_t> pos = positions.to_int_vector();
+  int64_t bt = x.size(0) * x.size(1), h = x.size(2);
+  Tensor out = Tensor::empty(x.shape());
+  rotate(x.data<float>(), out.data<float>(), pos, inv_freq, bt, h, d, 1.f);
+  if (autograd::needs_grad({x})) {
+    autograd::record("apply_rope", {x}, {out}, [pos, inv_freq, bt, h, d](const std::vector<Tensor>& g) {
+      Tensor dx = Tensor::empty(g[0].shape());
+      rotate(g[0].data<float>(), dx.data<float>(), pos, inv_freq, bt, h, d, -1.f);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
+}
+
+}  // namespace tp::ops
