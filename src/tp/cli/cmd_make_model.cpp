@@ -1,0 +1,120 @@
+// `tp make-model`: writes a random-weight checkpoint with the exact config.json
+// and tensor names of a real architecture, for tests and benchmarks.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "tp/cli/command.h"
+#include "tp/io/writer.h"
+#include "tp/models/presets.h"
+
+namespace tp::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string arch, preset, dtype, tokenizer, out, max_shard = "5GB";
+  int64_t layers = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> sets;
+};
+
+// --set key=value: value parsed as JSON when it is JSON (numbers, true, null,
+// lists), else taken as a string.
+void apply_set(nlohmann::json& raw, const std::string& kv) {
+  auto eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError(fmt::format("--set '{}': expected key=value, e.g. num_key_value_heads=2", kv));
+  std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+  try {
+    raw[key] = nlohmann::json::parse(value);
+  } catch (const nlohmann::json::exception&) {
+    raw[key] = value;
+  }
+}
+
+DType model_dtype(const std::string& flag, const std::string& torch_dtype) {
+  const std::string name = flag.empty() ? torch_dtype : flag;
+  if (name == "f32" || name == "float32") return DType::F32;
+  if (name == "bf16" || name == "bfloat16") return DType::BF16;
+  if (name == "f16" || name == "float16") return DType::F16;
+  throw UsageError(fmt::format("--dtype '{}': supported: f32, bf16, f16", name));
+}
+
+const char* torch_dtype_name(DType d) {
+  return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32";
+}
+
+void copy_tokenizer(const fs::path& tokenizer, const fs::path& out) {
+  TP_CHECK(fs::is_regular_file(tokenizer), "--tokenizer {}: no such file", tokenizer.string());
+  fs::copy_file(tokenizer, out / "tokenizer.json", fs::copy_options::overwrite_existing);
+  for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    fs::path p = tokenizer.parent_path() / extra;
+    if (fs::is_regular_file(p)) fs::copy_file(p, out / extra, fs::copy_options::overwrite_existing);
+  }
+}
+
+int run(const Options& o) {
+  auto start = std::chrono::steady_clock::now();
+  ModelConfig base = make_preset_config(o.arch, o.preset);
+  nlohmann::json raw = base.raw;
+  if (o.layers > 0) {
+    raw["num_hidden_layers"] = o.layers;
+    if (raw.contains("max_window_layers")) raw["max_window_layers"] = o.layers;
+  }
+  for (const std::string& kv : o.sets) apply_set(raw, kv);
+  DType dtype = model_dtype(o.dtype, raw.value("torch_dtype", "float32"));
+  raw["torch_dtype"] = torch_dtype_name(dtype);
+  ModelConfig config = ModelConfig::from_json(raw, fmt::format("preset {}/{} with overrides", o.arch, o.preset));
+
+  std::vector<ParamSpec> layout = checkpoint_layout(config);
+  std::vector<io::TensorSource> sources;
+  size_t total = 0;
+  for (const ParamSpec& p : layout) {
+    io::TensorSource s{p.name, dtype, p.shape, {}, {}};
+    s.fill = [p, dtype, std = config.initializer_range, seed = o.seed](void* dst) {
+      init_param_into(p, std, seed, dtype, dst);
+    };
+    total += s.nbytes();
+    sources.push_back(std::move(s));
+  }
+  const fs::path out(o.out);
+  size_t max_shard = 0;
+  try {
+    max_shard = io::parse_size(o.max_shard);
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("--max-shard-size: {}", e.what()));
+  }
+  io::save_checkpoint(out, config, sources, max_shard);
+  io::save_generation_config(out, config);
+  if (!o.tokenizer.empty()) copy_tokenizer(o.tokenizer, out);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s: %s %s, %lld layers, %zu tensors, %.1f MB %s, seed %llu (%.1f s)\n", out.c_str(),
+              o.arch.c_str(), o.preset.c_str(), static_cast<long long>(config.num_hidden_layers), layout.size(),
+              total / 1e6, dtype_name(dtype), static_cast<unsigned long long>(o.seed), secs);
+  return 0;
+}
+
+Registrar reg("make-model", "Write a random-weight checkpoint of a real architecture (config.json + safetensors)",
+              [](CLI::App& sub) -> RunFn {
+                auto o = std::make_shared<Options>();
+                sub.add_option("--arch", o->arch, "Architecture: llama, mistral, qwen3")->required();
+                sub.add_option("--preset", o->preset,
+                               "Preset: tiny, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, qwen3-0.6b, qwen3-8b")
+                    ->required();
+                sub.add_option("--layers", o->layers, "Override num_hidden_layers")->check(CLI::PositiveNumber);
+                sub.add_option("--dtype", o->dtype, "Weight dtype: f32, bf16, f16 (default: the preset's torch_dtype)");
+                sub.add_option("--seed", o->seed, "Random seed (default 0)");
+                sub.add_option("--tokenizer", o->tokenizer,
+                               "tokenizer.json to copy (tokenizer_config.json next to it is copied too)");
+                sub.add_option("--max-shard-size", o->max_shard, "Shard weights above this size (default 5GB)");
+                sub.add_option("--set", o->sets, "Override a config.json key: key=value (repeatable)");
+                sub.add_option("--out", o->out, "Output directory")->required();
+                return [o] { return run(*o); };
+              });
+
+}  // namespace
+
+}  // namespace tp::cli

@@ -1,0 +1,247 @@
+#include "tp/models/presets.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "tp/tensor/convert.h"
+#include "tp/tensor/random.h"
+
+namespace tp {
+
+namespace {
+
+using nlohmann::json;
+
+const char* kTransformersVersion = "4.51.0";
+
+json llama_tp_plan() {
+  return {{"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
+          {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
+          {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
+          {"layers.*.mlp.down_proj", "rowwise"}};
+}
+
+// The keys Transformers writes for each architecture; the sizes vary per preset.
+struct Sizes {
+  int64_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, max_pos;
+  double rope_theta, eps;
+  bool tied;
+  std::string dtype;
+  int64_t bos, eos;
+};
+
+json common_keys(const Sizes& s) {
+  return {{"attention_dropout", 0.0},
+          {"bos_token_id", s.bos},
+          {"eos_token_id", s.eos},
+          {"head_dim", s.head_dim},
+          {"hidden_act", "silu"},
+          {"hidden_size", s.hidden},
+          {"initializer_range", 0.02},
+          {"intermediate_size", s.intermediate},
+          {"max_position_embeddings", s.max_pos},
+          {"num_attention_heads", s.heads},
+          {"num_hidden_layers", s.layers},
+          {"num_key_value_heads", s.kv_heads},
+          {"rms_norm_eps", s.eps},
+          {"rope_theta", s.rope_theta},
+          {"tie_word_embeddings", s.tied},
+          {"torch_dtype", s.dtype},
+          {"transformers_version", kTransformersVersion},
+          {"use_cache", true},
+          {"vocab_size", s.vocab}};
+}
+
+json llama_config(const Sizes& s, json rope_scaling = nullptr) {
+  json j = common_keys(s);
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["pretraining_tp"] = 1;
+  j["rope_scaling"] = rope_scaling;
+  j["base_model_tp_plan"] = llama_tp_plan();
+  return j;
+}
+
+json mistral_config(const Sizes& s, json sliding_window) {
+  json j = common_keys(s);
+  j["architectures"] = {"MistralForCausalLM"};
+  j["model_type"] = "mistral";
+  j["sliding_window"] = sliding_window;
+  j["base_model_tp_plan"] = llama_tp_plan();
+  return j;
+}
+
+json qwen3_config(const Sizes& s) {
+  json j = common_keys(s);
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["model_type"] = "qwen3";
+  j["attention_bias"] = false;
+  j["max_window_layers"] = s.layers;
+  j["rope_scaling"] = nullptr;
+  j["sliding_window"] = nullptr;
+  j["use_sliding_window"] = false;
+  json plan = llama_tp_plan();
+  plan["layers.*.self_attn.q_norm"] = "replicated_with_grad_allreduce";
+  plan["layers.*.self_attn.k_norm"] = "replicated_with_grad_allreduce";
+  j["base_model_tp_plan"] = plan;
+  return j;
+}
+
+// Tiny presets: 12 heads of 16 dims so heads split over 1, 2, 3 and 4 ranks; the
+// kv-head counts differ per architecture so that the three together cover GQA
+// split evenly over 1-3 ranks (llama, 6), over 1, 2, 4 (mistral, 4) and
+// replicated KV heads at tp 4 (qwen3, 2). Vocab sizes: llama 516 splits over
+// 1-4 ranks, mistral 512 over 1, 2, 4, qwen3 515 is uneven on purpose.
+const std::map<std::string, std::map<std::string, std::function<json()>>>& presets() {
+  static const std::map<std::string, std::map<std::string, std::function<json()>>> table = {
+      {"llama",
+       {{"tiny", [] { return llama_config({192, 384, 2, 12, 6, 16, 516, 256, 10000.0, 1e-5, false, "float32", 1, 2}); }},
+        {"llama-2-7b",
+         [] { return llama_config({4096, 11008, 32, 32, 32, 128, 32000, 4096, 10000.0, 1e-5, false, "float16", 1, 2}); }},
+        {"llama-3-8b",
+         [] {
+           return llama_config(
+               {4096, 14336, 32, 32, 8, 128, 128256, 8192, 500000.0, 1e-5, false, "bfloat16", 128000, 128001});
+         }},
+        {"llama-3.2-1b", [] {
+           return llama_config(
+               {2048, 8192, 16, 32, 8, 64, 128256, 131072, 500000.0, 1e-5, true, "bfloat16", 128000, 128001},
+               {{"factor", 32.0},
+                {"high_freq_factor", 4.0},
+                {"low_freq_factor", 1.0},
+                {"original_max_position_embeddings", 8192},
+                {"rope_type", "llama3"}});
+         }}}},
+      {"mistral",
+       {{"tiny",
+         [] { return mistral_config({192, 384, 2, 12, 4, 16, 512, 256, 10000.0, 1e-5, false, "float32", 1, 2}, nullptr); }},
+        {"mistral-7b", [] {
+           return mistral_config({4096, 14336, 32, 32, 8, 128, 32000, 32768, 10000.0, 1e-5, false, "bfloat16", 1, 2},
+                                 4096);
+         }}}},
+      {"qwen3",
+       {{"tiny", [] { return qwen3_config({64, 192, 2, 12, 2, 16, 515, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},
+        {"qwen3-0.6b",
+         [] {
+           return qwen3_config(
+               {1024, 3072, 28, 16, 8, 128, 151936, 40960, 1e6, 1e-6, true, "bfloat16", 151643, 151645});
+         }},
+        {"qwen3-8b", [] {
+           return qwen3_config(
+               {4096, 12288, 36, 32, 8, 128, 151936, 40960, 1e6, 1e-6, false, "bfloat16", 151643, 151645});
+         }}}},
+  };
+  return table;
+}
+
+template <class Map>
+std::string keys_of(const Map& m) {
+  std::string out;
+  for (auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_architectures() {
+  std::vector<std::string> out;
+  for (auto& [k, v] : presets()) out.push_back(k);
+  return out;
+}
+
+std::vector<std::string> preset_names(const std::string& arch) {
+  auto it = presets().find(arch);
+  TP_CHECK(it != presets().end(), "unknown architecture '{}'; supported: {}", arch, keys_of(presets()));
+  std::vector<std::string> out;
+  for (auto& [k, v] : it->second) out.push_back(k);
+  return out;
+}
+
+ModelConfig make_preset_config(const std::string& arch, const std::string& preset) {
+  auto it = presets().find(arch);
+  TP_CHECK(it != presets().end(), "unknown architecture '{}'; supported: {}", arch, keys_of(presets()));
+  auto p = it->second.find(preset);
+  TP_CHECK(p != it->second.end(), "unknown preset '{}' for architecture {}; supported: {}", preset, arch,
+           keys_of(it->second));
+  return ModelConfig::from_json(p->second(), fmt::format("preset {}/{}", arch, preset));
+}
+
+std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) {
+  const std::string& mt = c.model_type;
+  TP_CHECK(mt == "llama" || mt == "mistral" || mt == "qwen3",
+           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3", mt);
+  using I = ParamSpec::Init;
+  const int64_t H = c.hidden_size, D = c.head_dim, Q = c.num_attention_heads * D, KV = c.num_key_value_heads * D;
+  const int64_t F = c.intermediate_size;
+  // Mistral's attention has no biases; Llama's mlp_bias is a raw key only it has.
+  const bool attn_bias = mt != "mistral" && c.attention_bias;
+  const bool mlp_bias = mt == "llama" && c.raw.value("mlp_bias", false) == true;
+  std::vector<ParamSpec> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, I::Normal});
+  auto linear = [&](const std::string& name, int64_t out_f, int64_t in_f, bool bias) {
+    out.push_back({name + ".weight", {out_f, in_f}, I::Normal});
+    if (bias) out.push_back({name + ".bias", {out_f}, I::Zeros});
+  };
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string L = fmt::format("model.layers.{}.", i);
+    linear(L + "self_attn.q_proj", Q, H, attn_bias);
+    linear(L + "self_attn.k_proj", KV, H, attn_bias);
+    linear(L + "self_attn.v_proj", KV, H, attn_bias);
+    linear(L + "self_attn.o_proj", H, Q, attn_bias);
+    if (mt == "qwen3") {
+      out.push_back({L + "self_attn.q_norm.weight", {D}, I::Ones});
+      out.push_back({L + "self_attn.k_norm.weight", {D}, I::Ones});
+    }
+    linear(L + "mlp.gate_proj", F, H, mlp_bias);
+    linear(L + "mlp.up_proj", F, H, mlp_bias);
+    linear(L + "mlp.down_proj", H, F, mlp_bias);
+    out.push_back({L + "input_layernorm.weight", {H}, I::Ones});
+    out.push_back({L + "post_attention_layernorm.weight", {H}, I::Ones});
+  }
+  out.push_back({"model.norm.weight", {H}, I::Ones});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}, I::Normal});
+  return out;
+}
+
+uint64_t param_seed(uint64_t seed, std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  return mix64(seed ^ mix64(h));
+}
+
+void init_param_into(const ParamSpec& spec, double std, uint64_t seed, DType dtype, void* dst) {
+  const int64_t n = numel(spec.shape);
+  const size_t es = dtype_size(dtype);
+  if (spec.init != ParamSpec::Init::Normal) {
+    float v = spec.init == ParamSpec::Init::Ones ? 1.f : 0.f;
+    std::vector<float> src(static_cast<size_t>(n), v);
+    convert(src.data(), DType::F32, dst, dtype, static_cast<size_t>(n));
+    return;
+  }
+  const uint64_t s = param_seed(seed, spec.name);
+  const float fstd = static_cast<float>(std);
+  // Blocks of f32 converted straight into dst: no full-size f32 temporary, and
+  // every value depends only on (seed, index), so threads do not change results.
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t b = 0; b < blocks; ++b) {
+    float buf[kBlock];
+    const int64_t begin = b * kBlock, len = std::min(kBlock, n - begin);
+    for (int64_t i = 0; i < len; ++i)
+      buf[i] = 0.f + fstd * static_cast<float>(standard_normal(s, static_cast<uint64_t>(begin + i)));
+    convert(buf, DType::F32, static_cast<char*>(dst) + begin * es, dtype, static_cast<size_t>(len));
+  }
+}
+
+Tensor init_param(const ParamSpec& spec, double std, uint64_t seed, DType dtype) {
+  Tensor t = Tensor::empty(spec.shape, dtype);
+  init_param_into(spec, std, seed, dtype, t.raw_data());
+  return t;
+}
+
+}  // namespace tp

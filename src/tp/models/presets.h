@@ -1,0 +1,40 @@
+#pragma once
+// Architecture presets for `tp make-model`: the config.json of real models (and
+// tiny ones for tests) and the exact checkpoint layout (Hub tensor names and
+// shapes) each architecture implies.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tp/models/config.h"
+#include "tp/tensor/tensor.h"
+
+namespace tp {
+
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  // Like Transformers' _init_weights: Linear/Embedding normal(0, initializer_range),
+  // RMSNorm ones, biases zeros.
+  enum class Init { Normal, Ones, Zeros } init;
+};
+
+// arch: llama, mistral, qwen3. Errors list the valid architectures / presets.
+ModelConfig make_preset_config(const std::string& arch, const std::string& preset);
+std::vector<std::string> preset_names(const std::string& arch);
+std::vector<std::string> preset_architectures();
+
+// Every parameter of the checkpoint in Transformers' state_dict order, with the
+// Hub's names and shapes. Errors for a model_type it does not know.
+std::vector<ParamSpec> checkpoint_layout(const ModelConfig& config);
+
+// The seed of one parameter: depends on the model seed and the name only, so a
+// parameter's values do not change when layers are added or removed.
+uint64_t param_seed(uint64_t seed, std::string_view name);
+// Writes the initial values of `spec` (as `dtype`) to dst, numel(spec.shape) elements.
+// Normal values equal Tensor::randn(shape, param_seed(seed, name), 0, std, dtype).
+void init_param_into(const ParamSpec& spec, double std, uint64_t seed, DType dtype, void* dst);
+Tensor init_param(const ParamSpec& spec, double std, uint64_t seed, DType dtype);
+
+}  // namespace tp
