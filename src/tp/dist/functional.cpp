@@ -1,0 +1,112 @@
+#include "tp/dist/functional.h"
+
+#include "tp/autograd/tape.h"
+
+namespace tp::dist {
+namespace {
+
+// All-gather of pieces that follow the chunk rule for a total of `n` along dim.
+Tensor gather_chunks(const Tensor& piece, int64_t dim, int64_t n, ProcessGroup& g) {
+  return n % g.size() == 0 ? g.all_gather(piece, dim) : g.all_gather_uneven(piece, dim);
+}
+
+// True when `sizes` are exactly the chunk rule's pieces of their sum.
+bool follows_chunk_rule(const std::vector<int64_t>& sizes) {
+  int64_t n = 0;
+  for (int64_t s : sizes) n += s;
+  for (size_t r = 0; r < sizes.size(); ++r)
+    if (chunk_span(n, static_cast<int64_t>(sizes.size()), static_cast<int64_t>(r)).size != sizes[r]) return false;
+  return true;
+}
+
+int64_t offset_of(const std::vector<int64_t>& sizes, int rank) {
+  int64_t offset = 0;
+  for (int r = 0; r < rank; ++r) offset += sizes[r];
+  return offset;
+}
+
+}  // namespace
+
+Tensor copy_to_region(const Tensor& x, ProcessGroup& g) {
+  if (!autograd::needs_grad({x})) return x;
+  Tensor out = x.reshape(x.shape());  // a new handle on the same data
+  autograd::record("copy_to_region", {x}, {out}, [&g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+    Tensor gx = grads[0].clone();
+    g.all_reduce(gx, ReduceOp::Sum);
+    return {gx};
+  });
+  return out;
+}
+
+Tensor reduce_from_region(const Tensor& x, ProcessGroup& g) {
+  Tensor out = x.clone();
+  g.all_reduce(out, ReduceOp::Sum);
+  if (autograd::needs_grad({x}))
+    autograd::record("reduce_from_region", {x}, {out},
+                     [](const std::vector<Tensor>& grads) -> std::vector<Tensor> { return {grads[0]}; });
+  return out;
+}
+
+Tensor gather_from_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
+  int64_t d = normalize_dim(dim, x.dim());
+  std::vector<int64_t> sizes;
+  Tensor out = g.all_gather_uneven(x, d, &sizes);
+  if (autograd::needs_grad({x})) {
+    int64_t offset = offset_of(sizes, g.rank()), len = x.shape()[d];
+    autograd::record("gather_from_region", {x}, {out},
+                     [d, offset, len](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+                       return {grads[0].narrow(d, offset, len).clone()};
+                     });
+  }
+  return out;
+}
+
+Tensor scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
+  int64_t d = normalize_dim(dim, x.dim());
+  int64_t n = x.shape()[d];
+  ChunkSpan span = chunk_span(n, g.size(), g.rank());
+  Tensor out = x.narrow(d, span.offset, span.size).clone();
+  if (autograd::needs_grad({x}))
+    autograd::record("scatter_to_region", {x}, {out}, [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+      return {gather_chunks(grads[0], d, n, g)};
+    });
+  return out;
+}
+
+Tensor reduce_scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
+  int64_t d = normalize_dim(dim, x.dim());
+  int64_t n = x.shape()[d];
+  Tensor out = g.reduce_scatter(x, d, ReduceOp::Sum);
+  if (autograd::needs_grad({x}))
+    autograd::record("reduce_scatter_to_region", {x}, {out},
+                     [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+                       return {gather_chunks(grads[0], d, n, g)};
+                     });
+  return out;
+}
+
+Tensor all_gather_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
+  int64_t d = normalize_dim(dim, x.dim());
+  std::vector<int64_t> sizes;
+  Tensor out = g.all_gather_uneven(x, d, &sizes);
+  if (autograd::needs_grad({x})) {
+    int64_t offset = offset_of(sizes, g.rank()), len = x.shape()[d];
+    bool chunked = follows_chunk_rule(sizes);
+    autograd::record("all_gather_to_region", {x}, {out},
+                     [d, offset, len, chunked, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+                       if (chunked) return {g.reduce_scatter(grads[0], d, ReduceOp::Sum)};
+                       // Pieces off the chunk rule: sum everything, keep our slice.
+                       Tensor sum = grads[0].clone();
+                       g.all_reduce(sum, ReduceOp::Sum);
+                       return {sum.narrow(d, offset, len).clone()};
+                     });
+  }
+  return out;
+}
+
+void all_reduce_grad(Tensor& param_grad, ProcessGroup& g) {
+  TP_CHECK(param_grad.defined(), "all_reduce_grad: the gradient is undefined (did backward reach the parameter?)");
+  g.all_reduce(param_grad, ReduceOp::Sum);
+}
+
+}  // namespace tp::dist

@@ -1,0 +1,368 @@
+#include "tp/dist/mpi_process_group.h"
+
+#include <climits>
+#include <cstring>
+
+#include "tp/tensor/convert.h"
+
+namespace tp::dist {
+namespace {
+
+// A tensor seen as [outer, n, inner] around dimension `dim`.
+struct Split3 {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Split3 split3(const Shape& shape, int64_t dim) {
+  Split3 s;
+  for (int64_t i = 0; i < dim; ++i) s.outer *= shape[i];
+  s.n = shape[dim];
+  for (size_t i = dim + 1; i < shape.size(); ++i) s.inner *= shape[i];
+  return s;
+}
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail("{} failed: {}", call, std::string(text, len));
+}
+
+int to_count(int64_t n, const char* what) {
+  TP_CHECK(n <= INT_MAX, "{}: {} elements exceed MPI's int count limit ({}); split the tensor", what, n, INT_MAX);
+  return static_cast<int>(n);
+}
+
+// The MPI type that moves (not reduces) one element of `dtype`.
+MPI_Datatype move_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::BF16:
+    case DType::F16: return MPI_UINT16_T;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+  }
+  fail("unsupported dtype");
+}
+
+// The type reductions run in: half types are widened to f32 first.
+DType reduce_dtype(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16 ? DType::F32 : dtype; }
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+// Avg is a sum followed by this division (integers truncate, like torch).
+void divide(void* data, DType dtype, int64_t n, int by) {
+  switch (dtype) {
+    case DType::F32: {
+      float* p = static_cast<float*>(data);
+      float s = 1.f / static_cast<float>(by);
+      for (int64_t i = 0; i < n; ++i) p[i] *= s;
+      return;
+    }
+    case DType::I32: {
+      int32_t* p = static_cast<int32_t*>(data);
+      for (int64_t i = 0; i < n; ++i) p[i] /= by;
+      return;
+    }
+    case DType::I64: {
+      int64_t* p = static_cast<int64_t*>(data);
+      for (int64_t i = 0; i < n; ++i) p[i] /= by;
+      return;
+    }
+    default: fail("divide: unexpected dtype {}", dtype_name(dtype));
+  }
+}
+
+// Copies `parts` blocks laid out one after another ([part][outer][n_p][inner])
+// into `dst` ([outer][sum n_p][inner]) — or the reverse when `to_parts`.
+void interleave(char* dst, const char* src, int64_t outer, const std::vector<int64_t>& ns, int64_t inner_bytes,
+                bool to_parts) {
+  int64_t total = 0;
+  for (int64_t n : ns) total += n;
+  const char* parts_base = to_parts ? dst : src;
+  int64_t part_offset = 0;
+  int64_t n_offset = 0;
+  for (int64_t n : ns) {
+    int64_t block = n * inner_bytes;
+    for (int64_t o = 0; o < outer; ++o) {
+      const char* part = parts_base + part_offset + o * block;
+      char* whole_off = const_cast<char*>(to_parts ? src : dst) + (o * total + n_offset) * inner_bytes;
+      if (to_parts)
+        std::memcpy(const_cast<char*>(part), whole_off, block);
+      else
+        std::memcpy(whole_off, part, block);
+    }
+    part_offset += outer * block;
+    n_offset += n;
+  }
+}
+
+void check_dtype_supported(const Tensor& t, const char* what) {
+  TP_CHECK(t.defined(), "{}: the tensor is undefined", what);
+}
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+void* MpiProcessGroup::Scratch::get(size_t bytes) {
+  if (!storage || storage->bytes() < bytes) storage = Storage::allocate(bytes);
+  return storage->data();
+}
+
+MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  if (comm_ == MPI_COMM_NULL) return;
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  // Errors come back as return codes and become tp::Error (which the CLI and
+  // the terminate handler turn into a job abort) instead of killing silently.
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+}
+
+MpiProcessGroup::~MpiProcessGroup() {
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  if (owned_ && comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+void MpiProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
+  check_dtype_supported(t, "all_reduce");
+  if (size_ == 1) return;
+  int64_t n = t.numel();
+  int count = to_count(n, "all_reduce");
+  DType rd = reduce_dtype(t.dtype());
+  void* buf = t.raw_data();
+  if (rd != t.dtype()) {  // bf16/f16: reduce in f32, round once at the end
+    buf = scratch_a_.get(n * sizeof(float));
+    convert(t.raw_data(), t.dtype(), buf, DType::F32, n);
+  }
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, count, move_type(rd), mpi_op(op), comm_), "MPI_Allreduce");
+  if (op == ReduceOp::Avg) divide(buf, rd, n, size_);
+  if (rd != t.dtype()) convert(buf, DType::F32, t.raw_data(), t.dtype(), n);
+}
+
+Tensor MpiProcessGroup::all_gather(const Tensor& local, int64_t dim) {
+  check_dtype_supported(local, "all_gather");
+  int64_t d = normalize_dim(dim, local.dim());
+  Shape out_shape = local.shape();
+  out_shape[d] *= size_;
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  if (size_ == 1) {
+    std::memcpy(out.raw_data(), local.raw_data(), local.nbytes());
+    return out;
+  }
+  Split3 s = split3(local.shape(), d);
+  int count = to_count(local.numel(), "all_gather");
+  MPI_Datatype type = move_type(local.dtype());
+  if (s.outer == 1) {  // pieces are contiguous in the output: gather straight into it
+    check_mpi(MPI_Allgather(local.raw_data(), count, type, out.raw_data(), count, type, comm_), "MPI_Allgather");
+    return out;
+  }
+  void* parts = scratch_a_.get(out.nbytes());
+  check_mpi(MPI_Allgather(local.raw_data(), count, type, parts, count, type, comm_), "MPI_Allgather");
+  interleave(static_cast<char*>(out.raw_data()), static_cast<const char*>(parts), s.outer,
+             std::vector<int64_t>(size_, s.n), s.inner * dtype_size(local.dtype()), false);
+  return out;
+}
+
+std::vector<Shape> MpiProcessGroup::exchange_shapes(const Tensor& t, int64_t free_dim, const char* what) {
+  constexpr int kMaxDims = 8;
+  TP_CHECK(t.dim() <= kMaxDims, "{}: tensors of rank {} are not supported (at most {})", what, t.dim(), kMaxDims);
+  std::vector<int64_t> mine(2 + kMaxDims, -1);
+  mine[0] = static_cast<int64_t>(t.dtype());
+  mine[1] = t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) mine[2 + i] = t.shape()[i];
+  meta_.resize(mine.size() * size_);
+  check_mpi(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, meta_.data(),
+                          static_cast<int>(mine.size()), MPI_INT64_T, comm_),
+            "MPI_Allgather (shapes)");
+  std::vector<Shape> shapes(size_);
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* m = &meta_[r * mine.size()];
+    TP_CHECK(m[0] == mine[0] && m[1] == mine[1],
+             "{}: rank {} has a {} tensor of rank {} but rank {} has a {} tensor of rank {}; every rank must pass "
+             "the same dtype and rank",
+             what, rank_, dtype_name(t.dtype()), t.dim(), r, dtype_name(static_cast<DType>(m[0])), m[1]);
+    shapes[r].assign(m + 2, m + 2 + m[1]);
+    for (int64_t i = 0; i < t.dim(); ++i)
+      TP_CHECK(i == free_dim || shapes[r][i] == t.shape()[i],
+               "{}: rank {} has shape {} but rank {} has shape {}; they may differ only in dimension {}", what,
+               rank_, shape_str(t.shape()), r, shape_str(shapes[r]), free_dim);
+  }
+  return shapes;
+}
+
+Tensor MpiProcessGroup::all_gather_uneven(const Tensor& local, int64_t dim, std::vector<int64_t>* sizes) {
+  check_dtype_supported(local, "all_gather_uneven");
+  int64_t d = normalize_dim(dim, local.dim());
+  if (size_ == 1) {
+    if (sizes) *sizes = {local.shape()[d]};
+    return local.clone();
+  }
+  std::vector<Shape> shapes = exchange_shapes(local, d, "all_gather_uneven");
+  std::vector<int64_t> ns(size_);
+  Shape out_shape = local.shape();
+  out_shape[d] = 0;
+  for (int r = 0; r < size_; ++r) out_shape[d] += ns[r] = shapes[r][d];
+  if (sizes) *sizes = ns;
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  Split3 s = split3(local.shape(), d);
+  counts_.resize(size_);
+  displs_.resize(size_);
+  int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts_[r] = to_count(s.outer * ns[r] * s.inner, "all_gather_uneven");
+    displs_[r] = to_count(offset, "all_gather_uneven");
+    offset += counts_[r];
+  }
+  MPI_Datatype type = move_type(local.dtype());
+  void* parts = s.outer == 1 ? out.raw_data() : scratch_a_.get(out.nbytes());
+  check_mpi(MPI_Allgatherv(local.raw_data(), counts_[rank_], type, parts, counts_.data(), displs_.data(), type,
+                           comm_),
+            "MPI_Allgatherv");
+  if (s.outer != 1)
+    interleave(static_cast<char*>(out.raw_data()), static_cast<const char*>(parts), s.outer, ns,
+               s.inner * dtype_size(local.dtype()), false);
+  return out;
+}
+
+Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp op) {
+  check_dtype_supported(full, "reduce_scatter");
+  int64_t d = normalize_dim(dim, full.dim());
+  Split3 s = split3(full.shape(), d);
+  std::vector<int64_t> ns(size_);
+  for (int r = 0; r < size_; ++r) ns[r] = chunk_span(s.n, size_, r).size;
+  Shape out_shape = full.shape();
+  out_shape[d] = ns[rank_];
+  Tensor out = Tensor::empty(out_shape, full.dtype());
+  if (size_ == 1) {
+    std::memcpy(out.raw_data(), full.raw_data(), full.nbytes());
+    return out;
+  }
+  DType rd = reduce_dtype(full.dtype());
+  size_t esize = dtype_size(rd);
+  int64_t n = full.numel();
+  // The send buffer must be [rank][piece] in the reduction dtype; reorder and
+  // widen only when needed (scratch b holds the reordered narrow copy).
+  const void* send = full.raw_data();
+  if (s.outer != 1) {
+    void* packed = scratch_b_.get(full.nbytes());
+    interleave(static_cast<char*>(packed), static_cast<const char*>(full.raw_data()), s.outer, ns,
+               s.inner * dtype_size(full.dtype()), true);
+    send = packed;
+  }
+  if (rd != full.dtype()) {
+    void* wide = scratch_a_.get(n * esize);
+    convert(send, full.dtype(), wide, rd, n);
+    send = wide;
+  }
+  counts_.resize(size_);
+  bool even = true;
+  for (int r = 0; r < size_; ++r) {
+    counts_[r] = to_count(s.outer * ns[r] * s.inner, "reduce_scatter");
+    even = even && counts_[r] == counts_[0];
+  }
+  int64_t out_n = out.numel();
+  void* recv = rd == full.dtype() ? out.raw_data() : scratch_b_.get(out_n * esize);
+  MPI_Datatype type = move_type(rd);
+  if (even)
+    check_mpi(MPI_Reduce_scatter_block(send, recv, counts_[0], type, mpi_op(op), comm_), "MPI_Reduce_scatter_block");
+  else
+    check_mpi(MPI_Reduce_scatter(send, recv, counts_.data(), type, mpi_op(op), comm_), "MPI_Reduce_scatter");
+  if (op == ReduceOp::Avg) divide(recv, rd, out_n, size_);
+  if (rd != full.dtype()) convert(recv, rd, out.raw_data(), full.dtype(), out_n);
+  return out;
+}
+
+void MpiProcessGroup::broadcast(Tensor& t, int root) {
+  check_dtype_supported(t, "broadcast");
+  TP_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group (size {})", root, size_);
+  if (size_ == 1) return;
+  check_mpi(MPI_Bcast(t.raw_data(), to_count(t.numel(), "broadcast"), move_type(t.dtype()), root, comm_),
+            "MPI_Bcast");
+}
+
+Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) {
+  check_dtype_supported(input, "all_to_all");
+  int64_t sd = normalize_dim(split_dim, input.dim());
+  int64_t cd = normalize_dim(concat_dim, input.dim());
+  if (size_ == 1) return input.clone();
+  std::vector<Shape> shapes = exchange_shapes(input, cd, "all_to_all");
+  size_t esize = dtype_size(input.dtype());
+  MPI_Datatype type = move_type(input.dtype());
+
+  // Send: chunk j of split_dim goes to rank j, packed [j][outer][n_j][inner].
+  Split3 s = split3(input.shape(), sd);
+  std::vector<int64_t> send_ns(size_);
+  for (int j = 0; j < size_; ++j) send_ns[j] = chunk_span(s.n, size_, j).size;
+  counts_.resize(size_);
+  displs_.resize(size_);
+  int64_t offset = 0;
+  for (int j = 0; j < size_; ++j) {
+    counts_[j] = to_count(s.outer * send_ns[j] * s.inner, "all_to_all");
+    displs_[j] = to_count(offset, "all_to_all");
+    offset += counts_[j];
+  }
+  const void* send = input.raw_data();
+  if (s.outer != 1) {
+    void* packed = scratch_a_.get(input.nbytes());
+    interleave(static_cast<char*>(packed), static_cast<const char*>(input.raw_data()), s.outer, send_ns,
+               s.inner * esize, true);
+    send = packed;
+  }
+
+  // Receive: rank i's chunk `rank_`, whose size along concat_dim is rank i's.
+  std::vector<int64_t> recv_ns(size_);
+  Shape out_shape = input.shape();
+  out_shape[sd] = chunk_span(s.n, size_, rank_).size;
+  out_shape[cd] = 0;
+  for (int i = 0; i < size_; ++i) {
+    Shape piece = shapes[i];
+    piece[sd] = chunk_span(s.n, size_, rank_).size;
+    recv_ns[i] = piece[cd];
+    out_shape[cd] += piece[cd];
+  }
+  if (cd == sd) {  // every piece is this rank's chunk of the same dim: sizes follow from the chunk rule
+    out_shape[cd] = 0;
+    for (int i = 0; i < size_; ++i) out_shape[cd] += recv_ns[i] = chunk_span(shapes[i][sd], size_, rank_).size;
+  }
+  Tensor out = Tensor::empty(out_shape, input.dtype());
+  Split3 c = split3(out_shape, cd);
+  counts2_.resize(size_);
+  displs2_.resize(size_);
+  offset = 0;
+  for (int i = 0; i < size_; ++i) {
+    counts2_[i] = to_count(c.outer * recv_ns[i] * c.inner, "all_to_all");
+    displs2_[i] = to_count(offset, "all_to_all");
+    offset += counts2_[i];
+  }
+  void* recv = c.outer == 1 ? out.raw_data() : scratch_b_.get(out.nbytes());
+  check_mpi(MPI_Alltoallv(send, counts_.data(), displs_.data(), type, recv, counts2_.data(), displs2_.data(), type,
+                          comm_),
+            "MPI_Alltoallv");
+  if (c.outer != 1)
+    interleave(static_cast<char*>(out.raw_data()), static_cast<const char*>(recv), c.outer, recv_ns, c.inner * esize,
+               false);
+  return out;
+}
+
+void MpiProcessGroup::barrier() {
+  if (size_ == 1) return;
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+}
+
+std::shared_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {
+  if (comm_ == MPI_COMM_NULL) return std::make_shared<MpiProcessGroup>(MPI_COMM_NULL, false);
+  MPI_Comm sub;
+  check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+  return std::make_shared<MpiProcessGroup>(sub, true);
+}
+
+}  // namespace tp::dist

@@ -1,0 +1,116 @@
+// Runtime start-up: MPI when a launcher started us, a lone process otherwise.
+#include "tp/dist/process_group.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "tp/dist/mpi_process_group.h"
+
+namespace tp::dist {
+namespace {
+
+MpiProcessGroup* world_group = nullptr;  // never destroyed: ranks may hold it past main
+
+const char* env(const char* name) { return std::getenv(name); }
+
+// mpirun (OpenMPI, MPICH/Hydra, Slurm PMI) sets one of these in each rank.
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (env(var)) return true;
+  return false;
+}
+
+// torchrun-style variables for code that reads them (tprun exports them too;
+// plain `mpirun` does not).
+void export_rank_env(int rank, int size) {
+  auto set = [](const char* name, const std::string& value) { setenv(name, value.c_str(), 0); };
+  set("RANK", std::to_string(rank));
+  set("WORLD_SIZE", std::to_string(size));
+  const char* local_rank = env("OMPI_COMM_WORLD_LOCAL_RANK");
+  const char* local_size = env("OMPI_COMM_WORLD_LOCAL_SIZE");
+  set("LOCAL_RANK", local_rank ? local_rank : std::to_string(rank));
+  set("LOCAL_WORLD_SIZE", local_size ? local_size : std::to_string(size));
+}
+
+// A clean exit finalizes MPI. A failing exit (any rank returning non-zero from
+// main, or calling exit(n)) aborts the whole job: MPI_Finalize would wait for
+// peers that may be blocked in a collective for this rank forever.
+void finish_at_exit(int status, void*) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (status != 0 && size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  MPI_Finalize();
+}
+
+// An exception nobody caught must not leave the other ranks blocked in a collective.
+[[noreturn]] void on_terminate() {
+  std::string message = "terminate called without an active exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      message = ex.what();
+    } catch (...) {
+      message = "unknown exception";
+    }
+  }
+  abort_job(message, 1);
+}
+
+}  // namespace
+
+void init(int* argc, char*** argv) {
+  if (world_group != nullptr) return;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized && launched_by_mpi()) {
+    int provided = 0;
+    // Only the thread that called init talks to MPI; OpenMP threads compute.
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    TP_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed with code {}", rc);
+    initialized = 1;
+    on_exit(finish_at_exit, nullptr);
+  }
+  if (initialized) {
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);  // our own context: user MPI traffic cannot interleave with ours
+    world_group = new MpiProcessGroup(comm, true);
+  } else {
+    world_group = new MpiProcessGroup(MPI_COMM_NULL, false);
+  }
+  export_rank_env(world_group->rank(), world_group->size());
+  std::set_terminate(on_terminate);
+}
+
+ProcessGroup& world() {
+  if (world_group == nullptr) init();
+  return *world_group;
+}
+
+int world_rank() { return world().rank(); }
+int world_size() { return world().size(); }
+bool is_distributed() { return world().size() > 1; }
+
+void abort_job(const std::string& message, int code) {
+  int rank = 0;
+  if (const char* r = env("OMPI_COMM_WORLD_RANK")) rank = std::atoi(r);
+  else if (const char* r2 = env("RANK")) rank = std::atoi(r2);
+  std::fprintf(stderr, "[rank %d] error: %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int size = 1;
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace tp::dist

@@ -1,0 +1,195 @@
+// Every collective and dtype against a serial reference that each rank computes
+// from every rank's (deterministic) input.
+#include <cmath>
+
+#include "dist_test_util.h"
+#include "tp/dist/process_group.h"
+
+namespace tp::dist {
+namespace {
+
+using testing::expect_close;
+using testing::rank_input;
+
+const DType kDtypes[] = {DType::F32, DType::BF16, DType::I32, DType::I64};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max};
+
+double tolerance(DType d) { return d == DType::F32 ? 1e-5 : 0; }
+
+// op over ranks of rank_input(shape, r, dtype), computed in double and rounded once.
+Tensor reduced_reference(const Shape& shape, DType dtype, ReduceOp op, int size, uint64_t salt = 0) {
+  std::vector<double> acc(numel(shape), op == ReduceOp::Max ? -1e300 : 0.0);
+  for (int r = 0; r < size; ++r) {
+    std::vector<float> v = rank_input(shape, r, dtype, salt).to_vector();
+    for (size_t i = 0; i < v.size(); ++i) acc[i] = op == ReduceOp::Max ? std::max(acc[i], double(v[i])) : acc[i] + v[i];
+  }
+  std::vector<float> out(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    double x = acc[i];
+    if (op == ReduceOp::Avg) x = is_floating(dtype) ? x / size : std::trunc(x / size);
+    out[i] = static_cast<float>(x);
+  }
+  Tensor t = Tensor::empty(shape, dtype);
+  t.copy_from(Tensor::from_vector(out, shape));
+  return t;
+}
+
+std::string label(const char* what, DType d, int64_t dim = 0) {
+  return fmt::format("{} {} dim {}", what, dtype_name(d), dim);
+}
+
+TEST(ProcessGroup, RankAndSize) {
+  ProcessGroup& g = world();
+  EXPECT_GE(g.rank(), 0);
+  EXPECT_LT(g.rank(), g.size());
+  EXPECT_EQ(std::to_string(g.rank()), std::getenv("RANK"));
+  EXPECT_EQ(std::to_string(g.size()), std::getenv("WORLD_SIZE"));
+}
+
+TEST(ProcessGroup, AllReduceEveryOpAndDtype) {
+  ProcessGroup& g = world();
+  for (DType d : kDtypes)
+    for (ReduceOp op : kOps) {
+      Tensor t = rank_input({5, 7}, g.rank(), d);
+      g.all_reduce(t, op);
+      EXPECT_EQ(t.dtype(), d);
+      expect_close(t, reduced_reference({5, 7}, d, op, g.size()),
+                   tolerance(d), fmt::format("all_reduce {} {}", reduce_op_name(op), dtype_name(d)));
+    }
+}
+
+TEST(ProcessGroup, Bf16AllReduceSumsInF32) {
+  // 256 + 1 + 1 + ... : bf16 steps are 2 above 256, so adding the ones one at a
+  // time in bf16 would stay at 256; summing in f32 and rounding once does not.
+  ProcessGroup& g = world();
+  Tensor t = Tensor::full({3}, g.rank() == 0 ? 256.0 : 1.0, DType::BF16);
+  g.all_reduce(t, ReduceOp::Sum);
+  float exact = 256.f + static_cast<float>(g.size() - 1);
+  EXPECT_EQ(t.to_vector()[0], to_f32(to_bf16(exact)));
+}
+
+TEST(ProcessGroup, AllGatherEveryDimAndDtype) {
+  ProcessGroup& g = world();
+  for (DType d : kDtypes)
+    for (int64_t dim : {0, 1, -1}) {
+      Shape shape{3, 2, 4};
+      Tensor out = g.all_gather(rank_input(shape, g.rank(), d), dim);
+      std::vector<Tensor> all;
+      for (int r = 0; r < g.size(); ++r) all.push_back(rank_input(shape, r, d));
+      expect_close(out, cat(all, dim), 0, label("all_gather", d, dim));
+    }
+}
+
+TEST(ProcessGroup, AllGatherUnevenIncludingEmptyPieces) {
+  ProcessGroup& g = world();
+  for (DType d : kDtypes)
+    for (int64_t dim : {0, 1}) {
+      auto shape_of = [&](int r) {
+        Shape s{2, 3};
+        s[dim] = r % 3;  // rank 0 holds nothing
+        return s;
+      };
+      std::vector<int64_t> sizes;
+      Tensor out = g.all_gather_uneven(rank_input(shape_of(g.rank()), g.rank(), d), dim, &sizes);
+      std::vector<Tensor> all;
+      for (int r = 0; r < g.size(); ++r) {
+        all.push_back(rank_input(shape_of(r), r, d));
+        if (static_cast<int>(sizes.size()) == g.size()) {
+          EXPECT_EQ(sizes[r], r % 3);
+        }
+      }
+      EXPECT_EQ(static_cast<int>(sizes.size()), g.size());
+      expect_close(out, cat(all, dim), 0, label("all_gather_uneven", d, dim));
+    }
+}
+
+TEST(ProcessGroup, ReduceScatterUnevenEveryOpDimAndDtype) {
+  ProcessGroup& g = world();
+  for (DType d : kDtypes)
+    for (ReduceOp op : kOps)
+      for (int64_t dim : {0, 1, -1}) {
+        Shape shape{10, 3, 2};  // 10 rows over 4 ranks: 3, 3, 3, 1
+        if (dim != 0) shape = {2, 10, 3};
+        if (dim == -1) shape = {2, 3, 2};  // a dim smaller than the world size
+        Tensor out = g.reduce_scatter(rank_input(shape, g.rank(), d), dim, op);
+        int64_t dd = normalize_dim(dim, 3);
+        ChunkSpan span = chunk_span(shape[dd], g.size(), g.rank());
+        Tensor want = reduced_reference(shape, d, op, g.size()).narrow(dd, span.offset, span.size);
+        expect_close(out, want, tolerance(d),
+                     fmt::format("reduce_scatter {} {} dim {}", reduce_op_name(op), dtype_name(d), dim));
+      }
+}
+
+TEST(ProcessGroup, BroadcastFromLastRank) {
+  ProcessGroup& g = world();
+  for (DType d : kDtypes) {
+    Tensor t = rank_input({4, 5}, g.rank(), d);
+    g.broadcast(t, g.size() - 1);
+    expect_close(t, rank_input({4, 5}, g.size() - 1, d), 0, label("broadcast", d));
+  }
+  Tensor t = Tensor::zeros({1});
+  EXPECT_THROW(g.broadcast(t, g.size()), Error);
+}
+
+TEST(ProcessGroup, AllToAllUnevenSplitAndConcat) {
+  ProcessGroup& g = world();
+  for (DType d : kDtypes)
+    for (auto [split, concat] : {std::pair<int64_t, int64_t>{0, 1}, {1, 0}, {1, 2}, {0, 0}}) {
+      // Rank r: 10 along split_dim (chunk rule), r + 1 along concat_dim.
+      auto shape_of = [&](int r) {
+        Shape s{4, 3, 2};
+        s[split] = 10;
+        if (concat != split) s[concat] = r + 1;
+        return s;
+      };
+      Tensor out = g.all_to_all(rank_input(shape_of(g.rank()), g.rank(), d), split, concat);
+      std::vector<Tensor> pieces;
+      for (int r = 0; r < g.size(); ++r) {
+        Tensor in = rank_input(shape_of(r), r, d);
+        ChunkSpan span = chunk_span(in.shape()[split], g.size(), g.rank());
+        pieces.push_back(in.narrow(split, span.offset, span.size).clone());
+      }
+      expect_close(out, cat(pieces, concat), 0,
+                   fmt::format("all_to_all {} split {} concat {}", dtype_name(d), split, concat));
+    }
+}
+
+TEST(ProcessGroup, MismatchedShapesAreAnErrorNotAHang) {
+  ProcessGroup& g = world();
+  if (g.size() == 1) GTEST_SKIP() << "needs two ranks";
+  // Ranks disagree in rank-of-tensor: every rank detects it from the shape exchange.
+  Tensor t = g.rank() == 0 ? Tensor::zeros({2, 2}) : Tensor::zeros({2, 2, 1});
+  EXPECT_THROW(g.all_gather_uneven(t, 0), Error);
+  g.barrier();
+}
+
+TEST(ProcessGroup, SteadyStateCollectivesDoNotAllocate) {
+  ProcessGroup& g = world();
+  Tensor x = rank_input({64, 1024}, g.rank(), DType::BF16);
+  auto round = [&] {
+    Tensor t = x.clone();
+    g.all_reduce(t);
+    Tensor rs = g.reduce_scatter(x, 1);
+    Tensor ag = g.all_gather_uneven(rs, 1);
+    Tensor a2a = g.all_to_all(x, 1, 0);
+  };
+  for (int i = 0; i < 3; ++i) round();
+  size_t before = allocator_stats().system_allocations;
+  for (int i = 0; i < 10; ++i) round();
+  EXPECT_EQ(allocator_stats().system_allocations, before);
+}
+
+TEST(ProcessGroup, SplitMakesIndependentGroups) {
+  ProcessGroup& g = world();
+  // Even and odd ranks: the sum of world ranks within each group.
+  auto sub = g.split(g.rank() % 2, g.rank());
+  Tensor t = Tensor::from_ints({g.rank()}, {1}, DType::I64);
+  sub->all_reduce(t);
+  int64_t want = 0;
+  for (int r = g.rank() % 2; r < g.size(); r += 2) want += r;
+  EXPECT_EQ(static_cast<int64_t>(t.item()), want);
+  EXPECT_EQ(sub->rank(), g.rank() / 2);
+}
+
+}  // namespace
+}  // namespace tp::dist
