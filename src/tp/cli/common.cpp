@@ -1,0 +1,60 @@
+#include "tp/cli/common.h"
+
+#include <sys/resource.h>
+
+#include <sstream>
+
+namespace tp::cli {
+
+void add_model_flags(CLI::App& app, ModelFlags& flags) {
+  app.add_option("--model", flags.model, "Hugging Face model directory (config.json + *.safetensors)")->required();
+  app.add_option("--dtype", flags.dtype, "weight dtype: auto (config.json's torch_dtype), f32, bf16")
+      ->capture_default_str();
+  app.add_option("--tp-plan", flags.tp_plan, "\"auto\" or a JSON file/object merged over the shipped plan")
+      ->capture_default_str();
+  app.add_option("--tp-size", flags.tp_size, "tensor-parallel size (default: the number of ranks)");
+  app.add_flag("--json", flags.json, "print one JSON document");
+}
+
+std::optional<DType> parse_dtype_flag(const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  if (value == "f32" || value == "float32") return DType::F32;
+  if (value == "bf16" || value == "bfloat16") return DType::BF16;
+  throw UsageError(fmt::format("--dtype '{}' is not supported; choose auto, f32 or bf16", value));
+}
+
+LoadOptions load_options(const ModelFlags& flags) {
+  LoadOptions o;
+  o.dtype = parse_dtype_flag(flags.dtype);
+  o.distributed_config.tp_plan = flags.tp_plan;
+  o.distributed_config.tp_size = flags.tp_size;
+  return o;
+}
+
+std::vector<int64_t> parse_id_list(const std::string& text, const char* flag) {
+  std::vector<int64_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 0)
+      throw UsageError(fmt::format("{}: '{}' is not a token id (expected non-negative integers like 1,2,3)", flag, item));
+    ids.push_back(v);
+  }
+  if (ids.empty()) throw UsageError(fmt::format("{}: no token ids given (expected e.g. 1,2,3)", flag));
+  return ids;
+}
+
+int64_t peak_rss_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+}  // namespace tp::cli

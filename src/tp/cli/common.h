@@ -1,0 +1,33 @@
+#pragma once
+// Flags and helpers shared by the model subcommands (--model, --dtype, --tp-plan, --json).
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tp/models/auto.h"
+
+namespace tp::cli {
+
+struct ModelFlags {
+  std::string model;
+  std::string dtype = "auto";
+  std::string tp_plan = "auto";
+  std::optional<int64_t> tp_size;
+  bool json = false;
+};
+
+// Adds --model (required), --dtype, --tp-plan, --tp-size and --json.
+void add_model_flags(CLI::App& app, ModelFlags& flags);
+// auto -> unset (config.json's torch_dtype); f32, bf16. Errors list the choices.
+std::optional<DType> parse_dtype_flag(const std::string& value);
+LoadOptions load_options(const ModelFlags& flags);
+
+// "1,2,3" -> {1, 2, 3}; errors (UsageError) name the bad item.
+std::vector<int64_t> parse_id_list(const std::string& text, const char* flag);
+
+// Peak resident memory of this process in bytes (getrusage).
+int64_t peak_rss_bytes();
+
+}  // namespace tp::cli

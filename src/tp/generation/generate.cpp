@@ -1,0 +1,95 @@
+#include "tp/generation/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "tp/autograd/tape.h"
+
+namespace tp::generation {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Rank 0 picks one token per row from logits [B, V]; every rank receives them.
+std::vector<int64_t> pick_tokens(const Tensor& logits, const SamplingOptions& options, int64_t step,
+                                 dist::ProcessGroup& group) {
+  const int64_t B = logits.size(0), V = logits.size(1);
+  Tensor chosen = Tensor::zeros({B}, DType::I64);
+  if (group.rank() == 0) {
+    const float* l = logits.data<float>();
+    for (int64_t b = 0; b < B; ++b) chosen.data<int64_t>()[b] = select_token(l + b * V, V, options, b, step);
+  }
+  group.broadcast(chosen, 0);
+  return chosen.to_int_vector();
+}
+
+}  // namespace
+
+GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerateOptions& options, const std::function<void(int64_t, int64_t)>& on_token) {
+  TP_CHECK(!prompts.empty(), "generate: no prompts given");
+  TP_CHECK(options.max_new_tokens >= 0, "max_new_tokens must be >= 0, got {}", options.max_new_tokens);
+  autograd::NoGradGuard no_grad;
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  const int64_t V = model.config().vocab_size;
+  std::vector<int64_t> lengths;
+  for (const auto& p : prompts) {
+    TP_CHECK(!p.empty(), "generate: prompt {} is empty (it needs at least one token, e.g. BOS)", lengths.size());
+    for (int64_t id : p) TP_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
+    lengths.push_back(static_cast<int64_t>(p.size()));
+  }
+  const int64_t T = *std::max_element(lengths.begin(), lengths.end());
+  const int64_t max_len = T + options.max_new_tokens;
+  TP_CHECK(max_len <= model.config().max_position_embeddings || model.config().max_position_embeddings == 0,
+           "prompt ({} tokens) + max_new_tokens ({}) exceeds max_position_embeddings {}", T, options.max_new_tokens,
+           model.config().max_position_embeddings);
+
+  GenerateResult result;
+  result.tokens.resize(static_cast<size_t>(B));
+  if (options.max_new_tokens == 0) return result;
+  CausalLM& lm = model.lm();
+  dist::ProcessGroup& group = model.mesh().group(0);
+  KVState state = lm.make_kv_state(B, max_len);
+
+  // Prefill: prompts right-padded with id 0; row b keeps its first lengths[b] tokens.
+  std::vector<int64_t> ids(static_cast<size_t>(B * T), 0), last(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(prompts[b].begin(), prompts[b].end(), ids.begin() + b * T);
+    last[b] = lengths[b] - 1;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor logits = lm.forward_ids(Tensor::from_ints(ids, {B, T}), &state, last, lengths);
+  std::vector<int64_t> next = pick_tokens(logits, options.sampling, 0, group);
+  result.prefill_seconds = seconds_since(t0);
+  result.prefill_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+
+  std::vector<bool> done(static_cast<size_t>(B), false);
+  auto take = [&](const std::vector<int64_t>& tokens) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      result.tokens[b].push_back(tokens[b]);
+      if (on_token) on_token(b, tokens[b]);
+      bool eos = std::find(options.eos_token_ids.begin(), options.eos_token_ids.end(), tokens[b]) !=
+                 options.eos_token_ids.end();
+      if (eos || static_cast<int64_t>(result.tokens[b].size()) >= options.max_new_tokens) done[b] = true;
+    }
+  };
+  take(next);
+
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<int64_t> zeros(static_cast<size_t>(B), 0);
+  for (int64_t step = 1; std::find(done.begin(), done.end(), false) != done.end(); ++step) {
+    logits = lm.forward_ids(Tensor::from_ints(next, {B, 1}), &state, zeros);
+    next = pick_tokens(logits, options.sampling, step, group);
+    result.decode_tokens += std::count(done.begin(), done.end(), false);
+    take(next);
+  }
+  result.decode_seconds = seconds_since(t1);
+  return result;
+}
+
+}  // namespace tp::generation

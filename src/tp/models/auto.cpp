@@ -1,0 +1,104 @@
+#include "tp/models/auto.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "tp/autograd/tape.h"
+#include "tp/dist/process_group.h"
+#include "tp/io/checkpoint.h"
+#include "tp/models/loader.h"
+#include "tp/models/variants.h"
+#include "tp/parallel/apply.h"
+
+namespace tp {
+
+namespace {
+
+using VariantFn = LlamaVariant (*)(const ModelConfig&);
+const std::vector<std::pair<std::string, VariantFn>>& architectures() {
+  static const std::vector<std::pair<std::string, VariantFn>> list = {
+      {"llama", llama_variant}, {"mistral", mistral_variant}, {"qwen3", qwen3_variant}};
+  return list;
+}
+
+DType default_dtype(const ModelConfig& c) {
+  if (c.torch_dtype == "bfloat16") return DType::BF16;
+  return DType::F32;  // float32, and float16 (computed in f32 on CPU)
+}
+
+}  // namespace
+
+std::vector<std::string> AutoModelForCausalLM::supported_model_types() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : architectures()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& config) {
+  for (const auto& [name, variant] : architectures())
+    if (name == config.model_type) return std::make_unique<LlamaForCausalLM>(config, variant(config));
+  fail("model_type '{}' is not supported; supported: {}", config.model_type,
+       fmt::join(supported_model_types(), ", "));
+}
+
+int64_t resolve_tp_size(const DistributedConfig& dc, int64_t world_size) {
+  int64_t tp = dc.tp_size.value_or(world_size);
+  TP_CHECK(tp >= 1, "tp_size must be >= 1, got {}", tp);
+  TP_CHECK(tp == world_size,
+           "tp_size {} does not match the number of processes ({}); launch with `tprun --nproc-per-node {}` or leave "
+           "tp_size unset",
+           tp, world_size, tp);
+  return tp;
+}
+
+std::vector<parallel::ParamRef> param_refs(CausalLM& model) {
+  std::vector<parallel::ParamRef> refs;
+  for (nn::Module* m : model.modules())
+    for (nn::Parameter* p : m->own_parameters()) refs.push_back({p->name, m->name(), p->global_shape});
+  return refs;
+}
+
+parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const DistributedConfig& dc, int64_t tp_size,
+                                          parallel::StyleOverrides* overrides) {
+  auto& tree = const_cast<CausalLM&>(model);
+  parallel::Plan user;
+  if (dc.tp_plan != "auto" && !dc.tp_plan.empty()) user = parallel::parse_user_plan(dc.tp_plan);
+  std::vector<std::string> modules;
+  for (nn::Module* m : tree.modules())
+    if (!m->name().empty()) modules.push_back(m->name());
+  parallel::ResolvedPlan plan = parallel::resolve_plan(model.shipped_plan(), user, param_refs(tree), modules);
+  parallel::StyleOverrides o = model.check_tp(plan, tp_size);
+  if (overrides != nullptr) *overrides = std::move(o);
+  return plan;
+}
+
+PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::path& dir, const LoadOptions& options) {
+  dist::init();
+  io::Checkpoint ckpt = io::Checkpoint::open(dir);
+  PretrainedModel m;
+  m.lm_ = from_config(ckpt.config());
+  int64_t tp = resolve_tp_size(options.distributed_config, dist::world_size());
+  m.mesh_ = std::make_unique<dist::DeviceMesh>(dist::DeviceMesh::tp_mesh(tp));
+  parallel::StyleOverrides overrides;
+  m.resolved_ = resolve_model_plan(*m.lm_, options.distributed_config, tp, &overrides);
+  parallel::TpRank rank{tp, m.mesh_->coordinate(0)};
+  parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), overrides);
+  if (options.verbose && rank.rank == 0)
+    for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";
+  load_parameters(*m.lm_, ckpt, options.dtype.value_or(default_dtype(ckpt.config())), m.lm_->tied_parameters());
+  return m;
+}
+
+Tensor PretrainedModel::forward(const Tensor& ids) {
+  autograd::NoGradGuard no_grad;
+  return lm_->forward_ids(ids);
+}
+
+std::ostream& operator<<(std::ostream& out, const parallel::Plan& plan) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [key, style] : plan) j[key] = style;
+  return out << j.dump(2);
+}
+
+}  // namespace tp

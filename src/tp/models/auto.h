@@ -1,0 +1,71 @@
+#pragma once
+// AutoModelForCausalLM: picks the architecture from config.json, resolves the
+// tensor-parallel plan, checks every size the plan must split, and loads each
+// rank's slice of the weights (shard on read).
+//
+//   tp::DistributedConfig dc{.tp_size = 4};   // tp_plan = "auto"
+//   auto model = tp::AutoModelForCausalLM::from_pretrained(dir, {.dtype = tp::DType::BF16,
+//                                                               .distributed_config = dc});
+//   std::cout << model.tp_plan();
+//   tp::Tensor logits = model.forward(input_ids);   // full logits on every rank
+#include <filesystem>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+
+#include "tp/dist/device_mesh.h"
+#include "tp/models/causal_lm.h"
+#include "tp/parallel/plan.h"
+
+namespace tp {
+
+using parallel::DistributedConfig;
+
+struct LoadOptions {
+  std::optional<DType> dtype;  // matrices' dtype; unset: config.json's torch_dtype (f32 or bf16)
+  DistributedConfig distributed_config;
+  bool verbose = true;  // rank 0 prints warnings
+};
+
+// A loaded model: the module tree with this rank's weights, its mesh and plan.
+class PretrainedModel {
+ public:
+  CausalLM& lm() { return *lm_; }
+  const ModelConfig& config() const { return lm_->config(); }
+  const parallel::Plan& tp_plan() const { return resolved_.plan; }
+  const parallel::ResolvedPlan& resolved_plan() const { return resolved_; }
+  bool supports_tp_plan() const { return !lm_->shipped_plan().empty(); }
+  const dist::DeviceMesh& mesh() const { return *mesh_; }
+  int64_t tp_size() const { return mesh_->size(0); }
+  int tp_rank() const { return mesh_->coordinate(0); }
+
+  // ids [B, T] or [T] -> logits [B, T, V] (f32, full vocabulary on every rank). No grad.
+  Tensor forward(const Tensor& ids);
+
+ private:
+  friend class AutoModelForCausalLM;
+  std::unique_ptr<CausalLM> lm_;
+  std::unique_ptr<dist::DeviceMesh> mesh_;
+  parallel::ResolvedPlan resolved_;
+};
+
+class AutoModelForCausalLM {
+ public:
+  static PretrainedModel from_pretrained(const std::filesystem::path& dir, const LoadOptions& options = {});
+  // The module tree of `config` without weights (for `tp plan` and tests).
+  static std::unique_ptr<CausalLM> from_config(const ModelConfig& config);
+  static std::vector<std::string> supported_model_types();
+};
+
+// The tp_size a DistributedConfig asks for in a world of `world_size` ranks (errors name both).
+int64_t resolve_tp_size(const DistributedConfig& dc, int64_t world_size);
+// Resolves `dc`'s plan over `model` for `tp_size` ranks: style names, user keys,
+// precedence, warnings, and the model's size checks — all before any weight is read.
+parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const DistributedConfig& dc, int64_t tp_size,
+                                          parallel::StyleOverrides* overrides);
+// Every parameter of the tree as the plan resolver sees it.
+std::vector<parallel::ParamRef> param_refs(CausalLM& model);
+
+std::ostream& operator<<(std::ostream& out, const parallel::Plan& plan);  // as a JSON object
+
+}  // namespace tp

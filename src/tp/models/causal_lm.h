@@ -1,0 +1,58 @@
+#pragma once
+// The interface every architecture implements: a module tree named like the
+// checkpoint, the plan it ships, the size checks it needs before loading, and
+// a forward from token ids to logits.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tp/models/config.h"
+#include "tp/nn/module.h"
+#include "tp/ops/attention.h"
+#include "tp/parallel/apply.h"
+#include "tp/parallel/plan.h"
+
+namespace tp {
+
+// Per-request decoding state: one KV cache per layer, sized for this rank's heads.
+struct KVState {
+  std::vector<ops::KVCache> layers;
+  int64_t batch() const { return layers.empty() ? 0 : layers[0].lengths().size(); }
+  const std::vector<int64_t>& lengths() const { return layers.at(0).lengths(); }
+};
+
+class CausalLM : public nn::Module {
+ public:
+  explicit CausalLM(const ModelConfig& config) : nn::Module(""), config_(config) {}
+  const ModelConfig& config() const { return config_; }
+
+  // The architecture's base_model_tp_plan (keys under "model.") plus
+  // lm_head: colwise_gather_output; a tied model's embedding is vocab-parallel.
+  virtual parallel::Plan shipped_plan() const = 0;
+  // Size checks the plan needs (heads, kv heads, intermediate size ...) before any
+  // weight is read; returns the style overrides the model needs (e.g. KV-head
+  // replication when tp_size > num_key_value_heads).
+  virtual parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const = 0;
+  // Parameters stored under another name in the checkpoint (tied weights): name -> source.
+  virtual std::map<std::string, std::string> tied_parameters() const { return {}; }
+
+  // Fresh KV caches for `batch` sequences of up to `max_len` tokens.
+  virtual KVState make_kv_state(int64_t batch, int64_t max_len) const = 0;
+
+  // ids [B, T] (i64) -> logits f32 [B, T, V]; with `logit_positions` (one per row)
+  // only those positions: [B, V]. With `state`, the tokens continue each cached
+  // sequence (row b appends `counts[b]` tokens, default T) and the caches grow.
+  virtual Tensor forward_ids(const Tensor& ids, KVState* state = nullptr,
+                             const std::vector<int64_t>& logit_positions = {},
+                             const std::vector<int64_t>& counts = {}) = 0;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override {
+    TP_CHECK(inputs.size() == 1, "a causal LM takes one input (token ids), got {}", inputs.size());
+    return forward_ids(inputs[0]);
+  }
+  ModelConfig config_;
+};
+
+}  // namespace tp

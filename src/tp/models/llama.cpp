@@ -1,0 +1,262 @@
+#include "tp/models/llama.h"
+#include "tp/models/variants.h"
+
+#include <cmath>
+
+#include "tp/ops/activation.h"
+#include "tp/ops/attention.h"
+#include "tp/ops/elementwise.h"
+#include "tp/ops/rope.h"
+#include "tp/ops/shape.h"
+#include "tp/parallel/colwise.h"
+
+namespace tp {
+
+// ---------------------------------------------------------------- attention
+
+LlamaAttention::LlamaAttention(const std::string& name, const ModelConfig& c, const LlamaVariant& v)
+    : nn::Module(name),
+      q_proj(add_module(std::make_unique<nn::Linear>(child_name("q_proj"), c.hidden_size,
+                                                     c.num_attention_heads * c.head_dim, c.attention_bias))),
+      k_proj(add_module(std::make_unique<nn::Linear>(child_name("k_proj"), c.hidden_size,
+                                                     c.num_key_value_heads * c.head_dim, c.attention_bias))),
+      v_proj(add_module(std::make_unique<nn::Linear>(child_name("v_proj"), c.hidden_size,
+                                                     c.num_key_value_heads * c.head_dim, c.attention_bias))),
+      o_proj(add_module(std::make_unique<nn::Linear>(child_name("o_proj"), c.num_attention_heads * c.head_dim,
+                                                     c.hidden_size, c.attention_bias))),
+      layer_index(0),
+      head_dim_(c.head_dim),
+      scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
+  if (v.qk_norm) {
+    q_norm = &add_module(std::make_unique<nn::RMSNorm>(child_name("q_norm"), c.head_dim, c.rms_norm_eps));
+    k_norm = &add_module(std::make_unique<nn::RMSNorm>(child_name("k_norm"), c.head_dim, c.rms_norm_eps));
+  }
+}
+
+Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
+  const Tensor& x = inputs.at(0);  // [B, T, H]
+  const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
+  // This rank's heads: [B, T, Hq, D] and [B, T, Hkv, D].
+  Tensor q = ops::reshape(q_proj(x), {B, T, -1, D});
+  Tensor k = ops::reshape(k_proj(x), {B, T, -1, D});
+  Tensor v = ops::reshape(v_proj(x), {B, T, -1, D});
+  if (q_norm != nullptr) {  // Qwen3: per-head RMSNorm before RoPE
+    q = (*q_norm)(q);
+    k = (*k_norm)(k);
+  }
+  q = ops::apply_rope(q, context->positions, *context->inv_freq);
+  k = ops::apply_rope(k, context->positions, *context->inv_freq);
+
+  Tensor out;
+  if (context->state != nullptr) {
+    ops::KVCache& cache = context->state->layers.at(layer_index);
+    std::vector<int64_t> q_offsets = cache.lengths();
+    if (context->counts != nullptr && !context->counts->empty()) {
+      cache.append(k, v, *context->counts);
+    } else {
+      cache.append(k, v);
+    }
+    out = ops::attention(q, cache.keys(), cache.values(),
+                         {.scale = scale_, .causal = true, .kv_lens = cache.lengths(), .q_offsets = q_offsets});
+  } else {
+    out = ops::attention(q, k, v, {.scale = scale_});
+  }
+  return o_proj(ops::reshape(out, {B, T, -1}));
+}
+
+// ---------------------------------------------------------------- MLP
+
+LlamaMLP::LlamaMLP(const std::string& name, const ModelConfig& c)
+    : nn::Module(name),
+      gate_proj(add_module(std::make_unique<nn::Linear>(child_name("gate_proj"), c.hidden_size, c.intermediate_size,
+                                                        false))),
+      up_proj(add_module(std::make_unique<nn::Linear>(child_name("up_proj"), c.hidden_size, c.intermediate_size,
+                                                      false))),
+      down_proj(add_module(std::make_unique<nn::Linear>(child_name("down_proj"), c.intermediate_size, c.hidden_size,
+                                                        false))) {}
+
+Tensor LlamaMLP::forward(const std::vector<Tensor>& inputs) {
+  const Tensor& x = inputs.at(0);
+  return down_proj(ops::swiglu(gate_proj(x), up_proj(x)));
+}
+
+// ---------------------------------------------------------------- decoder layer
+
+LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, const ModelConfig& c,
+                                     const LlamaVariant& v)
+    : nn::Module(name),
+      input_layernorm(add_module(
+          std::make_unique<nn::RMSNorm>(child_name("input_layernorm"), c.hidden_size, c.rms_norm_eps))),
+      self_attn(add_module(std::make_unique<LlamaAttention>(child_name("self_attn"), c, v))),
+      post_attention_layernorm(add_module(
+          std::make_unique<nn::RMSNorm>(child_name("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps))),
+      mlp(add_module(std::make_unique<LlamaMLP>(child_name("mlp"), c))) {
+  self_attn.layer_index = index;
+}
+
+Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
+  const Tensor& x = inputs.at(0);
+  // Self attention
+  Tensor h = ops::add(x, self_attn(input_layernorm(x)));
+  // Fully connected
+  return ops::add(h, mlp(post_attention_layernorm(h)));
+}
+
+// ---------------------------------------------------------------- model
+
+LlamaModel::LlamaModel(const std::string& name, const ModelConfig& c, const LlamaVariant& v)
+    : nn::Module(name),
+      embed_tokens(add_module(std::make_unique<nn::Embedding>(child_name("embed_tokens"), c.vocab_size, c.hidden_size))),
+      norm(add_module(std::make_unique<nn::RMSNorm>(child_name("norm"), c.hidden_size, c.rms_norm_eps))) {
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers.push_back(&add_module(
+        std::make_unique<LlamaDecoderLayer>(child_name("layers." + std::to_string(i)), i, c, v)));
+}
+
+Tensor LlamaModel::forward(const std::vector<Tensor>& inputs) {
+  Tensor h = embed_tokens(inputs.at(0));
+  for (LlamaDecoderLayer* layer : layers) h = (*layer)(h);
+  return norm(h);
+}
+
+// ---------------------------------------------------------------- causal LM
+
+namespace {
+
+std::vector<float> inv_freq_for(const ModelConfig& c) {
+  const RopeScalingConfig& s = c.rope_scaling;
+  if (s.rope_type == "default") return ops::rope_inv_freq(c.head_dim, c.rope_theta);
+  if (s.rope_type == "llama3")
+    return ops::rope_inv_freq(c.head_dim, c.rope_theta,
+                              {.rope_type = "llama3",
+                               .factor = s.factor,
+                               .low_freq_factor = s.low_freq_factor,
+                               .high_freq_factor = s.high_freq_factor,
+                               .original_max_position_embeddings = s.original_max_position_embeddings});
+  if (s.rope_type == "linear") {  // positions / factor, i.e. every frequency / factor
+    std::vector<float> f = ops::rope_inv_freq(c.head_dim, c.rope_theta);
+    for (float& x : f) x = static_cast<float>(x / s.factor);
+    return f;
+  }
+  fail("rope_scaling type '{}' is not supported for {} models yet; supported: default, linear, llama3", s.rope_type,
+       c.model_type);
+}
+
+}  // namespace
+
+parallel::Plan llama_base_tp_plan() {
+  return {{"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
+          {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
+          {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
+          {"layers.*.mlp.down_proj", "rowwise"}};
+}
+
+LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant variant)
+    : CausalLM(config),
+      model(add_module(std::make_unique<LlamaModel>("model", config, variant))),
+      lm_head(add_module(std::make_unique<nn::Linear>("lm_head", config.hidden_size, config.vocab_size, false))),
+      variant_(std::move(variant)),
+      inv_freq_(inv_freq_for(config)) {
+  TP_CHECK(config.hidden_act == "silu", "{}: hidden_act '{}' is not supported; supported: silu", config.model_type,
+           config.hidden_act);
+  for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
+}
+
+parallel::Plan LlamaForCausalLM::shipped_plan() const {
+  const parallel::Plan& base = config_.base_model_tp_plan.empty() ? variant_.default_plan : config_.base_model_tp_plan;
+  parallel::Plan plan;
+  for (const auto& [key, style] : base) plan.emplace_back("model." + key, style);
+  // A tied lm_head shares the embedding's rows: both must be vocab-parallel.
+  if (config_.tie_word_embeddings &&
+      std::none_of(plan.begin(), plan.end(), [](const auto& e) { return e.first == "model.embed_tokens"; }))
+    plan.emplace_back("model.embed_tokens", "embedding_rowwise");
+  plan.emplace_back("lm_head", "colwise_gather_output");
+  return plan;
+}
+
+parallel::StyleOverrides LlamaForCausalLM::check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const {
+  parallel::StyleOverrides overrides;
+  auto style_of = [&](const std::string& module) {
+    auto it = plan.module_style.find(module);
+    return it == plan.module_style.end() ? std::string() : it->second;
+  };
+  const ModelConfig& c = config_;
+  for (const LlamaDecoderLayer* layer : model.layers) {
+    const LlamaAttention& a = layer->self_attn;
+    if (style_of(a.q_proj.name()) == "colwise")
+      TP_CHECK(c.num_attention_heads % tp_size == 0,
+               "num_attention_heads {} is not divisible by tp_size {} ('{}' is colwise: each rank needs whole heads)",
+               c.num_attention_heads, tp_size, a.q_proj.name());
+    for (const nn::Linear* kv : {&a.k_proj, &a.v_proj}) {
+      if (style_of(kv->name()) != "colwise" || c.num_key_value_heads % tp_size == 0) continue;
+      TP_CHECK(tp_size % c.num_key_value_heads == 0,
+               "num_key_value_heads {} is not divisible by tp_size {}, and tp_size is not a multiple of it either, so "
+               "'{}' cannot be split into whole heads (use a tp_size that divides {} or is a multiple of it)",
+               c.num_key_value_heads, tp_size, kv->name(), c.num_key_value_heads);
+      // tp_size > kv heads: each KV head is held by tp_size / kv consecutive ranks.
+      overrides[kv->name()] = std::make_shared<parallel::ColwiseParallel>(
+          parallel::ColwiseParallel::Options{.kv_replicas = tp_size / c.num_key_value_heads});
+    }
+    for (const nn::Linear* m : {&layer->mlp.gate_proj, &layer->mlp.up_proj})
+      if (style_of(m->name()) == "colwise")
+        TP_CHECK(c.intermediate_size % tp_size == 0, "intermediate_size {} is not divisible by tp_size {} ('{}')",
+                 c.intermediate_size, tp_size, m->name());
+  }
+  return overrides;
+}
+
+std::map<std::string, std::string> LlamaForCausalLM::tied_parameters() const {
+  if (!config_.tie_word_embeddings) return {};
+  return {{lm_head.weight.name, model.embed_tokens.weight.name}};
+}
+
+KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
+  KVState state;
+  for (const LlamaDecoderLayer* layer : model.layers) {
+    const nn::Parameter& k = layer->self_attn.k_proj.weight;
+    int64_t rows = k.data.defined() ? k.data.size(0) : k.global_shape[0];
+    state.layers.emplace_back(batch, max_len, rows / config_.head_dim, config_.head_dim);
+  }
+  return state;
+}
+
+Tensor LlamaForCausalLM::forward_ids(const Tensor& ids_in, KVState* state, const std::vector<int64_t>& logit_positions,
+                                     const std::vector<int64_t>& counts) {
+  Tensor ids = ids_in.dim() == 1 ? ids_in.reshape({1, ids_in.size(0)}) : ids_in;
+  TP_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+           "input ids must be an i64 tensor [batch, tokens], got {} {}", dtype_name(ids.dtype()),
+           shape_str(ids.shape()));
+  const int64_t B = ids.size(0), T = ids.size(1);
+  TP_CHECK(state == nullptr || state->batch() == B, "KV state holds {} sequences, input has {}",
+           state ? state->batch() : 0, B);
+  TP_CHECK(logit_positions.empty() || static_cast<int64_t>(logit_positions.size()) == B,
+           "logit_positions has {} entries for a batch of {}", logit_positions.size(), B);
+
+  std::vector<int64_t> pos(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) pos[b * T + t] = (state ? state->lengths()[b] : 0) + t;
+  if (variant_.sliding_window > 0)
+    for (int64_t b = 0; b < B; ++b)
+      TP_CHECK(pos[b * T + T - 1] < variant_.sliding_window,
+               "sequence length {} exceeds the sliding window ({}); sliding-window attention is not implemented yet",
+               pos[b * T + T - 1] + 1, variant_.sliding_window);
+  context_ = {.positions = Tensor::from_ints(pos, {B, T}), .inv_freq = &inv_freq_, .state = state, .counts = &counts};
+
+  Tensor h = model(ids);  // [B, T, H]
+  if (!logit_positions.empty()) {
+    std::vector<Tensor> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      TP_CHECK(logit_positions[b] >= 0 && logit_positions[b] < T, "logit position {} outside [0, {})",
+               logit_positions[b], T);
+      rows.push_back(ops::narrow(ops::narrow(h, 0, b, 1), 1, logit_positions[b], 1));
+    }
+    h = ops::reshape(rows.size() == 1 ? rows[0] : ops::cat(rows, 0), {B, -1});  // [B, H]
+  }
+  return lm_head(h);
+}
+
+}  // namespace tp
+
+namespace tp {
+LlamaVariant llama_variant(const ModelConfig& config) { return {.default_plan = llama_base_tp_plan()}; }
+}  // namespace tp

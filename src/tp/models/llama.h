@@ -1,0 +1,108 @@
+#pragma once
+// The Llama decoder family (Llama 2/3, Mistral, Qwen3), read top to bottom like
+// Transformers' modeling_llama.py. Qwen3 differs only by per-head q_norm/k_norm
+// before RoPE; Mistral by its sliding window. Member names are checkpoint keys,
+// and no code here knows about tensor parallelism: head counts are read off the
+// local weight shapes, and the plan's hooks do the communication.
+//
+// B = batch, T = tokens, H = hidden_size, D = head_dim, V = vocab_size.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tp/models/causal_lm.h"
+#include "tp/nn/layers.h"
+
+namespace tp {
+
+struct LlamaVariant {
+  bool qk_norm = false;            // Qwen3
+  int64_t sliding_window = 0;      // Mistral (0: none)
+  parallel::Plan default_plan;     // used when config.json carries no base_model_tp_plan
+};
+
+// What a layer's attention needs besides its input, set by the model per call.
+struct AttentionContext {
+  Tensor positions;                         // [B, T] i64
+  const std::vector<float>* inv_freq = nullptr;
+  KVState* state = nullptr;                 // null: no cache
+  const std::vector<int64_t>* counts = nullptr;
+};
+
+class LlamaAttention : public nn::Module {
+ public:
+  LlamaAttention(const std::string& name, const ModelConfig& c, const LlamaVariant& v);
+  nn::Linear& q_proj;
+  nn::Linear& k_proj;
+  nn::Linear& v_proj;
+  nn::Linear& o_proj;
+  nn::RMSNorm* q_norm = nullptr;
+  nn::RMSNorm* k_norm = nullptr;
+  int64_t layer_index;
+  const AttentionContext* context = nullptr;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // x [B, T, H] -> [B, T, H]
+
+ private:
+  int64_t head_dim_;
+  double scale_;
+};
+
+class LlamaMLP : public nn::Module {
+ public:
+  LlamaMLP(const std::string& name, const ModelConfig& c);
+  nn::Linear& gate_proj;
+  nn::Linear& up_proj;
+  nn::Linear& down_proj;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // down(silu(gate(x)) * up(x))
+};
+
+class LlamaDecoderLayer : public nn::Module {
+ public:
+  LlamaDecoderLayer(const std::string& name, int64_t index, const ModelConfig& c, const LlamaVariant& v);
+  nn::RMSNorm& input_layernorm;
+  LlamaAttention& self_attn;
+  nn::RMSNorm& post_attention_layernorm;
+  LlamaMLP& mlp;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;
+};
+
+class LlamaModel : public nn::Module {
+ public:
+  LlamaModel(const std::string& name, const ModelConfig& c, const LlamaVariant& v);
+  nn::Embedding& embed_tokens;
+  std::vector<LlamaDecoderLayer*> layers;
+  nn::RMSNorm& norm;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // ids [B, T] -> hidden [B, T, H]
+};
+
+class LlamaForCausalLM : public CausalLM {
+ public:
+  LlamaForCausalLM(const ModelConfig& config, LlamaVariant variant);
+  LlamaModel& model;
+  nn::Linear& lm_head;
+
+  parallel::Plan shipped_plan() const override;
+  parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
+  std::map<std::string, std::string> tied_parameters() const override;
+  KVState make_kv_state(int64_t batch, int64_t max_len) const override;
+  Tensor forward_ids(const Tensor& ids, KVState* state = nullptr, const std::vector<int64_t>& logit_positions = {},
+                     const std::vector<int64_t>& counts = {}) override;
+
+ private:
+  LlamaVariant variant_;
+  std::vector<float> inv_freq_;
+  AttentionContext context_;
+};
+
+// The Llama plan as Transformers ships it (keys without the "model." prefix).
+parallel::Plan llama_base_tp_plan();
+
+}  // namespace tp

@@ -1,0 +1,44 @@
+#include "tp/models/loader.h"
+
+namespace tp {
+
+namespace {
+
+bool same_slice(const parallel::ParamShard& a, const parallel::ParamShard& b) {
+  if (a.spans.size() != b.spans.size() || a.dim != b.dim) return false;
+  for (size_t i = 0; i < a.spans.size(); ++i)
+    if (a.spans[i].offset != b.spans[i].offset || a.spans[i].size != b.spans[i].size) return false;
+  return true;
+}
+
+}  // namespace
+
+void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
+                     const std::map<std::string, std::string>& tied) {
+  std::map<std::string, nn::Parameter*> by_name;
+  for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;
+  for (nn::Parameter* p : root.parameters()) {
+    std::string source = p->name;
+    if (!ckpt.has(source)) {
+      auto t = tied.find(p->name);
+      if (t != tied.end()) source = t->second;
+    }
+    TP_CHECK(ckpt.has(source), "{}: the checkpoint has no tensor '{}' (needed by this {} model)",
+             ckpt.dir().string(), source, ckpt.config().model_type);
+    const io::TensorInfo& info = ckpt.info(source);
+    TP_CHECK(info.shape == p->global_shape, "{}: tensor '{}' has shape {}, but config.json implies {}",
+             info.file.string(), source, shape_str(info.shape), shape_str(p->global_shape));
+    if (source != p->name) {
+      nn::Parameter* owner = by_name.count(source) ? by_name[source] : nullptr;
+      if (owner != nullptr && owner->data.defined() && same_slice(owner->shard, p->shard)) {
+        p->data = owner->data;
+        continue;
+      }
+    }
+    DType as = p->global_shape.size() >= 2 ? dtype : DType::F32;
+    p->data = p->shard.replicated() ? ckpt.read(source, as) : ckpt.read_slice(source, p->shard.dim, p->shard.spans, as);
+  }
+  for (nn::Module* m : root.modules()) m->finalize_weights();
+}
+
+}  // namespace tp

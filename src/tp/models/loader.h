@@ -1,0 +1,18 @@
+#pragma once
+// Shard on read: every parameter reads exactly its rank's slice (as decided by
+// its style) from the checkpoint, converting dtype on the fly.
+#include <map>
+#include <string>
+
+#include "tp/io/checkpoint.h"
+#include "tp/nn/module.h"
+
+namespace tp {
+
+// Matrices (2-D and up) load as `dtype`; vectors (norms, biases) as f32.
+// `tied`: parameter -> checkpoint tensor it shares (read when the parameter's own
+// name is absent); a tied parameter with the same slice shares the tensor.
+void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
+                     const std::map<std::string, std::string>& tied = {});
+
+}  // namespace tp

@@ -1,0 +1,135 @@
+#include "tp/models/plan_report.h"
+
+#include <fmt/ostream.h>
+
+#include <map>
+#include <ostream>
+
+#include "tp/parallel/apply.h"
+
+namespace tp {
+
+namespace {
+
+Shape local_shape_of(const nn::Parameter& p) {
+  Shape s = p.global_shape;
+  if (p.shard.replicated()) return s;
+  int64_t n = 0;
+  for (const ChunkSpan& span : p.shard.spans) n += span.size;
+  s[p.shard.dim] = n;
+  return s;
+}
+
+int64_t param_bytes(const Shape& shape, DType matrix_dtype) {
+  // As the loader stores them: matrices in the chosen dtype, vectors in f32.
+  return numel(shape) * static_cast<int64_t>(dtype_size(shape.size() >= 2 ? matrix_dtype : DType::F32));
+}
+
+std::string human_bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / double(int64_t{1} << 30));
+  if (b >= (int64_t{1} << 20)) return fmt::format("{:.2f} MiB", b / double(1 << 20));
+  if (b >= 1024) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& dc, DType dtype) {
+  std::unique_ptr<CausalLM> model = AutoModelForCausalLM::from_config(config);
+  const int64_t tp = dc.tp_size.value_or(1);
+  TP_CHECK(tp >= 1, "tp_size must be >= 1, got {}", tp);
+  parallel::StyleOverrides overrides;
+  parallel::ResolvedPlan resolved = resolve_model_plan(*model, dc, tp, &overrides);
+  std::map<std::string, std::string> tied = model->tied_parameters();
+
+  PlanReport r;
+  r.tp_size = tp;
+  r.dtype = dtype;
+  r.warnings = resolved.warnings;
+  r.total_bytes_per_rank.assign(static_cast<size_t>(tp), 0);
+  std::vector<nn::Parameter*> params = model->parameters();
+  r.parameters.resize(params.size());
+  for (int64_t rank = 0; rank < tp; ++rank) {
+    parallel::apply_plan(*model, resolved, {tp, rank}, nullptr, overrides);
+    std::map<std::string, const nn::Parameter*> by_name;
+    for (const nn::Parameter* p : params) by_name[p->name] = p;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const nn::Parameter& p = *params[i];
+      PlanParamRow& row = r.parameters[i];
+      row.name = p.name;
+      row.global_shape = p.global_shape;
+      if (auto it = resolved.param_style.find(p.name); it != resolved.param_style.end()) row.style = it->second;
+      Shape local = local_shape_of(p);
+      int64_t bytes = param_bytes(local, dtype);
+      if (auto t = tied.find(p.name); t != tied.end() && by_name.count(t->second)) {
+        const nn::Parameter& src = *by_name[t->second];
+        if (local_shape_of(src) == local && src.shard.spans.size() == p.shard.spans.size()) {
+          row.tied_to = t->second;
+          bytes = 0;
+        }
+      }
+      row.local_shapes.push_back(local);
+      row.bytes_per_rank.push_back(bytes);
+      r.total_bytes_per_rank[rank] += bytes;
+      if (rank == 0) r.total_bytes_unsharded += row.tied_to.empty() ? param_bytes(p.global_shape, dtype) : 0;
+    }
+  }
+  for (nn::Module* m : model->modules()) {
+    auto it = resolved.module_style.find(m->name());
+    if (it == resolved.module_style.end()) continue;
+    const parallel::TensorParallelLayer& style = parallel::style_for(m->name(), it->second, overrides);
+    for (const parallel::CollectiveCost& c : style.forward_collectives(*m, {tp, 0}))
+      r.collectives.push_back({m->name(), c.op, c.bytes_per_token});
+  }
+  return r;
+}
+
+nlohmann::ordered_json plan_report_json(const PlanReport& r) {
+  nlohmann::ordered_json j;
+  j["tp_size"] = r.tp_size;
+  j["dtype"] = dtype_name(r.dtype);
+  j["parameters"] = nlohmann::ordered_json::array();
+  for (const PlanParamRow& p : r.parameters) {
+    nlohmann::ordered_json e;
+    e["name"] = p.name;
+    e["style"] = p.style.empty() ? "replicated" : p.style;
+    if (!p.tied_to.empty()) e["tied_to"] = p.tied_to;
+    e["global_shape"] = p.global_shape;
+    e["local_shapes"] = p.local_shapes;
+    e["bytes_per_rank"] = p.bytes_per_rank;
+    j["parameters"].push_back(e);
+  }
+  j["collectives"] = nlohmann::ordered_json::array();
+  for (const PlanCollective& c : r.collectives)
+    j["collectives"].push_back({{"module", c.module}, {"op", c.op}, {"bytes_per_token", c.bytes_per_token}});
+  j["total_bytes_per_rank"] = r.total_bytes_per_rank;
+  j["total_bytes_unsharded"] = r.total_bytes_unsharded;
+  j["warnings"] = r.warnings;
+  return j;
+}
+
+void print_plan_report(std::ostream& out, const PlanReport& r) {
+  fmt::print(out, "tp_size {} · weights {} · {} parameters\n\n", r.tp_size, dtype_name(r.dtype), r.parameters.size());
+  fmt::print(out, "{:<52} {:<30} {:<16} {:<16} {:>12}\n", "parameter", "style", "global", "rank 0", "bytes/rank");
+  for (const PlanParamRow& p : r.parameters) {
+    std::string style = p.style.empty() ? "(replicated)" : p.style;
+    if (!p.tied_to.empty()) style += " (tied)";
+    fmt::print(out, "{:<52} {:<30} {:<16} {:<16} {:>12}\n", p.name, style, shape_str(p.global_shape),
+               shape_str(p.local_shapes.at(0)), human_bytes(p.bytes_per_rank.at(0)));
+  }
+  int64_t per_token = 0;
+  std::map<std::string, int64_t> by_op;
+  for (const PlanCollective& c : r.collectives) {
+    per_token += c.bytes_per_token;
+    by_op[c.op] += 1;
+  }
+  fmt::print(out, "\ncollectives per forward: ");
+  for (const auto& [op, n] : by_op) fmt::print(out, "{} x {}  ", n, op);
+  fmt::print(out, "({} per token)\n", human_bytes(per_token));
+  fmt::print(out, "weights per rank: ");
+  for (size_t i = 0; i < r.total_bytes_per_rank.size(); ++i)
+    fmt::print(out, "{}rank {}: {}", i ? ", " : "", i, human_bytes(r.total_bytes_per_rank[i]));
+  fmt::print(out, "  (unsharded: {})\n", human_bytes(r.total_bytes_unsharded));
+}
+
+}  // namespace tp

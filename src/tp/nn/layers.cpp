@@ -1,0 +1,47 @@
+#include "tp/nn/layers.h"
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/embedding.h"
+#include "tp/ops/norm.h"
+
+namespace tp::nn {
+
+namespace {
+const Tensor& single_input(const std::vector<Tensor>& inputs, const std::string& module) {
+  TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", module, inputs.size());
+  return inputs[0];
+}
+}  // namespace
+
+Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool has_bias)
+    : Module(std::move(name)), weight(add_parameter("weight", {out_features, in_features})) {
+  if (has_bias) bias = &add_parameter("bias", {out_features});
+}
+
+void Linear::finalize_weights() {
+  packed_ = ops::PackedLinear(weight.data);
+  packed_valid_ = true;
+}
+
+Tensor Linear::forward(const std::vector<Tensor>& inputs) {
+  const Tensor& x = single_input(inputs, name());
+  Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();
+  if (packed_valid_ && !autograd::needs_grad({x, weight.data, b})) return ops::linear(x, packed_, b);
+  return ops::linear(x, weight.data, b);
+}
+
+Embedding::Embedding(std::string name, int64_t num_embeddings, int64_t dim)
+    : Module(std::move(name)), weight(add_parameter("weight", {num_embeddings, dim})) {}
+
+Tensor Embedding::forward(const std::vector<Tensor>& inputs) {
+  return ops::embedding(single_input(inputs, name()), weight.data, vocab_start);
+}
+
+RMSNorm::RMSNorm(std::string name, int64_t dim, double eps_)
+    : Module(std::move(name)), weight(add_parameter("weight", {dim})), eps(eps_) {}
+
+Tensor RMSNorm::forward(const std::vector<Tensor>& inputs) {
+  return ops::rms_norm(single_input(inputs, name()), weight.data, eps);
+}
+
+}  // namespace tp::nn

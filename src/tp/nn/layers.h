@@ -1,0 +1,52 @@
+#pragma once
+// The leaf modules models are built from. Member names are the checkpoint keys.
+#include "tp/nn/module.h"
+#include "tp/ops/linear.h"
+
+namespace tp::nn {
+
+// y = x W^T + b.  W [out_features, in_features] (Hugging Face layout), b [out_features].
+class Linear : public Module {
+ public:
+  Linear(std::string name, int64_t in_features, int64_t out_features, bool bias);
+  Parameter& weight;
+  Parameter* bias = nullptr;
+  // Row-parallel styles add the (replicated) bias once, after the reduction.
+  bool add_bias_in_forward = true;
+
+  // Inference uses weights packed once for oneDNN; training uses the plain weight
+  // so the optimizer's updates are seen without repacking.
+  void finalize_weights() override;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;
+
+ private:
+  ops::PackedLinear packed_;
+  bool packed_valid_ = false;
+};
+
+// Rows of W [num_embeddings, dim] looked up by id. A vocab-parallel style sets
+// `vocab_start`: this rank holds rows [vocab_start, vocab_start + local rows).
+class Embedding : public Module {
+ public:
+  Embedding(std::string name, int64_t num_embeddings, int64_t dim);
+  Parameter& weight;
+  int64_t vocab_start = 0;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;
+};
+
+// y = w * x / sqrt(mean(x^2) + eps) over the last dim, in f32.
+class RMSNorm : public Module {
+ public:
+  RMSNorm(std::string name, int64_t dim, double eps);
+  Parameter& weight;
+  double eps;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;
+};
+
+}  // namespace tp::nn

@@ -1,0 +1,52 @@
+#include "tp/nn/module.h"
+
+namespace tp::nn {
+
+Tensor Module::call(std::vector<Tensor> inputs) {
+  if (style_ == nullptr) return forward(inputs);
+  inputs = style_->transform_inputs_pre_forward(*this, std::move(inputs), *mesh_);
+  Tensor out = style_->context_around_forward(*this, [&] { return forward(inputs); }, *mesh_);
+  return style_->transform_output_post_forward(*this, std::move(out), *mesh_);
+}
+
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out{this};
+  for (auto& c : children_)
+    for (Module* m : c->modules()) out.push_back(m);
+  return out;
+}
+
+std::vector<Parameter*> Module::own_parameters() {
+  std::vector<Parameter*> out;
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> out;
+  for (Module* m : modules())
+    for (Parameter* p : m->own_parameters()) out.push_back(p);
+  return out;
+}
+
+Parameter* Module::find_parameter(const std::string& local_name) {
+  std::string full = child_name(local_name);
+  for (auto& p : params_)
+    if (p->name == full) return p.get();
+  return nullptr;
+}
+
+void Module::set_style(const parallel::TensorParallelLayer* style, const dist::DeviceMesh* mesh) {
+  style_ = style;
+  mesh_ = mesh;
+}
+
+Parameter& Module::add_parameter(const std::string& local_name, Shape global_shape) {
+  auto p = std::make_unique<Parameter>();
+  p->name = child_name(local_name);
+  p->global_shape = std::move(global_shape);
+  params_.push_back(std::move(p));
+  return *params_.back();
+}
+
+}  // namespace tp::nn

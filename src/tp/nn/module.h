@@ -1,0 +1,71 @@
+#pragma once
+// Module tree with Hugging Face names: a module's name is its full dotted
+// path (model.layers.3.self_attn.q_proj) and a parameter's full name is
+// "<module>.<local name>", which is also its safetensors key.
+//
+// Parameters hold this rank's local piece; `global_shape` and `shard` say what
+// the piece is a piece of. A module with a parallel style runs the style's
+// hooks around its forward (call()); model code never branches on tp.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tp/parallel/layer.h"
+#include "tp/tensor/tensor.h"
+
+namespace tp::nn {
+
+struct Parameter {
+  std::string name;     // full name
+  Shape global_shape;   // the checkpoint tensor's shape
+  Tensor data;          // this rank's local piece (undefined until loaded)
+  parallel::ParamShard shard;  // which piece (replicated unless a style sharded it)
+};
+
+class Module {
+ public:
+  explicit Module(std::string name) : name_(std::move(name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // Runs the style's hooks (if any) around forward().
+  Tensor call(std::vector<Tensor> inputs);
+  Tensor operator()(const Tensor& x) { return call({x}); }
+
+  // Children in registration order, then their children (pre-order, self first).
+  std::vector<Module*> modules();
+  std::vector<Parameter*> parameters();  // this module and all descendants
+  std::vector<Parameter*> own_parameters();
+  Parameter* find_parameter(const std::string& local_name);
+
+  void set_style(const parallel::TensorParallelLayer* style, const dist::DeviceMesh* mesh);
+  const parallel::TensorParallelLayer* style() const { return style_; }
+  const dist::DeviceMesh* mesh() const { return mesh_; }
+
+  // Called once after every parameter is loaded (e.g. pack weights for GEMM).
+  virtual void finalize_weights() {}
+
+ protected:
+  virtual Tensor forward(const std::vector<Tensor>& inputs) = 0;
+
+  Parameter& add_parameter(const std::string& local_name, Shape global_shape);
+  template <class M>
+  M& add_module(std::unique_ptr<M> child) {
+    M& ref = *child;
+    children_.push_back(std::move(child));
+    return ref;
+  }
+  std::string child_name(const std::string& local) const { return name_.empty() ? local : name_ + "." + local; }
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::unique_ptr<Module>> children_;
+  const parallel::TensorParallelLayer* style_ = nullptr;
+  const dist::DeviceMesh* mesh_ = nullptr;
+};
+
+}  // namespace tp::nn

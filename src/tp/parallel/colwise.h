@@ -1,0 +1,34 @@
+#pragma once
+#include <cstdint>
+
+#include "tp/parallel/layer.h"
+
+namespace tp::parallel {
+
+// colwise, colwise_gather_output (colwise_rep), packed_colwise; also the
+// KV-head-replicating variant the models use when tp_size > num_key_value_heads.
+class ColwiseParallel : public TensorParallelLayer {
+ public:
+  struct Options {
+    bool gather_output = false;  // all-gather the output on the last dim
+    int64_t split_factor = 1;    // > 1: packed weight, StridedShard
+    int64_t kv_replicas = 1;     // > 1: each slice is held by this many consecutive ranks
+  };
+  ColwiseParallel() : ColwiseParallel(Options{}) {}
+  explicit ColwiseParallel(Options options);
+
+  void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                      const TpRank& tp) const override;
+  ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                         const TpRank& tp) const override;
+  std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
+                                                   const dist::DeviceMesh& mesh) const override;
+  Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
+  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
+
+ protected:
+  dist::Placement placement_for(const Shape& global_shape) const;
+  Options options_;
+};
+
+}  // namespace tp::parallel

@@ -1,0 +1,43 @@
+#include "tp/parallel/embedding.h"
+
+#include "tp/dist/functional.h"
+#include "tp/parallel/style_util.h"
+
+namespace tp::parallel {
+
+ParamShard EmbeddingRowwise::shard_param(const nn::Module& module, const std::string& param_name,
+                                         const Shape& global_shape, const TpRank& tp) const {
+  return shard_for(dist::Shard{0}, global_shape, tp);
+}
+
+void EmbeddingRowwise::install_forward(nn::Module& module, const TpRank& tp) const {
+  nn::Embedding& emb = as_embedding(module, "embedding_rowwise");
+  emb.vocab_start = chunk_span(emb.weight.global_shape[0], tp.size, tp.rank).offset;
+}
+
+Tensor EmbeddingRowwise::transform_output_post_forward(nn::Module& module, Tensor output,
+                                                       const dist::DeviceMesh& mesh) const {
+  return dist::reduce_from_region(output, mesh.group(0));
+}
+
+std::vector<CollectiveCost> EmbeddingRowwise::forward_collectives(const nn::Module& module,
+                                                                  const dist::DeviceMesh& mesh) const {
+  return {{"all_reduce", output_features(module) * 4}};
+}
+
+ParamShard EmbeddingColwise::shard_param(const nn::Module& module, const std::string& param_name,
+                                         const Shape& global_shape, const TpRank& tp) const {
+  return shard_for(dist::Shard{1}, global_shape, tp);
+}
+
+Tensor EmbeddingColwise::transform_output_post_forward(nn::Module& module, Tensor output,
+                                                       const dist::DeviceMesh& mesh) const {
+  return dist::gather_from_region(output, -1, mesh.group(0));
+}
+
+std::vector<CollectiveCost> EmbeddingColwise::forward_collectives(const nn::Module& module,
+                                                                  const dist::DeviceMesh& mesh) const {
+  return {{"all_gather", output_features(module) * 4}};
+}
+
+}  // namespace tp::parallel

@@ -1,0 +1,65 @@
+#pragma once
+// Tensor-parallel plans: which style applies to which module or parameter.
+//
+// A plan maps a path to a style name. A '*' in a key stands for one path
+// segment of digits (a layer index). Lookup precedence for a parameter
+// `model.layers.3.mlp.up_proj.weight` of module `model.layers.3.mlp.up_proj`:
+//   1. the exact parameter name       model.layers.3.mlp.up_proj.weight
+//   2. the exact module name          model.layers.3.mlp.up_proj
+//   3. the wildcarded parameter name  model.layers.*.mlp.up_proj.weight
+//   4. the wildcarded module name     model.layers.*.mlp.up_proj
+// so a per-layer rule beats the generic one.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tp/tensor/shape.h"
+
+namespace tp::parallel {
+
+// Ordered: entries keep the order in which they were written.
+using Plan = std::vector<std::pair<std::string, std::string>>;
+
+// What the user asks for (Transformers' DistributedConfig).
+struct DistributedConfig {
+  std::optional<int64_t> tp_size;  // unset: WORLD_SIZE
+  // "auto" (the architecture's shipped plan), a JSON object text, or a path to a JSON file
+  // whose entries are merged over the shipped plan (the user wins).
+  std::string tp_plan = "auto";
+};
+
+// A parameter of the module tree, before any weight is read.
+struct ParamRef {
+  std::string name;    // full name, e.g. model.layers.0.self_attn.q_proj.weight
+  std::string module;  // owning module, e.g. model.layers.0.self_attn.q_proj
+  Shape shape;         // global shape
+};
+
+struct ResolvedPlan {
+  Plan plan;                                      // shipped + user, as merged
+  std::map<std::string, std::string> param_style;   // parameter -> style (covered parameters only)
+  std::map<std::string, std::string> module_style;  // module -> style whose hooks run around its forward
+  std::vector<std::string> warnings;
+};
+
+// "model.layers.12.mlp" -> "model.layers.*.mlp"
+std::string wildcard_key(const std::string& path);
+// True when `key` (which may contain '*') names `path`.
+bool key_matches(const std::string& key, const std::string& path);
+
+// Parses a user plan from JSON text ("{...}") or a JSON file path. Values must be strings.
+Plan parse_user_plan(const std::string& spec);
+// Entries of `user` replace same-key entries of `shipped`; new keys are appended.
+Plan merge_plans(const Plan& shipped, const Plan& user);
+
+// Resolves the plan over the module tree: validates style names (against the
+// registry), rejects user keys that match nothing, assigns a style to every
+// parameter and module by the precedence above, and collects the warnings
+// (shipped rules that matched nothing; parameters no rule covers).
+ResolvedPlan resolve_plan(const Plan& shipped, const Plan& user, const std::vector<ParamRef>& params,
+                          const std::vector<std::string>& module_names);
+
+}  // namespace tp::parallel

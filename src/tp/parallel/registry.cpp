@@ -1,0 +1,78 @@
+#include "tp/parallel/registry.h"
+
+#include <mutex>
+
+#include "tp/parallel/colwise.h"
+#include "tp/parallel/embedding.h"
+#include "tp/parallel/replicated.h"
+#include "tp/parallel/rowwise.h"
+
+namespace tp::parallel {
+
+namespace {
+
+StyleRegistry shipped_styles() {
+  auto colwise = std::make_shared<ColwiseParallel>();
+  auto colwise_gather = std::make_shared<ColwiseParallel>(ColwiseParallel::Options{.gather_output = true});
+  auto rowwise = std::make_shared<RowwiseParallel>();
+  auto rowwise_split = std::make_shared<RowwiseParallel>(RowwiseParallel::Options{.split_input = true});
+  return {
+      {"colwise", colwise},
+      {"colwise_gather_output", colwise_gather},
+      {"colwise_rep", colwise_gather},
+      {"rowwise", rowwise},
+      {"rowwise_split_input", rowwise_split},
+      {"rowwise_rep", rowwise_split},
+      {"packed_colwise", std::make_shared<ColwiseParallel>(ColwiseParallel::Options{.split_factor = 2})},
+      {"packed_rowwise", std::make_shared<RowwiseParallel>(RowwiseParallel::Options{.split_factor = 2})},
+      {"embedding_rowwise", std::make_shared<EmbeddingRowwise>()},
+      {"embedding_colwise", std::make_shared<EmbeddingColwise>()},
+      {"sequence_parallel", std::make_shared<SequenceParallel>()},
+      {"replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllreduce>()},
+      {"all_reduce", std::make_shared<AllReduceOutput>()},
+      {"local_params", std::make_shared<LocalParams>()},
+  };
+}
+
+std::mutex registry_mutex;
+
+StyleRegistry& registry() {
+  static StyleRegistry r = shipped_styles();
+  return r;
+}
+
+}  // namespace
+
+const StyleRegistry& parallel_styles() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  return registry();
+}
+
+void register_style(const std::string& name, std::shared_ptr<const TensorParallelLayer> style) {
+  TP_CHECK(!name.empty(), "register_style: the style name must not be empty");
+  TP_CHECK(style != nullptr, "register_style: style '{}' is null", name);
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry()[name] = std::move(style);
+}
+
+const TensorParallelLayer* find_style(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second.get();
+}
+
+const TensorParallelLayer& get_style(const std::string& name) {
+  const TensorParallelLayer* s = find_style(name);
+  if (s == nullptr)
+    fail("unsupported parallel style '{}'; supported styles are: {}", name, fmt::join(style_names(), ", "));
+  return *s;
+}
+
+std::vector<std::string> style_names() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, style] : registry()) names.push_back(name);
+  return names;
+}
+
+}  // namespace tp::parallel

@@ -1,0 +1,58 @@
+// Row-parallel styles.
+//
+//   Y = X A + b,  A = [A_1; ...; A_p] split by input rows (HF weight [out, in]: columns),
+//   X = [X_1, ..., X_p] split the same way; rank r computes X_r A_r, a Partial sum of Y.
+// fwd: all-reduce (Partial -> Replicate), then add the replicated bias once
+// bwd: none (dY is replicated; dX_r = dY A_r^T is already this rank's slice)
+// rowwise_split_input receives X replicated and keeps its slice (bwd: all-gather dX).
+// packed_rowwise splits the input dim of a fused weight group by group (StridedShard).
+#include "tp/dist/functional.h"
+#include "tp/ops/elementwise.h"
+#include "tp/parallel/rowwise.h"
+#include "tp/parallel/style_util.h"
+
+namespace tp::parallel {
+
+void RowwiseParallel::validate_param(const nn::Module& module, const std::string& param_name,
+                                     const Shape& global_shape, const TpRank& tp) const {
+  if (options_.split_factor > 1 && global_shape.size() >= 2) {
+    int64_t n = global_shape.back();
+    TP_CHECK(n % options_.split_factor == 0,
+             "'{}' has size {} in its last dimension, which is not divisible into {} packed groups (style packed_rowwise)",
+             param_name, n, options_.split_factor);
+  }
+}
+
+ParamShard RowwiseParallel::shard_param(const nn::Module& module, const std::string& param_name,
+                                        const Shape& global_shape, const TpRank& tp) const {
+  if (global_shape.size() < 2) return {};  // bias: replicated, added after the reduction
+  int64_t dim = static_cast<int64_t>(global_shape.size()) - 1;
+  if (options_.split_factor > 1) return shard_for(dist::StridedShard{dim, options_.split_factor}, global_shape, tp);
+  return shard_for(dist::Shard{dim}, global_shape, tp);
+}
+
+void RowwiseParallel::install_forward(nn::Module& module, const TpRank& tp) const {
+  if (auto* linear = dynamic_cast<nn::Linear*>(&module)) linear->add_bias_in_forward = false;
+}
+
+std::vector<Tensor> RowwiseParallel::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
+                                                                  const dist::DeviceMesh& mesh) const {
+  if (!options_.split_input) return inputs;
+  for (Tensor& x : inputs) x = dist::scatter_to_region(x, -1, mesh.group(0));
+  return inputs;
+}
+
+Tensor RowwiseParallel::transform_output_post_forward(nn::Module& module, Tensor output,
+                                                      const dist::DeviceMesh& mesh) const {
+  Tensor y = dist::reduce_from_region(output, mesh.group(0));
+  auto* linear = dynamic_cast<nn::Linear*>(&module);
+  if (linear != nullptr && linear->bias != nullptr) y = ops::add(y, linear->bias->data);
+  return y;
+}
+
+std::vector<CollectiveCost> RowwiseParallel::forward_collectives(const nn::Module& module,
+                                                                 const dist::DeviceMesh& mesh) const {
+  return {{"all_reduce", output_features(module) * 4}};
+}
+
+}  // namespace tp::parallel

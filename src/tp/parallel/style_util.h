@@ -1,0 +1,28 @@
+#pragma once
+// Helpers shared by the style families.
+#include "tp/dist/device_mesh.h"
+#include "tp/dist/placement.h"
+#include "tp/nn/layers.h"
+#include "tp/parallel/layer.h"
+
+namespace tp::parallel {
+
+// The slice `placement` gives this rank of a tensor of `global_shape` on a 1-D mesh.
+ParamShard shard_for(const dist::Placement& placement, const Shape& global_shape, const TpRank& tp);
+
+// "weight" / "bias" from a full parameter name.
+std::string local_param_name(const nn::Module& module, const std::string& param_name);
+
+// The module as a Linear/Embedding, or an error naming the module and the style.
+nn::Linear& as_linear(nn::Module& module, const char* style);
+nn::Embedding& as_embedding(nn::Module& module, const char* style);
+
+// Output width of a Linear or Embedding (0 for other modules), for cost estimates.
+int64_t output_features(const nn::Module& module);
+
+// fwd identity / bwd all-reduce of each parameter's gradient, for styles whose
+// replicated parameters see only part of the data on each rank.
+Tensor with_grad_allreduced_params(nn::Module& module, const std::function<Tensor()>& forward,
+                                   const dist::DeviceMesh& mesh);
+
+}  // namespace tp::parallel
