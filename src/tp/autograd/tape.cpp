@@ -124,15 +124,19 @@ void backward(const Tensor& root, const Tensor& grad_root) {
     }
   };
 
+  // Entries this backward does not reach (another graph recorded in between)
+  // stay on the tape, in order, for their own backward.
   std::vector<TapeEntry> entries = std::move(tape);
   tape.clear();
+  std::vector<bool> keep(entries.size(), false);
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     TapeEntry& e = *it;
     std::vector<Tensor> grad_outputs(e.outputs.size());
-    bool any = false;
+    bool any = false, alive = false;
     for (size_t i = 0; i < e.outputs.size(); ++i) {
       auto out = e.outputs[i].lock();
       if (!out) continue;
+      alive = true;
       auto g = grads.find(out.get());
       if (g == grads.end()) continue;
       // Closures work in f32 (a to_dtype backward may have produced bf16).
@@ -140,7 +144,10 @@ void backward(const Tensor& root, const Tensor& grad_root) {
       grads.erase(g);
       any = true;
     }
-    if (!any) continue;
+    if (!any) {
+      keep[entries.rend() - it - 1] = alive;
+      continue;
+    }
     for (size_t i = 0; i < grad_outputs.size(); ++i)
       if (!grad_outputs[i].defined()) grad_outputs[i] = Tensor::zeros(e.output_shapes[i], DType::F32);
     std::vector<Tensor> grad_inputs = e.fn(grad_outputs);
@@ -154,6 +161,8 @@ void backward(const Tensor& root, const Tensor& grad_root) {
       add_grad(in, grad_inputs[i]);
     }
   }
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (keep[i]) tape.push_back(std::move(entries[i]));
   // What is left belongs to leaves (and to non-leaf roots nobody consumed).
   for (auto& [impl, g] : grads) {
     auto& state = impl->grad_state;

@@ -46,7 +46,7 @@ using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& 
 void record(const char* name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward_fn);
 
 // Runs backward from `root`. `grad_root` defaults to 1 (root must then have one element).
-// Clears the tape.
+// Removes the entries it ran (entries of graphs it does not reach stay).
 void backward(const Tensor& root, const Tensor& grad_root = Tensor());
 
 size_t tape_size();

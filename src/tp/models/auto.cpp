@@ -78,8 +78,13 @@ PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::pat
   io::Checkpoint ckpt = io::Checkpoint::open(dir);
   PretrainedModel m;
   m.lm_ = from_config(ckpt.config());
-  int64_t tp = resolve_tp_size(options.distributed_config, dist::world_size());
-  m.mesh_ = std::make_unique<dist::DeviceMesh>(dist::DeviceMesh::tp_mesh(tp));
+  if (options.mesh) {
+    TP_CHECK(options.mesh->ndim() == 1, "from_pretrained: the mesh must be 1-D (tp), got {}", options.mesh->to_string());
+    m.mesh_ = options.mesh;
+  } else {
+    m.mesh_ = std::make_shared<dist::DeviceMesh>(dist::DeviceMesh::tp_mesh(dist::world_size()));
+  }
+  int64_t tp = resolve_tp_size(options.distributed_config, m.mesh_->size(0));
   parallel::StyleOverrides overrides;
   m.resolved_ = resolve_model_plan(*m.lm_, options.distributed_config, tp, &overrides);
   parallel::TpRank rank{tp, m.mesh_->coordinate(0)};

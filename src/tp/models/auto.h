@@ -25,6 +25,8 @@ struct LoadOptions {
   std::optional<DType> dtype;  // matrices' dtype; unset: config.json's torch_dtype (f32 or bf16)
   DistributedConfig distributed_config;
   bool verbose = true;  // rank 0 prints warnings
+  // The tensor-parallel mesh to load onto (1-D); unset: every rank of the world.
+  std::shared_ptr<const dist::DeviceMesh> mesh;
 };
 
 // A loaded model: the module tree with this rank's weights, its mesh and plan.
@@ -45,7 +47,7 @@ class PretrainedModel {
  private:
   friend class AutoModelForCausalLM;
   std::unique_ptr<CausalLM> lm_;
-  std::unique_ptr<dist::DeviceMesh> mesh_;
+  std::shared_ptr<const dist::DeviceMesh> mesh_;
   parallel::ResolvedPlan resolved_;
 };
 

@@ -107,10 +107,14 @@ Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
 LlamaModel::LlamaModel(const std::string& name, const ModelConfig& c, const LlamaVariant& v)
     : nn::Module(name),
       embed_tokens(add_module(std::make_unique<nn::Embedding>(child_name("embed_tokens"), c.vocab_size, c.hidden_size))),
-      norm(add_module(std::make_unique<nn::RMSNorm>(child_name("norm"), c.hidden_size, c.rms_norm_eps))) {
+      norm(add_layers_then_norm(c, v)) {}
+
+// Registration order is checkpoint order: embed_tokens, layers.0 ..., norm.
+nn::RMSNorm& LlamaModel::add_layers_then_norm(const ModelConfig& c, const LlamaVariant& v) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     layers.push_back(&add_module(
         std::make_unique<LlamaDecoderLayer>(child_name("layers." + std::to_string(i)), i, c, v)));
+  return add_module(std::make_unique<nn::RMSNorm>(child_name("norm"), c.hidden_size, c.rms_norm_eps));
 }
 
 Tensor LlamaModel::forward(const std::vector<Tensor>& inputs) {

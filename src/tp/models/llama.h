@@ -81,6 +81,9 @@ class LlamaModel : public nn::Module {
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // ids [B, T] -> hidden [B, T, H]
+
+ private:
+  nn::RMSNorm& add_layers_then_norm(const ModelConfig& c, const LlamaVariant& v);
 };
 
 class LlamaForCausalLM : public CausalLM {

@@ -18,6 +18,13 @@ using dnnl::memory;
 using detail::GemmSpec;
 
 // Checks x [..., K] against w [N, K] (and b [N]); returns the row count M.
+// Rows of x [..., K]: every dim but the last (K may be 0 on a rank holding an empty shard).
+int64_t leading_rows(const Tensor& x) {
+  int64_t m = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
+  return m;
+}
+
 int64_t check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
   TP_CHECK(x.defined() && w.defined(), "linear: input and weight must be defined");
   TP_CHECK(w.dim() == 2, "linear: weight must be 2-D [out, in], got shape {}", shape_str(w.shape()));
@@ -33,7 +40,7 @@ int64_t check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
              shape_str(b.shape()), shape_str(w.shape()));
     TP_CHECK(is_floating(b.dtype()), "linear: bias must be floating point, got {}", dtype_name(b.dtype()));
   }
-  return x.numel() / w.size(1);
+  return leading_rows(x);
 }
 
 Shape linear_out_shape(const Tensor& x, int64_t n) {
@@ -44,7 +51,7 @@ Shape linear_out_shape(const Tensor& x, int64_t n) {
 
 // dx [M, K] = dy [M, N] · w [N, K];  dw [N, K] = dy^T · x;  db [N] = column sums of dy.
 std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& b) {
-  int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+  int64_t n = w.size(0), k = w.size(1), m = leading_rows(x);
   Tensor dx, dw, db;
   if (x.requires_grad()) {
     dx = Tensor::empty(x.shape());
@@ -103,7 +110,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            dtype_name(b.dtype()));
   TP_CHECK(b.dtype() == DType::F32 || b.dtype() == DType::BF16, "matmul: b must be f32 or bf16, got {}",
            dtype_name(b.dtype()));
-  int64_t k = b.size(0), n = b.size(1), m = a.numel() / k;
+  int64_t k = b.size(0), n = b.size(1), m = leading_rows(a);
   Tensor y = Tensor::empty(linear_out_shape(a, n));
   detail::gemm({m, n, k, false, false, DType::F32, b.dtype()}, a.raw_data(), b.raw_data(), nullptr,
                y.data<float>());

@@ -65,7 +65,7 @@ Tensor ColwiseParallel::transform_output_post_forward(nn::Module& module, Tensor
 }
 
 std::vector<CollectiveCost> ColwiseParallel::forward_collectives(const nn::Module& module,
-                                                                 const dist::DeviceMesh& mesh) const {
+                                                                 const TpRank& tp) const {
   if (!options_.gather_output) return {};
   return {{"all_gather", output_features(module) * 4}};
 }

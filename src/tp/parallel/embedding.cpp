@@ -21,7 +21,7 @@ Tensor EmbeddingRowwise::transform_output_post_forward(nn::Module& module, Tenso
 }
 
 std::vector<CollectiveCost> EmbeddingRowwise::forward_collectives(const nn::Module& module,
-                                                                  const dist::DeviceMesh& mesh) const {
+                                                                  const TpRank& tp) const {
   return {{"all_reduce", output_features(module) * 4}};
 }
 
@@ -36,7 +36,7 @@ Tensor EmbeddingColwise::transform_output_post_forward(nn::Module& module, Tenso
 }
 
 std::vector<CollectiveCost> EmbeddingColwise::forward_collectives(const nn::Module& module,
-                                                                  const dist::DeviceMesh& mesh) const {
+                                                                  const TpRank& tp) const {
   return {{"all_gather", output_features(module) * 4}};
 }
 

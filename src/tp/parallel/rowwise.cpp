@@ -51,7 +51,7 @@ Tensor RowwiseParallel::transform_output_post_forward(nn::Module& module, Tensor
 }
 
 std::vector<CollectiveCost> RowwiseParallel::forward_collectives(const nn::Module& module,
-                                                                 const dist::DeviceMesh& mesh) const {
+                                                                 const TpRank& tp) const {
   return {{"all_reduce", output_features(module) * 4}};
 }
 
