@@ -85,10 +85,9 @@ PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::pat
     m.mesh_ = std::make_shared<dist::DeviceMesh>(dist::DeviceMesh::tp_mesh(dist::world_size()));
   }
   int64_t tp = resolve_tp_size(options.distributed_config, m.mesh_->size(0));
-  parallel::StyleOverrides overrides;
-  m.resolved_ = resolve_model_plan(*m.lm_, options.distributed_config, tp, &overrides);
+  m.resolved_ = resolve_model_plan(*m.lm_, options.distributed_config, tp, &m.overrides_);
   parallel::TpRank rank{tp, m.mesh_->coordinate(0)};
-  parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), overrides);
+  parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), m.overrides_);
   if (options.verbose && rank.rank == 0)
     for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";
   load_parameters(*m.lm_, ckpt, options.dtype.value_or(default_dtype(ckpt.config())), m.lm_->tied_parameters());

@@ -49,6 +49,7 @@ class PretrainedModel {
   std::unique_ptr<CausalLM> lm_;
   std::shared_ptr<const dist::DeviceMesh> mesh_;
   parallel::ResolvedPlan resolved_;
+  parallel::StyleOverrides overrides_;  // modules point at these styles: they live as long as the model
 };
 
 class AutoModelForCausalLM {
