@@ -10,8 +10,10 @@ out=$2
 rm -rf "$out"
 mkdir -p "$out"
 common=(--set initializer_range=0.1 --set vocab_size=516)
+# llama3 rope scaling with a short original context, so all three frequency bands occur.
+llama3_rope='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}'
 "$tp" make-model --arch llama --preset tiny "${common[@]}" --set num_attention_heads=24 --set num_key_value_heads=12 \
-  --set head_dim=8 --out "$out/llama"
+  --set head_dim=8 --set "rope_scaling=$llama3_rope" --out "$out/llama"
 "$tp" make-model --arch llama --preset tiny "${common[@]}" --set num_attention_heads=24 --set num_key_value_heads=12 \
   --set head_dim=8 --dtype bf16 --out "$out/llama-bf16"
 "$tp" make-model --arch mistral --preset tiny "${common[@]}" --set num_key_value_heads=1 --out "$out/mistral"
