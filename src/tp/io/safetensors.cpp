@@ -79,8 +79,15 @@ Tensor SafetensorsFile::read(const std::string& name, std::optional<DType> as) c
   DType out = as.value_or(t.dtype);
   if (out == t.dtype && reinterpret_cast<uintptr_t>(src) % dtype_size(t.dtype) == 0) {
     will_need(src, t.nbytes);
-    auto self = std::const_pointer_cast<SafetensorsFile>(shared_from_this());
-    auto storage = Storage::wrap(base_, size_, self);
+    std::shared_ptr<Storage> storage;
+    {
+      std::lock_guard<std::mutex> lock(storage_mutex_);
+      storage = storage_.lock();
+      if (!storage) {
+        storage = Storage::wrap(base_, size_, std::const_pointer_cast<SafetensorsFile>(shared_from_this()));
+        storage_ = storage;
+      }
+    }
     return Tensor::wrap(storage, static_cast<size_t>(src - base_), t.shape, t.dtype);
   }
   return read_slice(t, 0, {}, as);

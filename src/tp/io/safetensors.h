@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -50,6 +51,10 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   size_t size_ = 0;
   SafetensorsHeader header_;
   std::unordered_map<std::string, size_t> index_;
+  // One Storage for all views of the mapping, so views of the same file share
+  // storage. Weak: the Storage owns this file, a strong pointer would be a cycle.
+  mutable std::mutex storage_mutex_;
+  mutable std::weak_ptr<Storage> storage_;
 };
 
 }  // namespace tp::io
