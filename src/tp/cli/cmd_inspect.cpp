@@ -70,7 +70,8 @@ int run(const Options& o) {
   if (o.verify) {
     for (const std::string& n : names) {
       const io::TensorInfo& t = ckpt.info(n);
-      NonFinite bad = scan(ckpt.file_of(n).data(t), t);
+      Tensor view = ckpt.read(n);  // zero-copy; reads the pages ahead
+      NonFinite bad = scan(static_cast<const uint8_t*>(view.raw_data()), t);
       TP_CHECK(bad.count == 0, "{}: tensor '{}' has {} NaN/Inf values (first at flat index {})", t.file.string(), n,
                bad.count, bad.first);
       verified += t.nbytes;
