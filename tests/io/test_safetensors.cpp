@@ -132,6 +132,35 @@ TEST(Safetensors, SlicesEqualSlicesOfTheFullTensor) {
   EXPECT_THROW(f->read_slice("w", 2, {{0, 1}}), Error);
 }
 
+TEST(Safetensors, LargeReadsAreCutIntoPiecesCorrectly) {
+  // 6 MiB bf16 (> the 4 MiB read pieces, and > the 1 MiB conversion buffer).
+  fs::path dir = temp_dir("large");
+  Tensor t = Tensor::randn({1536, 2048}, 8, 0.f, 1.f, DType::BF16);
+  save_safetensors(dir / "l.safetensors", {{"small", Tensor::randn({3}, 1)}, {"t", t}});
+  auto f = SafetensorsFile::open(dir / "l.safetensors");
+  EXPECT_TRUE(equal(f->read_slice("t", 0, {}), t));
+  EXPECT_TRUE(equal(f->read("t", DType::F32), t.to(DType::F32)));
+  std::vector<ChunkSpan> groups = {{100, 700}, {800, 700}};
+  EXPECT_TRUE(equal(f->read_slice("t", 0, groups, DType::F32), oracle_slice(t, 0, groups).to(DType::F32)));
+  ChunkSpan c = chunk_span(2048, 3, 1);
+  EXPECT_TRUE(equal(f->read_slice("t", 1, {c}, DType::F32), oracle_slice(t, 1, {c}).to(DType::F32)));
+}
+
+TEST(Safetensors, FileTruncatedAfterOpenIsAnErrorNotACrash) {
+  fs::path dir = temp_dir("shrunk");
+  Tensor t = Tensor::randn({512, 1024}, 9);  // 2 MiB
+  save_safetensors(dir / "s.safetensors", {{"t", t}});
+  auto f = SafetensorsFile::open(dir / "s.safetensors");
+  fs::resize_file(dir / "s.safetensors", 4096);
+  try {
+    f->read_slice("t", 1, {{0, 512}});  // many runs, read on several threads
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected end of file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("s.safetensors"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Checkpoint, ShardedWriteAndReadWithIndex) {
   fs::path dir = temp_dir("sharded");
   ModelConfig c = make_preset_config("llama", "tiny");
