@@ -90,6 +90,7 @@ TEST(Cli, MakeModelQwen3_0_6bOneLayerWritesTheHubLayout) {
     EXPECT_EQ(t["file"], "model.safetensors");
   }
   EXPECT_EQ(got, expected);
+  EXPECT_EQ(j["parameters"], 155582464 + 15730944 + 1024);  // embedding + one layer + final norm
   EXPECT_EQ(j["files"][0]["metadata"]["format"], "pt");
   json cfg = json::parse(std::ifstream(dir / "config.json"));
   EXPECT_EQ(cfg["architectures"], json({"Qwen3ForCausalLM"}));

@@ -57,11 +57,19 @@ TEST(Safetensors, RoundTripIsBitIdenticalForEveryDtype) {
     EXPECT_TRUE(equal(r, t)) << name;
     EXPECT_EQ(f->find(name)->dtype, t.dtype());
   }
-  // The data area starts 8-byte aligned (header padded with spaces).
+  // The data area starts 8-byte aligned (header padded with spaces), and the
+  // reference loader's stricter rule holds: spans are contiguous from 0 and
+  // cover the data area exactly, with no holes.
   std::ifstream in(dir / "a.safetensors", std::ios::binary);
   uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
   EXPECT_EQ(n % 8, 0u);
+  size_t end = 0;
+  for (const TensorInfo& t : f->tensors()) {
+    EXPECT_EQ(t.data_begin, end) << t.name;
+    end = t.data_begin + t.nbytes;
+  }
+  EXPECT_EQ(8 + n + end, f->file_size());
   // Conversions on read.
   Tensor as_f32 = f->read("bf16", DType::F32);
   EXPECT_EQ(as_f32.dtype(), DType::F32);
