@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "tp/tensor/convert.h"
@@ -54,7 +54,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   if (f->size_ < 8) parse_safetensors_header(nullptr, f->size_, path);  // throws the "too short" error
   // Private and writable: a caller that writes into a view gets its own copy of
   // the page instead of a crash, and the file is never modified.
-  void* p = mmap(nullptr, f->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  // NORESERVE: copy-on-write pages are rare, so do not charge the whole file
+  // against the overcommit limit (several ranks map the same multi-GB shards).
+  void* p = mmap(nullptr, f->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
   TP_CHECK(p != MAP_FAILED, "cannot mmap {} ({} bytes): {}", path.string(), f->size_, std::strerror(errno));
   f->base_ = static_cast<uint8_t*>(p);
   // Fault-time read-around (8 MiB here) would pull in pages no one asked for,
