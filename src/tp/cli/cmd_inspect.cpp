@@ -64,13 +64,18 @@ int run(const Options& o) {
   const ModelConfig& c = ckpt.config();
   std::vector<std::string> names = ckpt.tensor_names();
   size_t total = 0;
-  for (const std::string& n : names) total += ckpt.info(n).nbytes;
+  int64_t params = 0;
+  for (const std::string& n : names) {
+    total += ckpt.info(n).nbytes;
+    params += numel(ckpt.info(n).shape);
+  }
 
   size_t verified = 0;
   if (o.verify) {
     for (const std::string& n : names) {
       const io::TensorInfo& t = ckpt.info(n);
-      NonFinite bad = scan(ckpt.file_of(n).data(t), t);
+      Tensor view = ckpt.read(n);  // zero-copy; reads the pages ahead
+      NonFinite bad = scan(static_cast<const uint8_t*>(view.raw_data()), t);
       TP_CHECK(bad.count == 0, "{}: tensor '{}' has {} NaN/Inf values (first at flat index {})", t.file.string(), n,
                bad.count, bad.first);
       verified += t.nbytes;
@@ -79,7 +84,7 @@ int run(const Options& o) {
 
   auto file_of = [&](const std::string& n) { return ckpt.info(n).file.filename().string(); };
   if (o.json) {
-    json out = {{"model", o.model}, {"config", c.to_json()}, {"total_bytes", total}, {"sharded", ckpt.sharded()}};
+    json out = {{"model", o.model}, {"config", c.to_json()}, {"total_bytes", total}, {"parameters", params}, {"sharded", ckpt.sharded()}};
     json files = json::array(), tensors = json::array();
     for (auto& f : ckpt.files())
       files.push_back({{"file", f->path().filename().string()}, {"bytes", f->file_size()}, {"metadata", f->metadata()}});
@@ -117,7 +122,7 @@ int run(const Options& o) {
   std::printf("files (%zu%s):\n", ckpt.files().size(), ckpt.sharded() ? ", sharded with model.safetensors.index.json" : "");
   for (auto& f : ckpt.files())
     std::printf("  %-40s %zu bytes\n", f->path().filename().string().c_str(), f->file_size());
-  std::printf("tensors (%zu, %zu bytes):\n", names.size(), total);
+  std::printf("tensors (%zu, %lld parameters, %zu bytes):\n", names.size(), static_cast<long long>(params), total);
   for (const std::string& n : names) {
     const io::TensorInfo& t = ckpt.info(n);
     std::printf("  %-56s %-5s %-16s %-36s %zu\n", n.c_str(), io::safetensors_dtype_name(t.dtype),

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -14,16 +15,26 @@ namespace tp::io {
 
 namespace {
 
-// Asking the kernel to read a range ahead pays off only for large contiguous
-// pieces; for small pieces the advice costs more than the faults it saves.
-constexpr size_t kWillNeedBytes = 256u << 10;
+// Reads of small runs wait on the disk's latency, not on a core: more of them
+// in flight than there are cores keeps the device busy.
+constexpr int kReadThreads = 8;
+constexpr size_t kPieceBytes = 4u << 20;  // a multiple of every dtype size
+// Conversions read through a bounce buffer of this size per thread.
+constexpr size_t kBounceBytes = 1u << 20;
+// Views at least this large have their pages read ahead before use.
+constexpr size_t kWarmBytes = 256u << 10;
 
-void will_need(const uint8_t* p, size_t n) {
-  if (n < kWillNeedBytes) return;
-  uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-  uintptr_t e = reinterpret_cast<uintptr_t>(p) + n;
-  madvise(reinterpret_cast<void*>(b), e - b, MADV_WILLNEED);
+void pread_all(int fd, void* dst, size_t n, size_t offset, const std::string& file) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, std::min<size_t>(n, 1u << 30), static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    TP_CHECK(r > 0, "{}: read of {} bytes at offset {} failed: {}", file, n, offset,
+             r == 0 ? "unexpected end of file (was it truncated?)" : std::strerror(errno));
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<size_t>(r);
+  }
 }
 
 }  // namespace
@@ -39,20 +50,21 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
-  if (f->size_ < 8) {
-    ::close(fd);
-    parse_safetensors_header(nullptr, f->size_, path);  // throws the "too short" error
-  }
+  f->fd_sequential_ = fd;
+  if (f->size_ < 8) parse_safetensors_header(nullptr, f->size_, path);  // throws the "too short" error
   // Private and writable: a caller that writes into a view gets its own copy of
   // the page instead of a crash, and the file is never modified.
-  void* p = mmap(nullptr, f->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  ::close(fd);
-  TP_CHECK(p != MAP_FAILED, "cannot mmap {} ({} bytes): {}", path.string(), f->size_, std::strerror(err));
+  // NORESERVE: copy-on-write pages are rare, so do not charge the whole file
+  // against the overcommit limit (several ranks map the same multi-GB shards).
+  void* p = mmap(nullptr, f->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+  TP_CHECK(p != MAP_FAILED, "cannot mmap {} ({} bytes): {}", path.string(), f->size_, std::strerror(errno));
   f->base_ = static_cast<uint8_t*>(p);
-  // Readahead would pull in the neighbours of every touched page and defeat
-  // sliced reads; full reads ask for their range explicitly (will_need).
+  // Fault-time read-around (8 MiB here) would pull in pages no one asked for,
+  // starting with the header's neighbours; views warm their range explicitly.
   madvise(p, f->size_, MADV_RANDOM);
+  f->fd_random_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TP_CHECK(f->fd_random_ >= 0, "cannot open {}: {}", path.string(), std::strerror(errno));
+  posix_fadvise(f->fd_random_, 0, 0, POSIX_FADV_RANDOM);
   f->header_ = parse_safetensors_header(f->base_, f->size_, path);
   for (size_t i = 0; i < f->header_.tensors.size(); ++i) f->index_[f->header_.tensors[i].name] = i;
   return f;
@@ -60,6 +72,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
 
 SafetensorsFile::~SafetensorsFile() {
   if (base_) munmap(base_, size_);
+  if (fd_sequential_ >= 0) ::close(fd_sequential_);
+  if (fd_random_ >= 0) ::close(fd_random_);
 }
 
 const TensorInfo* SafetensorsFile::find(const std::string& name) const {
@@ -78,12 +92,47 @@ Tensor SafetensorsFile::read(const std::string& name, std::optional<DType> as) c
   const uint8_t* src = data(t);
   DType out = as.value_or(t.dtype);
   if (out == t.dtype && reinterpret_cast<uintptr_t>(src) % dtype_size(t.dtype) == 0) {
-    will_need(src, t.nbytes);
-    auto self = std::const_pointer_cast<SafetensorsFile>(shared_from_this());
-    auto storage = Storage::wrap(base_, size_, self);
+    if (t.nbytes >= kWarmBytes) warm(t);
+    std::shared_ptr<Storage> storage;
+    {
+      std::lock_guard<std::mutex> lock(storage_mutex_);
+      storage = storage_.lock();
+      if (!storage) {
+        storage = Storage::wrap(base_, size_, std::const_pointer_cast<SafetensorsFile>(shared_from_this()));
+        storage_ = storage;
+      }
+    }
     return Tensor::wrap(storage, static_cast<size_t>(src - base_), t.shape, t.dtype);
   }
   return read_slice(t, 0, {}, as);
+}
+
+// The kernel caps one WILLNEED request at its readahead window, so a large range
+// is requested window by window; the reads proceed asynchronously while the
+// caller starts touching the first pages.
+void SafetensorsFile::warm(const TensorInfo& info) const {
+  constexpr size_t kStep = 4u << 20;
+  const size_t begin = header_.data_offset + info.data_begin;
+  for (size_t off = 0; off < info.nbytes; off += kStep)
+    posix_fadvise(fd_sequential_, static_cast<off_t>(begin + off), static_cast<off_t>(std::min(kStep, info.nbytes - off)),
+                  POSIX_FADV_WILLNEED);
+}
+
+void SafetensorsFile::read_run(const Run& r, DType in, DType out, uint8_t* out_data) const {
+  const std::string file = path_.string();
+  // Every run is read with exactly its own pages: a large pread is one large
+  // I/O already, and readahead past its end would read pages outside the slice.
+  const int fd = fd_random_;
+  if (in == out) return pread_all(fd, out_data + r.dst, r.len, r.src, file);
+  const size_t in_es = dtype_size(in), out_es = dtype_size(out);
+  thread_local std::vector<uint8_t> bounce;
+  bounce.resize(kBounceBytes);
+  const size_t step = kBounceBytes / in_es * in_es;
+  for (size_t done = 0; done < r.len; done += step) {
+    const size_t len = std::min(step, r.len - done);
+    pread_all(fd, bounce.data(), len, r.src + done, file);
+    convert(bounce.data(), in, out_data + r.dst + done / in_es * out_es, out, len / in_es);
+  }
 }
 
 Tensor SafetensorsFile::read_slice(const std::string& name, int64_t dim, const std::vector<ChunkSpan>& spans,
@@ -125,20 +174,44 @@ Tensor SafetensorsFile::read_slice(const TensorInfo& t, int64_t dim, const std::
   for (int64_t i = d + 1; i < static_cast<int64_t>(t.shape.size()); ++i) inner *= t.shape[i];
   if (t.shape.empty()) spans = {{0, 1}};
 
-  const uint8_t* src = data(t);
-  uint8_t* dst = static_cast<uint8_t*>(out.raw_data());
+  // Runs in output order; neighbours that are contiguous in the file merge
+  // (a Shard(0) slice or a full-width slice is a single run).
+  std::vector<Run> runs;
+  const size_t base = header_.data_offset + t.data_begin;
+  size_t dst = 0;
   for (int64_t o = 0; o < outer; ++o) {
     for (const ChunkSpan& s : spans) {
       const size_t elems = static_cast<size_t>(s.size * inner);
-      const uint8_t* piece = src + static_cast<size_t>((o * n + s.offset) * inner) * in_es;
-      will_need(piece, elems * in_es);
-      if (out_dtype == t.dtype)
-        std::memcpy(dst, piece, elems * in_es);
+      if (elems == 0) continue;
+      const size_t src = base + static_cast<size_t>((o * n + s.offset) * inner) * in_es;
+      if (!runs.empty() && runs.back().src + runs.back().len == src)
+        runs.back().len += elems * in_es;
       else
-        convert(piece, t.dtype, dst, out_dtype, elems);
+        runs.push_back({src, elems * in_es, dst});
       dst += elems * out_es;
     }
   }
+  // Long runs are cut into pieces read in parallel (several I/Os in flight).
+  std::vector<Run> pieces;
+  for (const Run& r : runs)
+    for (size_t done = 0; done < r.len; done += kPieceBytes)
+      pieces.push_back({r.src + done, std::min(kPieceBytes, r.len - done), r.dst + done / in_es * out_es});
+  runs.swap(pieces);
+  uint8_t* out_data = static_cast<uint8_t*>(out.raw_data());
+  const int64_t count = static_cast<int64_t>(runs.size());
+  // Several small runs in flight at once keep the disk busy (latency bound).
+  // Exceptions must not cross the OpenMP region: the first message is kept.
+  std::string error;
+#pragma omp parallel for schedule(dynamic, 8) num_threads(kReadThreads) if (count > 1)
+  for (int64_t i = 0; i < count; ++i) {
+    try {
+      read_run(runs[i], t.dtype, out_dtype, out_data);
+    } catch (const std::exception& e) {
+#pragma omp critical(tp_io_read_error)
+      if (error.empty()) error = e.what();
+    }
+  }
+  TP_CHECK(error.empty(), "{}", error);
   return out;
 }
 

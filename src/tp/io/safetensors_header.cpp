@@ -49,9 +49,9 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t size, co
   TP_CHECK(size >= 8, "{}: file is {} bytes, shorter than the 8-byte header length of a safetensors file", file, size);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];  // little-endian
+  TP_CHECK(n <= kMaxHeaderBytes, "{}: header length {} is larger than the {} bytes allowed", file, n, kMaxHeaderBytes);
   TP_CHECK(n <= size - 8, "{}: header length {} runs past the end of the file ({} bytes); truncated or not safetensors",
            file, n, size);
-  TP_CHECK(n <= kMaxHeaderBytes, "{}: header length {} is larger than the {} bytes allowed", file, n, kMaxHeaderBytes);
   TP_CHECK(n >= 2 && bytes[8] == '{', "{}: header does not start with '{{'; not a safetensors file", file);
 
   json j;

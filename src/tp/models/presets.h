@@ -33,7 +33,8 @@ std::vector<ParamSpec> checkpoint_layout(const ModelConfig& config);
 // parameter's values do not change when layers are added or removed.
 uint64_t param_seed(uint64_t seed, std::string_view name);
 // Writes the initial values of `spec` (as `dtype`) to dst, numel(spec.shape) elements.
-// Normal values equal Tensor::randn(shape, param_seed(seed, name), 0, std, dtype).
+// Normal values: N(0, std), a function of (seed, name, element index) only, so the
+// same on every machine and thread count.
 void init_param_into(const ParamSpec& spec, double std, uint64_t seed, DType dtype, void* dst);
 Tensor init_param(const ParamSpec& spec, double std, uint64_t seed, DType dtype);
 

@@ -1,0 +1,141 @@
+// Presets: real models' configs and Hub tensor names/shapes, and the
+// deterministic Transformers-like initialization.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tp/models/presets.h"
+
+namespace tp {
+namespace {
+
+int64_t param_count(const std::vector<ParamSpec>& layout) {
+  int64_t n = 0;
+  for (const ParamSpec& p : layout) n += numel(p.shape);
+  return n;
+}
+
+TEST(Presets, Qwen3_0_6bHasTheRealNamesAndShapes) {
+  ModelConfig c = make_preset_config("qwen3", "qwen3-0.6b");
+  EXPECT_EQ(c.architectures, std::vector<std::string>{"Qwen3ForCausalLM"});
+  EXPECT_EQ(c.num_hidden_layers, 28);
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.num_attention_heads, 16);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.intermediate_size, 3072);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  std::vector<ParamSpec> layout = checkpoint_layout(c);
+  EXPECT_EQ(layout.size(), 1u + 28 * 11 + 1);  // embed, 11 per layer, norm; no lm_head (tied)
+  // Qwen3-0.6B: 0.6B parameters, 0.44B of them outside the embedding (model card).
+  EXPECT_EQ(param_count(layout), 596049920);
+  std::map<std::string, Shape> by_name;
+  for (const ParamSpec& p : layout) by_name[p.name] = p.shape;
+  const std::map<std::string, Shape> layer0 = {
+      {"model.layers.0.self_attn.q_proj.weight", {2048, 1024}},
+      {"model.layers.0.self_attn.k_proj.weight", {1024, 1024}},
+      {"model.layers.0.self_attn.v_proj.weight", {1024, 1024}},
+      {"model.layers.0.self_attn.o_proj.weight", {1024, 2048}},
+      {"model.layers.0.self_attn.q_norm.weight", {128}},
+      {"model.layers.0.self_attn.k_norm.weight", {128}},
+      {"model.layers.0.mlp.gate_proj.weight", {3072, 1024}},
+      {"model.layers.0.mlp.up_proj.weight", {3072, 1024}},
+      {"model.layers.0.mlp.down_proj.weight", {1024, 3072}},
+      {"model.layers.0.input_layernorm.weight", {1024}},
+      {"model.layers.0.post_attention_layernorm.weight", {1024}},
+  };
+  for (auto& [name, shape] : layer0) EXPECT_EQ(by_name.at(name), shape) << name;
+  EXPECT_EQ(by_name.at("model.embed_tokens.weight"), (Shape{151936, 1024}));
+  EXPECT_EQ(by_name.at("model.norm.weight"), (Shape{1024}));
+  EXPECT_EQ(by_name.at("model.layers.27.mlp.down_proj.weight"), (Shape{1024, 3072}));
+  EXPECT_EQ(by_name.count("lm_head.weight"), 0u);
+  EXPECT_EQ(c.base_model_tp_plan.size(), 9u);
+}
+
+TEST(Presets, LargeModelsHaveTheirPublishedParameterCounts) {
+  EXPECT_EQ(param_count(checkpoint_layout(make_preset_config("llama", "llama-3-8b"))), 8030261248);
+  EXPECT_EQ(param_count(checkpoint_layout(make_preset_config("llama", "llama-2-7b"))), 6738415616);
+  EXPECT_EQ(param_count(checkpoint_layout(make_preset_config("mistral", "mistral-7b"))), 7241732096);
+  EXPECT_EQ(param_count(checkpoint_layout(make_preset_config("llama", "llama-3.2-1b"))), 1235814400);
+  EXPECT_EQ(param_count(checkpoint_layout(make_preset_config("qwen3", "qwen3-8b"))), 8190735360);
+  ModelConfig l32 = make_preset_config("llama", "llama-3.2-1b");
+  EXPECT_EQ(l32.rope_scaling.rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(l32.rope_scaling.factor, 32.0);
+  EXPECT_TRUE(l32.tie_word_embeddings);
+}
+
+TEST(Presets, TinyPresetsSplitAcrossRanks) {
+  for (const std::string arch : {"llama", "mistral", "qwen3"}) {
+    ModelConfig c = make_preset_config(arch, "tiny");
+    EXPECT_EQ(c.num_attention_heads, 12) << arch;  // divisible by 1, 2, 3, 4
+    EXPECT_EQ(c.head_dim, 16) << arch;
+    EXPECT_LT(c.num_key_value_heads, c.num_attention_heads) << arch;  // GQA
+    EXPECT_EQ(c.intermediate_size % 12, 0) << arch;
+    EXPECT_EQ(c.num_hidden_layers, 2) << arch;
+    EXPECT_EQ(c.max_position_embeddings, 256) << arch;
+    EXPECT_EQ(c.raw["architectures"].size(), 1u) << arch;
+  }
+  EXPECT_EQ(make_preset_config("qwen3", "tiny").num_key_value_heads, 2);  // replicated KV at tp 4
+  EXPECT_EQ(make_preset_config("qwen3", "tiny").vocab_size % 4, 3);       // uneven vocab on purpose
+}
+
+TEST(Presets, ErrorsListTheValidNames) {
+  try {
+    make_preset_config("gpt2", "tiny");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: llama, mistral, qwen3"),
+              std::string::npos);
+  }
+  try {
+    make_preset_config("qwen3", "qwen3-70b");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("supported: qwen3-0.6b, qwen3-8b, tiny"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Presets, AttentionBiasAddsBiases) {
+  nlohmann::json raw = make_preset_config("llama", "tiny").raw;
+  raw["attention_bias"] = true;
+  auto layout = checkpoint_layout(ModelConfig::from_json(raw, "x"));
+  auto it = std::find_if(layout.begin(), layout.end(),
+                         [](const ParamSpec& p) { return p.name == "model.layers.1.self_attn.k_proj.bias"; });
+  ASSERT_NE(it, layout.end());
+  EXPECT_EQ(it->shape, (Shape{96}));
+  EXPECT_EQ(it->init, ParamSpec::Init::Zeros);
+}
+
+TEST(Init, NormalIsDeterministicPerNameAndSeed) {
+  ParamSpec p{"model.layers.0.mlp.up_proj.weight", {384, 192}, ParamSpec::Init::Normal};
+  for (DType d : {DType::F32, DType::BF16}) {
+    Tensor a = init_param(p, 0.02, 42, d);
+    EXPECT_TRUE(equal(a, init_param(p, 0.02, 42, d)));
+    EXPECT_FALSE(equal(a, init_param(p, 0.02, 43, d)));
+  }
+  EXPECT_TRUE(equal(init_param(p, 0.02, 42, DType::BF16), init_param(p, 0.02, 42, DType::F32).to(DType::BF16)));
+  // Element i does not depend on the tensor's size (nor on how threads split it).
+  ParamSpec small{p.name, {1, 4097}, ParamSpec::Init::Normal};
+  std::vector<float> big = init_param(p, 0.02, 42, DType::F32).to_vector();
+  std::vector<float> part = init_param(small, 0.02, 42, DType::F32).to_vector();
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), big.begin()));
+  // A different name gives different values; the statistics are N(0, 0.02).
+  ParamSpec q = p;
+  q.name = "model.layers.1.mlp.up_proj.weight";
+  EXPECT_FALSE(equal(init_param(p, 0.02, 42, DType::F32), init_param(q, 0.02, 42, DType::F32)));
+  std::vector<float> v = init_param(p, 0.02, 42, DType::F32).to_vector();
+  double sum = 0, sq = 0;
+  for (float x : v) sum += x, sq += double(x) * x;
+  double mean = sum / v.size(), sd = std::sqrt(sq / v.size() - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.001);
+  EXPECT_NEAR(sd, 0.02, 0.0005);
+  ParamSpec norm{"model.norm.weight", {64}, ParamSpec::Init::Ones};
+  EXPECT_TRUE(equal(init_param(norm, 0.02, 1, DType::BF16), Tensor::full({64}, 1.0, DType::BF16)));
+}
+
+}  // namespace
+}  // namespace tp
