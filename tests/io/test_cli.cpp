@@ -123,7 +123,7 @@ TEST(Cli, MakeModelShardsTokenizerAndOverrides) {
   Checkpoint ck = Checkpoint::open(dir);
   EXPECT_TRUE(ck.sharded());
   EXPECT_EQ(ck.config().num_key_value_heads, 2);
-  EXPECT_EQ(ck.info("model.layers.0.self_attn.k_proj.weight").shape, (Shape{32, 192}));
+  EXPECT_EQ(ck.info("model.layers.0.self_attn.k_proj.weight").shape, (Shape{16, 192}));
   Result ins = run("inspect --model " + dir.string());
   EXPECT_EQ(ins.code, 0);
   EXPECT_NE(ins.out.find("sharded with model.safetensors.index.json"), std::string::npos) << ins.out;
@@ -144,7 +144,7 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheValue) {
   EXPECT_NE(r.out.find("--dtype 'f8'"), std::string::npos) << r.out;
   r = run("make-model --arch llama --preset tiny --set num_key_value_heads=5 --out /tmp/tp_never");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("num_attention_heads (12) is not a multiple of num_key_value_heads (5)"), std::string::npos)
+  EXPECT_NE(r.out.find("num_attention_heads (24) is not a multiple of num_key_value_heads (5)"), std::string::npos)
       << r.out;
   EXPECT_FALSE(fs::exists("/tmp/tp_never"));
   r = run("inspect");

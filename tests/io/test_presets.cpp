@@ -71,16 +71,14 @@ TEST(Presets, LargeModelsHaveTheirPublishedParameterCounts) {
 TEST(Presets, TinyPresetsSplitAcrossRanks) {
   for (const std::string arch : {"llama", "mistral", "qwen3"}) {
     ModelConfig c = make_preset_config(arch, "tiny");
-    EXPECT_EQ(c.num_attention_heads, 12) << arch;  // divisible by 1, 2, 3, 4
-    EXPECT_EQ(c.head_dim, 16) << arch;
-    EXPECT_LT(c.num_key_value_heads, c.num_attention_heads) << arch;  // GQA
+    EXPECT_EQ(c.num_attention_heads, 24) << arch;
+    EXPECT_EQ(c.num_key_value_heads, 12) << arch;  // GQA; divisible by 1, 2, 3, 4
+    EXPECT_EQ(c.vocab_size % 12, 0) << arch;       // lm_head gathers: must split evenly
     EXPECT_EQ(c.intermediate_size % 12, 0) << arch;
     EXPECT_EQ(c.num_hidden_layers, 2) << arch;
     EXPECT_EQ(c.max_position_embeddings, 256) << arch;
     EXPECT_EQ(c.raw["architectures"].size(), 1u) << arch;
   }
-  EXPECT_EQ(make_preset_config("qwen3", "tiny").num_key_value_heads, 2);  // replicated KV at tp 4
-  EXPECT_EQ(make_preset_config("qwen3", "tiny").vocab_size % 4, 3);       // uneven vocab on purpose
 }
 
 TEST(Presets, ErrorsListTheValidNames) {

@@ -92,15 +92,15 @@ json qwen3_config(const Sizes& s) {
   return j;
 }
 
-// Tiny presets: 12 heads of 16 dims so heads split over 1, 2, 3 and 4 ranks; the
-// kv-head counts differ per architecture so that the three together cover GQA
-// split evenly over 1-3 ranks (llama, 6), over 1, 2, 4 (mistral, 4) and
-// replicated KV heads at tp 4 (qwen3, 2). Vocab sizes: llama 516 splits over
-// 1-4 ranks, mistral 512 over 1, 2, 4, qwen3 515 is uneven on purpose.
+// Tiny presets split over 1, 2, 3 and 4 ranks, as the equivalence tests need:
+// 24 query heads over 12 KV heads (GQA; 12 divides by 1-4), intermediate sizes
+// divisible by 12, and vocab 516 = 12 * 43, which lm_head's
+// colwise_gather_output must split evenly. Other shapes (KV heads replicated at
+// tp > kv heads, uneven vocab) come from --set in the tests.
 const std::map<std::string, std::map<std::string, std::function<json()>>>& presets() {
   static const std::map<std::string, std::map<std::string, std::function<json()>>> table = {
       {"llama",
-       {{"tiny", [] { return llama_config({192, 384, 2, 12, 6, 16, 516, 256, 10000.0, 1e-5, false, "float32", 1, 2}); }},
+       {{"tiny", [] { return llama_config({192, 384, 2, 24, 12, 8, 516, 256, 10000.0, 1e-5, false, "float32", 1, 2}); }},
         {"llama-2-7b",
          [] { return llama_config({4096, 11008, 32, 32, 32, 128, 32000, 4096, 10000.0, 1e-5, false, "float16", 1, 2}); }},
         {"llama-3-8b",
@@ -119,13 +119,13 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
          }}}},
       {"mistral",
        {{"tiny",
-         [] { return mistral_config({192, 384, 2, 12, 4, 16, 512, 256, 10000.0, 1e-5, false, "float32", 1, 2}, nullptr); }},
+         [] { return mistral_config({192, 384, 2, 24, 12, 8, 516, 256, 10000.0, 1e-5, false, "float32", 1, 2}, nullptr); }},
         {"mistral-7b", [] {
            return mistral_config({4096, 14336, 32, 32, 8, 128, 32000, 32768, 10000.0, 1e-5, false, "bfloat16", 1, 2},
                                  4096);
          }}}},
       {"qwen3",
-       {{"tiny", [] { return qwen3_config({64, 192, 2, 12, 2, 16, 515, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},
+       {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},
         {"qwen3-0.6b",
          [] {
            return qwen3_config(
