@@ -1,0 +1,226 @@
+#include "tp/tokenizer/pre_tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "tp/tensor/error.h"
+#include "tp/tokenizer/byte_level.h"
+#include "tp/tokenizer/regex.h"
+
+namespace tp {
+
+namespace {
+
+using nlohmann::json;
+
+// How a Split keeps the matches (Hugging Face SplitDelimiterBehavior).
+enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+
+Behavior parse_behavior(const std::string& s) {
+  if (s == "Removed") return Behavior::Removed;
+  if (s == "Isolated") return Behavior::Isolated;
+  if (s == "MergedWithPrevious") return Behavior::MergedWithPrevious;
+  if (s == "MergedWithNext") return Behavior::MergedWithNext;
+  if (s == "Contiguous") return Behavior::Contiguous;
+  fail("Split behavior '{}' is not supported; supported: Removed, Isolated, MergedWithPrevious, MergedWithNext, "
+       "Contiguous",
+       s);
+}
+
+struct Span {
+  size_t begin, end;
+  bool is_match;
+};
+
+// Splits `text` at the matches of `regex` following `behavior`, appending the
+// non-empty pieces to `out`. Mirrors NormalizedString::split.
+void split_by(const std::string& text, const Regex& regex, Behavior behavior, bool invert,
+              std::vector<std::string>& out) {
+  std::vector<Span> spans;
+  size_t prev = 0;
+  for (const auto& [b, e] : regex.find_all(text)) {
+    if (b > prev) spans.push_back({prev, b, invert});
+    spans.push_back({b, e, !invert});
+    prev = e;
+  }
+  if (prev < text.size()) spans.push_back({prev, text.size(), invert});
+
+  std::vector<std::pair<size_t, size_t>> pieces;
+  bool previous_match = false;
+  switch (behavior) {
+    case Behavior::Isolated:
+      for (const auto& s : spans) pieces.emplace_back(s.begin, s.end);
+      break;
+    case Behavior::Removed:
+      for (const auto& s : spans)
+        if (!s.is_match) pieces.emplace_back(s.begin, s.end);
+      break;
+    case Behavior::MergedWithPrevious:
+      for (const auto& s : spans) {
+        if (s.is_match && !previous_match && !pieces.empty())
+          pieces.back().second = s.end;
+        else
+          pieces.emplace_back(s.begin, s.end);
+        previous_match = s.is_match;
+      }
+      break;
+    case Behavior::MergedWithNext:
+      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+        if (it->is_match && !previous_match && !pieces.empty())
+          pieces.back().first = it->begin;
+        else
+          pieces.emplace_back(it->begin, it->end);
+        previous_match = it->is_match;
+      }
+      std::reverse(pieces.begin(), pieces.end());
+      break;
+    case Behavior::Contiguous:
+      for (size_t i = 0; i < spans.size(); ++i) {
+        if (i > 0 && spans[i].is_match == previous_match)
+          pieces.back().second = spans[i].end;
+        else
+          pieces.emplace_back(spans[i].begin, spans[i].end);
+        previous_match = spans[i].is_match;
+      }
+      break;
+  }
+  for (const auto& [b, e] : pieces)
+    if (e > b) out.push_back(text.substr(b, e - b));
+}
+
+class Split final : public PreTokenizer {
+ public:
+  Split(Regex regex, Behavior behavior, bool invert)
+      : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
+  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    out.reserve(pieces.size() * 4);
+    for (const auto& p : pieces) split_by(p, regex_, behavior_, invert_, out);
+    pieces = std::move(out);
+  }
+
+ private:
+  Regex regex_;
+  Behavior behavior_;
+  bool invert_;
+};
+
+// GPT-2's pattern, used by ByteLevel when use_regex is true.
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+class ByteLevel final : public PreTokenizer {
+ public:
+  ByteLevel(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
+    if (use_regex) regex_ = std::make_unique<Regex>(kGpt2Pattern, "ByteLevel pre-tokenizer");
+  }
+  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    out.reserve(pieces.size());
+    for (auto& p : pieces) {
+      if (add_prefix_space_ && (p.empty() || p[0] != ' ')) p.insert(0, " ");
+      if (regex_) {
+        std::vector<std::string> parts;
+        split_by(p, *regex_, Behavior::Isolated, false, parts);
+        for (auto& s : parts) out.push_back(byte_level::encode(s));
+      } else if (!p.empty()) {
+        out.push_back(byte_level::encode(p));
+      }
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  bool add_prefix_space_;
+  std::unique_ptr<Regex> regex_;
+};
+
+class Digits final : public PreTokenizer {
+ public:
+  explicit Digits(bool individual)
+      : regex_("\\p{N}", "Digits pre-tokenizer"), behavior_(individual ? Behavior::Isolated : Behavior::Contiguous) {}
+  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    for (const auto& p : pieces) split_by(p, regex_, behavior_, false, out);
+    pieces = std::move(out);
+  }
+
+ private:
+  Regex regex_;
+  Behavior behavior_;
+};
+
+// SentencePiece-style: spaces become `replacement` (usually "▁"), optionally
+// prepended, and each piece starts at a replacement.
+class Metaspace final : public PreTokenizer {
+ public:
+  Metaspace(std::string replacement, std::string prepend_scheme, bool split)
+      : replacement_(std::move(replacement)),
+        prepend_scheme_(std::move(prepend_scheme)),
+        split_(split),
+        regex_(Regex::literal(replacement_, "Metaspace pre-tokenizer")) {}
+  void pre_tokenize(std::vector<std::string>& pieces, bool first_section) const override {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      std::string s;
+      for (const char c : pieces[i]) {
+        if (c == ' ')
+          s += replacement_;
+        else
+          s += c;
+      }
+      const bool prepend = prepend_scheme_ == "always" || (prepend_scheme_ == "first" && first_section && i == 0);
+      if (prepend && s.compare(0, replacement_.size(), replacement_) != 0) s.insert(0, replacement_);
+      if (split_)
+        split_by(s, regex_, Behavior::MergedWithNext, false, out);
+      else if (!s.empty())
+        out.push_back(std::move(s));
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  std::string replacement_, prepend_scheme_;
+  bool split_;
+  Regex regex_;
+};
+
+class Sequence final : public PreTokenizer {
+ public:
+  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> items) : items_(std::move(items)) {}
+  void pre_tokenize(std::vector<std::string>& pieces, bool first_section) const override {
+    for (const auto& p : items_) p->pre_tokenize(pieces, first_section);
+  }
+
+ private:
+  std::vector<std::unique_ptr<PreTokenizer>> items_;
+};
+
+}  // namespace
+
+std::unique_ptr<PreTokenizer> PreTokenizer::from_json(const json& j) {
+  if (j.is_null()) return nullptr;
+  TP_CHECK(j.is_object() && j.contains("type"), "pre_tokenizer must be an object with a \"type\", got {}",
+           j.dump().substr(0, 200));
+  const std::string type = j.at("type").get<std::string>();
+  if (type == "Split")
+    return std::make_unique<Split>(pattern_from_json(j.at("pattern"), "pre_tokenizer Split"),
+                                   parse_behavior(j.at("behavior").get<std::string>()), j.value("invert", false));
+  if (type == "ByteLevel") return std::make_unique<ByteLevel>(j.value("add_prefix_space", true), j.value("use_regex", true));
+  if (type == "Digits") return std::make_unique<Digits>(j.value("individual_digits", false));
+  if (type == "Metaspace") {
+    std::string scheme = j.value("prepend_scheme", std::string());
+    if (scheme.empty()) scheme = j.value("add_prefix_space", true) ? "always" : "never";
+    TP_CHECK(scheme == "always" || scheme == "first" || scheme == "never",
+             "Metaspace prepend_scheme '{}' is not supported; supported: always, first, never", scheme);
+    return std::make_unique<Metaspace>(j.value("replacement", std::string("\xE2\x96\x81")), scheme,
+                                       j.value("split", true));
+  }
+  if (type == "Sequence") {
+    std::vector<std::unique_ptr<PreTokenizer>> items;
+    for (const auto& p : j.at("pretokenizers")) items.push_back(from_json(p));
+    std::erase(items, nullptr);
+    return std::make_unique<Sequence>(std::move(items));
+  }
+  fail("pre_tokenizer type '{}' is not supported; supported: Split, ByteLevel, Digits, Metaspace, Sequence", type);
+}
+
+}  // namespace tp
