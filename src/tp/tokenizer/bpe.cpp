@@ -95,7 +95,7 @@ Bpe::Bpe(const json& model) {
 }
 
 std::optional<int64_t> Bpe::token_to_id(std::string_view token) const {
-  const auto it = vocab_.find(std::string(token));
+  const auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -108,7 +108,7 @@ const std::string* Bpe::id_to_token(int64_t id) const {
 void Bpe::encode_word(std::string_view word, std::vector<int64_t>& ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    const auto it = vocab_.find(std::string(word));
+    const auto it = vocab_.find(word);
     if (it != vocab_.end()) {
       ids.push_back(it->second);
       return;
@@ -118,10 +118,9 @@ void Bpe::encode_word(std::string_view word, std::vector<int64_t>& ids) const {
     merge_word(word, ids);
     return;
   }
-  std::string key(word);
   {
     std::lock_guard lock(cache_mutex_);
-    const auto it = cache_.find(key);
+    const auto it = cache_.find(word);
     if (it != cache_.end()) {
       ids.insert(ids.end(), it->second.begin(), it->second.end());
       return;
@@ -131,7 +130,7 @@ void Bpe::encode_word(std::string_view word, std::vector<int64_t>& ids) const {
   merge_word(word, ids);
   std::lock_guard lock(cache_mutex_);
   // Like Hugging Face, a full cache stops taking new words instead of evicting.
-  if (cache_.size() < kMaxCacheEntries) cache_.emplace(std::move(key), std::vector<int32_t>(ids.begin() + mark, ids.end()));
+  if (cache_.size() < kMaxCacheEntries) cache_.emplace(std::string(word), std::vector<int32_t>(ids.begin() + mark, ids.end()));
 }
 
 void Bpe::merge_word(std::string_view word, std::vector<int64_t>& ids) const {

@@ -20,6 +20,14 @@
 
 namespace tp {
 
+// Hash and equality that let string maps be searched with a string_view.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 class Bpe {
  public:
   static constexpr size_t kMaxCachedBytes = 256;
@@ -45,7 +53,7 @@ class Bpe {
   }
   void merge_word(std::string_view word, std::vector<int64_t>& ids) const;
 
-  std::unordered_map<std::string, int32_t> vocab_;
+  StringMap<int32_t> vocab_;
   std::vector<std::string> id_to_token_;  // "" and absent for holes in the id range
   std::vector<bool> has_id_;
   std::unordered_map<uint64_t, Merge> merges_;
@@ -55,7 +63,7 @@ class Bpe {
   std::array<int32_t, 256> byte_fallback_ids_{};
 
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable StringMap<std::vector<int32_t>> cache_;
 };
 
 }  // namespace tp

@@ -31,71 +31,71 @@ struct Span {
   bool is_match;
 };
 
-// Splits `text` at the matches of `regex` following `behavior`, appending the
-// non-empty pieces to `out`. Mirrors NormalizedString::split.
-void split_by(const std::string& text, const Regex& regex, Behavior behavior, bool invert,
-              std::vector<std::string>& out) {
+// Splits `text` at the matches of `regex` following `behavior` and emits the
+// non-empty pieces. Mirrors NormalizedString::split. Isolated and Removed
+// stream; the merging behaviours look at neighbours and collect spans first.
+void split_by(std::string_view text, const Regex& regex, Behavior behavior, bool invert, const EmitPiece& emit) {
+  auto piece = [&](size_t b, size_t e) {
+    if (e > b) emit(text.substr(b, e - b));
+  };
+  if (behavior == Behavior::Isolated || behavior == Behavior::Removed) {
+    const bool keep_matches = behavior == Behavior::Isolated || invert;
+    const bool keep_gaps = behavior == Behavior::Isolated || !invert;
+    size_t prev = 0;
+    regex.for_each_match(text, [&](size_t b, size_t e) {
+      if (keep_gaps) piece(prev, b);
+      if (keep_matches) piece(b, e);
+      prev = e;
+    });
+    if (keep_gaps) piece(prev, text.size());
+    return;
+  }
   std::vector<Span> spans;
   size_t prev = 0;
-  for (const auto& [b, e] : regex.find_all(text)) {
+  regex.for_each_match(text, [&](size_t b, size_t e) {
     if (b > prev) spans.push_back({prev, b, invert});
     spans.push_back({b, e, !invert});
     prev = e;
-  }
+  });
   if (prev < text.size()) spans.push_back({prev, text.size(), invert});
 
   std::vector<std::pair<size_t, size_t>> pieces;
   bool previous_match = false;
-  switch (behavior) {
-    case Behavior::Isolated:
-      for (const auto& s : spans) pieces.emplace_back(s.begin, s.end);
-      break;
-    case Behavior::Removed:
-      for (const auto& s : spans)
-        if (!s.is_match) pieces.emplace_back(s.begin, s.end);
-      break;
-    case Behavior::MergedWithPrevious:
-      for (const auto& s : spans) {
-        if (s.is_match && !previous_match && !pieces.empty())
-          pieces.back().second = s.end;
-        else
-          pieces.emplace_back(s.begin, s.end);
-        previous_match = s.is_match;
-      }
-      break;
-    case Behavior::MergedWithNext:
-      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        if (it->is_match && !previous_match && !pieces.empty())
-          pieces.back().first = it->begin;
-        else
-          pieces.emplace_back(it->begin, it->end);
-        previous_match = it->is_match;
-      }
-      std::reverse(pieces.begin(), pieces.end());
-      break;
-    case Behavior::Contiguous:
-      for (size_t i = 0; i < spans.size(); ++i) {
-        if (i > 0 && spans[i].is_match == previous_match)
-          pieces.back().second = spans[i].end;
-        else
-          pieces.emplace_back(spans[i].begin, spans[i].end);
-        previous_match = spans[i].is_match;
-      }
-      break;
+  if (behavior == Behavior::MergedWithPrevious) {
+    for (const auto& s : spans) {
+      if (s.is_match && !previous_match && !pieces.empty())
+        pieces.back().second = s.end;
+      else
+        pieces.emplace_back(s.begin, s.end);
+      previous_match = s.is_match;
+    }
+  } else if (behavior == Behavior::MergedWithNext) {
+    for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+      if (it->is_match && !previous_match && !pieces.empty())
+        pieces.back().first = it->begin;
+      else
+        pieces.emplace_back(it->begin, it->end);
+      previous_match = it->is_match;
+    }
+    std::reverse(pieces.begin(), pieces.end());
+  } else {  // Contiguous
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (i > 0 && spans[i].is_match == previous_match)
+        pieces.back().second = spans[i].end;
+      else
+        pieces.emplace_back(spans[i].begin, spans[i].end);
+      previous_match = spans[i].is_match;
+    }
   }
-  for (const auto& [b, e] : pieces)
-    if (e > b) out.push_back(text.substr(b, e - b));
+  for (const auto& [b, e] : pieces) piece(b, e);
 }
 
 class Split final : public PreTokenizer {
  public:
   Split(Regex regex, Behavior behavior, bool invert)
       : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    out.reserve(pieces.size() * 4);
-    for (const auto& p : pieces) split_by(p, regex_, behavior_, invert_, out);
-    pieces = std::move(out);
+  void pre_tokenize(std::string_view text, bool, const EmitPiece& emit) const override {
+    split_by(text, regex_, behavior_, invert_, emit);
   }
 
  private:
@@ -112,20 +112,21 @@ class ByteLevel final : public PreTokenizer {
   ByteLevel(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
     if (use_regex) regex_ = std::make_unique<Regex>(kGpt2Pattern, "ByteLevel pre-tokenizer");
   }
-  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    out.reserve(pieces.size());
-    for (auto& p : pieces) {
-      if (add_prefix_space_ && (p.empty() || p[0] != ' ')) p.insert(0, " ");
-      if (regex_) {
-        std::vector<std::string> parts;
-        split_by(p, *regex_, Behavior::Isolated, false, parts);
-        for (auto& s : parts) out.push_back(byte_level::encode(s));
-      } else if (!p.empty()) {
-        out.push_back(byte_level::encode(p));
-      }
+  void pre_tokenize(std::string_view text, bool, const EmitPiece& emit) const override {
+    std::string prefixed;
+    if (add_prefix_space_ && (text.empty() || text[0] != ' ')) {
+      prefixed = " " + std::string(text);
+      text = prefixed;
     }
-    pieces = std::move(out);
+    std::string mapped;
+    auto map_and_emit = [&](std::string_view piece) {
+      mapped = byte_level::encode(piece);
+      emit(mapped);
+    };
+    if (regex_)
+      split_by(text, *regex_, Behavior::Isolated, false, map_and_emit);
+    else if (!text.empty())
+      map_and_emit(text);
   }
 
  private:
@@ -137,10 +138,8 @@ class Digits final : public PreTokenizer {
  public:
   explicit Digits(bool individual)
       : regex_("\\p{N}", "Digits pre-tokenizer"), behavior_(individual ? Behavior::Isolated : Behavior::Contiguous) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    for (const auto& p : pieces) split_by(p, regex_, behavior_, false, out);
-    pieces = std::move(out);
+  void pre_tokenize(std::string_view text, bool, const EmitPiece& emit) const override {
+    split_by(text, regex_, behavior_, false, emit);
   }
 
  private:
@@ -157,24 +156,20 @@ class Metaspace final : public PreTokenizer {
         prepend_scheme_(std::move(prepend_scheme)),
         split_(split),
         regex_(Regex::literal(replacement_, "Metaspace pre-tokenizer")) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool first_section) const override {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      std::string s;
-      for (const char c : pieces[i]) {
-        if (c == ' ')
-          s += replacement_;
-        else
-          s += c;
-      }
-      const bool prepend = prepend_scheme_ == "always" || (prepend_scheme_ == "first" && first_section && i == 0);
-      if (prepend && s.compare(0, replacement_.size(), replacement_) != 0) s.insert(0, replacement_);
-      if (split_)
-        split_by(s, regex_, Behavior::MergedWithNext, false, out);
-      else if (!s.empty())
-        out.push_back(std::move(s));
+  void pre_tokenize(std::string_view text, bool first_section, const EmitPiece& emit) const override {
+    std::string s;
+    for (const char c : text) {
+      if (c == ' ')
+        s += replacement_;
+      else
+        s += c;
     }
-    pieces = std::move(out);
+    const bool prepend = prepend_scheme_ == "always" || (prepend_scheme_ == "first" && first_section);
+    if (prepend && s.compare(0, replacement_.size(), replacement_) != 0) s.insert(0, replacement_);
+    if (split_)
+      split_by(s, regex_, Behavior::MergedWithNext, false, emit);
+    else if (!s.empty())
+      emit(s);
   }
 
  private:
@@ -186,11 +181,19 @@ class Metaspace final : public PreTokenizer {
 class Sequence final : public PreTokenizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> items) : items_(std::move(items)) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool first_section) const override {
-    for (const auto& p : items_) p->pre_tokenize(pieces, first_section);
+  void pre_tokenize(std::string_view text, bool first_section, const EmitPiece& emit) const override {
+    run(0, text, first_section, emit);
   }
 
  private:
+  // Stage i's pieces feed stage i + 1; the last stage's go to `emit`.
+  void run(size_t i, std::string_view text, bool first_section, const EmitPiece& emit) const {
+    if (i == items_.size()) {
+      emit(text);
+      return;
+    }
+    items_[i]->pre_tokenize(text, first_section, [&](std::string_view piece) { run(i + 1, piece, first_section, emit); });
+  }
   std::vector<std::unique_ptr<PreTokenizer>> items_;
 };
 

@@ -101,8 +101,18 @@ Regex Regex::literal(std::string_view literal, std::string_view what) {
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> out;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_->code, nullptr);
-  pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+  for_each_match(text, [&](size_t b, size_t e) { out.emplace_back(b, e); });
+  return out;
+}
+
+void Regex::for_each_match(std::string_view text, const std::function<void(size_t, size_t)>& fn) const {
+  // unique_ptr: `fn` may throw.
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md_owner(
+      pcre2_match_data_create_from_pattern(code_->code, nullptr), pcre2_match_data_free);
+  const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> ctx_owner(
+      pcre2_match_context_create(nullptr), pcre2_match_context_free);
+  pcre2_match_data* md = md_owner.get();
+  pcre2_match_context* ctx = ctx_owner.get();
   if (code_->jit) pcre2_jit_stack_assign(ctx, nullptr, thread_jit_stack());
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
@@ -113,31 +123,29 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
                     : pcre2_match(code_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, ctx);
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    out.emplace_back(ov[0], ov[1]);
-    if (ov[1] > ov[0]) {
-      start = ov[1];
+    const size_t b = ov[0], e = ov[1];
+    fn(b, e);
+    if (e > b) {
+      start = e;
     } else {
       // Empty match: step over one whole character.
-      if (ov[1] >= text.size()) break;
-      start = ov[1] + 1;
+      if (e >= text.size()) break;
+      start = e + 1;
       while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
     }
   }
-  pcre2_match_context_free(ctx);
-  pcre2_match_data_free(md);
   TP_CHECK(rc >= 0 || rc == PCRE2_ERROR_NOMATCH, "regex /{}/ failed on a {}-byte input: {}", pattern_, text.size(),
            pcre2_message(rc));
-  return out;
 }
 
 std::string Regex::replace_all(std::string_view text, std::string_view content) const {
   std::string out;
   size_t prev = 0;
-  for (const auto& [b, e] : find_all(text)) {
+  for_each_match(text, [&](size_t b, size_t e) {
     out.append(text.substr(prev, b - prev));
     out.append(content);
     prev = e;
-  }
+  });
   out.append(text.substr(prev));
   return out;
 }

@@ -4,6 +4,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,8 +20,10 @@ class Regex {
   // A pattern matching `literal` exactly (the {"String": ...} form).
   static Regex literal(std::string_view literal, std::string_view what);
 
-  // Non-overlapping matches in `text`, left to right, as [begin, end) byte
-  // offsets; empty matches are included (callers drop empty pieces).
+  // Calls fn(begin, end) for each non-overlapping match in `text`, left to
+  // right, as byte offsets; empty matches are included (callers drop empty
+  // pieces). Streaming, so a long input allocates nothing per match.
+  void for_each_match(std::string_view text, const std::function<void(size_t, size_t)>& fn) const;
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
 
   // `text` with every match replaced by `content` (no group references).

@@ -95,7 +95,6 @@ std::vector<int64_t> Tokenizer::encode(std::string_view input, bool add_special_
   if (add_special_tokens) ids = s.prefix_ids;
   ids.reserve(ids.size() + text.size() / 3 + 8);
   std::vector<Segment> parts;
-  std::vector<std::string> pieces;
   bool first_section = true;
   for (auto& seg : raw) {
     if (seg.added_id >= 0) {
@@ -112,10 +111,11 @@ std::vector<int64_t> Tokenizer::encode(std::string_view input, bool add_special_
         first_section = false;
         continue;
       }
-      pieces.clear();
-      pieces.push_back(std::move(part.text));
-      if (s.pre_tokenizer) s.pre_tokenizer->pre_tokenize(pieces, first_section);
-      for (const auto& p : pieces) s.model->encode_word(p, ids);
+      if (s.pre_tokenizer)
+        s.pre_tokenizer->pre_tokenize(part.text, first_section,
+                                      [&](std::string_view piece) { s.model->encode_word(piece, ids); });
+      else
+        s.model->encode_word(part.text, ids);
       first_section = false;
     }
   }
