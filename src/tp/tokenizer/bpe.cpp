@@ -176,7 +176,9 @@ void Bpe::merge_word(std::string_view word, std::vector<int64_t>& ids) const {
     int32_t right_id;  // the right symbol's id when queued, to detect stale entries
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  std::vector<Candidate> storage;
+  storage.reserve(sym.size() * 2);  // one growth step at most for long words
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>{}, std::move(storage));
   auto consider = [&](int32_t left) {
     if (left < 0) return;
     const int32_t right = sym[left].next;

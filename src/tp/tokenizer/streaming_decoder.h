@@ -26,7 +26,7 @@ class StreamingDecoder {
   std::string flush();
 
  private:
-  const Tokenizer& tokenizer_;
+  Tokenizer tokenizer_;  // a handle: shares the loaded state
   bool skip_special_;
   std::vector<int64_t> ids_;  // the window
   std::string prefix_;        // decode of the window as of the last emission
