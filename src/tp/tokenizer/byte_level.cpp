@@ -35,11 +35,16 @@ std::optional<unsigned char> char_to_byte(char32_t cp) {
   return static_cast<unsigned char>(tables().to_byte[cp]);
 }
 
-std::string encode(std::string_view s) {
+void encode_into(std::string_view s, std::string& out) {
   const auto& t = tables().to_chars;
-  std::string out;
+  out.clear();
   out.reserve(s.size() * 2);
   for (const char c : s) out += t[static_cast<unsigned char>(c)];
+}
+
+std::string encode(std::string_view s) {
+  std::string out;
+  encode_into(s, out);
   return out;
 }
 

@@ -17,6 +17,8 @@ std::optional<unsigned char> char_to_byte(char32_t cp);
 
 // Maps every byte of `s` to its character.
 std::string encode(std::string_view s);
+// The same into `out` (cleared first), reusing its capacity.
+void encode_into(std::string_view s, std::string& out);
 
 // Inverse of encode for a token; a token containing any character outside the
 // table is returned as its own UTF-8 bytes (what Hugging Face's decoder does

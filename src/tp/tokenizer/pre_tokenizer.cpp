@@ -120,7 +120,7 @@ class ByteLevel final : public PreTokenizer {
     }
     std::string mapped;
     auto map_and_emit = [&](std::string_view piece) {
-      mapped = byte_level::encode(piece);
+      byte_level::encode_into(piece, mapped);
       emit(mapped);
     };
     if (regex_)
