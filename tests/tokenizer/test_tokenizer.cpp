@@ -113,6 +113,22 @@ TEST(Bpe, LowestRankMergesFirstAndTiesGoLeft) {
   EXPECT_EQ(t3.decode(t3.encode("aaa")), "aaa");
 }
 
+TEST(Bpe, CachedWordsEncodeLikeFreshOnes) {
+  // Many distinct words (more than the hot cache's 16K slots, so slots are
+  // overwritten): a warm tokenizer must give each word the ids a fresh one gives.
+  const json j = byte_level_tokenizer({{"a", "b"}, {"c", "d"}, {"ab", "cd"}, {"e", "e"}, {" ", "a"}});
+  const auto warm = load(j);
+  std::vector<std::string> words;
+  for (int i = 0; i < 40000; ++i) {
+    std::string w;
+    for (int k = i; k > 0 || w.empty(); k /= 5) w += static_cast<char>('a' + k % 5);
+    words.push_back(w);
+  }
+  for (const auto& w : words) (void)warm.encode(w);
+  const auto fresh = load(j);
+  for (size_t i = 0; i < words.size(); i += 7) ASSERT_EQ(warm.encode(words[i]), fresh.encode(words[i])) << words[i];
+}
+
 TEST(Bpe, IgnoreMergesTakesWholeWordsFromTheVocab) {
   json j = byte_level_tokenizer({{"a", "b"}});
   j["model"]["vocab"][byte_level::encode("abc")] = 300;  // reachable by no merge

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <queue>
 
 #include "tp/tensor/error.h"
@@ -11,7 +12,7 @@ namespace tp {
 
 using nlohmann::json;
 
-Bpe::Bpe(const json& model) {
+Bpe::Bpe(const json& model) : hot_(kHotSlots) {
   if (model.contains("dropout") && !model.at("dropout").is_null()) {
     const double p = model.at("dropout").get<double>();
     TP_CHECK(p == 0.0, "BPE dropout {} is not supported (it makes encoding random); supported: null or 0", p);
@@ -107,6 +108,32 @@ const std::string* Bpe::id_to_token(int64_t id) const {
 
 void Bpe::encode_word(std::string_view word, std::vector<int64_t>& ids) const {
   if (word.empty()) return;
+  if (word.size() > sizeof(HotSlot::key)) {
+    encode_uncached_hot(word, ids);
+    return;
+  }
+  const uint64_t h = std::hash<std::string_view>{}(word);
+  HotSlot& slot = hot_[h & (kHotSlots - 1)];
+  {
+    std::lock_guard lock(cache_mutex_);
+    if (slot.n && slot.hash == h && slot.len == word.size() && std::memcmp(slot.key, word.data(), word.size()) == 0) {
+      ids.insert(ids.end(), slot.ids, slot.ids + slot.n);
+      return;
+    }
+  }
+  const size_t mark = ids.size();
+  encode_uncached_hot(word, ids);
+  const size_t n = ids.size() - mark;
+  if (n == 0 || n > std::size(slot.ids)) return;
+  std::lock_guard lock(cache_mutex_);
+  slot.hash = h;
+  slot.len = static_cast<uint8_t>(word.size());
+  slot.n = static_cast<uint8_t>(n);
+  std::memcpy(slot.key, word.data(), word.size());
+  for (size_t i = 0; i < n; ++i) slot.ids[i] = static_cast<int32_t>(ids[mark + i]);
+}
+
+void Bpe::encode_uncached_hot(std::string_view word, std::vector<int64_t>& ids) const {
   if (ignore_merges_) {
     const auto it = vocab_.find(word);
     if (it != vocab_.end()) {

@@ -52,6 +52,19 @@ class Bpe {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   void merge_word(std::string_view word, std::vector<int64_t>& ids) const;
+  void encode_uncached_hot(std::string_view word, std::vector<int64_t>& ids) const;
+
+  // Hot-word cache in front of the maps: direct-mapped, one 64-byte slot per
+  // entry (1 MiB, fits L2), so a frequent word costs one cache line instead of
+  // the two or three misses of a node-based hash map over a 128K vocab.
+  struct HotSlot {
+    uint64_t hash = 0;
+    uint8_t len = 0, n = 0;  // n == 0: empty
+    char key[30];
+    int32_t ids[6];
+  };
+  static constexpr size_t kHotSlots = 1 << 14;
+  mutable std::vector<HotSlot> hot_;
 
   StringMap<int32_t> vocab_;
   std::vector<std::string> id_to_token_;  // "" and absent for holes in the id range
