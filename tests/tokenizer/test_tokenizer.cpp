@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "tp/tensor/error.h"
 #include "tp/tokenizer/byte_level.h"
@@ -207,6 +212,38 @@ TEST(StreamingDecoder, HoldsBackPartialUtf8) {
   EXPECT_EQ(s.push(0x80), "\xF0\x9F\x98\x80");
   EXPECT_EQ(s.push(0xC3), "");
   EXPECT_EQ(s.flush(), "\xEF\xBF\xBD");  // still incomplete at the end
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  // encode is const and shares the word caches between threads.
+  const auto t = load(byte_level_tokenizer({{"a", "b"}, {"ab", "c"}, {" ", "x"}}));
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "abc xab " + std::to_string(i) + " cab ";
+  const auto expected = load(byte_level_tokenizer({{"a", "b"}, {"ab", "c"}, {" ", "x"}})).encode(text);
+  std::vector<std::vector<int64_t>> got(4);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) threads.emplace_back([&, k] { got[k] = t.encode(text); });
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) EXPECT_EQ(g, expected);
+}
+
+TEST(Tokenizer, ModelFolderFilesGiveBosAndEosIds) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("tp_tok_{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  json j = byte_level_tokenizer({});
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}},
+                                   {{"id", 301}, {"content", "</s>"}, {"special", true}},
+                                   {{"id", 302}, {"content", "<eot>"}, {"special", true}}});
+  std::ofstream(dir / "tokenizer.json") << j.dump();
+  std::ofstream(dir / "tokenizer_config.json") << json{{"bos_token", "<s>"}, {"eos_token", "</s>"}}.dump();
+  std::ofstream(dir / "generation_config.json") << json{{"eos_token_id", {301, 302}}}.dump();
+  const auto t = Tokenizer::from_model_dir(dir);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(t.bos_token_id(), 300);
+  EXPECT_EQ(t.eos_token_ids(), (Ids{301, 302}));
+  EXPECT_EQ(t.vocab_size(), 303);
+  EXPECT_EQ(t.token_to_id("<eot>"), 302);
+  EXPECT_EQ(t.id_to_token(302), "<eot>");
 }
 
 TEST(Errors, MalformedFilesNameTheProblem) {
