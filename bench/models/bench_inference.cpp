@@ -1,0 +1,168 @@
+// End-to-end inference benchmark of one rank group: prefill P tokens and decode
+// D tokens at batch 1, repeated; medians. In the same process it measures the
+// machine's two ceilings the targets are stated against: the bf16 matmul rate
+// (M=512, K=1024, N=3072 through ops::linear, weights packed) and a STREAM-like
+// read bandwidth (sum over 1 GiB). Rank 0 prints one JSON line.
+//
+//   mpirun -np N bench_inference --model DIR [--prefill 512] [--decode 128] [--reps 3]
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "tp/autograd/tape.h"
+#include "tp/dist/process_group.h"
+#include "tp/models/auto.h"
+#include "tp/ops/linear.h"
+
+using namespace tp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double matmul_gflops() {
+  Tensor x = Tensor::randn({512, 1024}, 1);
+  ops::PackedLinear w(Tensor::randn({3072, 1024}, 2, 0, 0.02f, DType::BF16));
+  Tensor y = Tensor::empty({512, 3072});
+  std::vector<double> t;
+  for (int r = 0; r < 12; ++r) {
+    auto t0 = Clock::now();
+    ops::linear_into(y, x, w);
+    t.push_back(seconds(t0));
+  }
+  return 2.0 * 512 * 1024 * 3072 / median(t) / 1e9;
+}
+
+// Reads 1 GiB (larger than any cache) with wide loads; GB/s.
+double read_bandwidth_gbs() {
+  const int64_t n = (int64_t{1} << 30) / 4;
+  Tensor a = Tensor::full({n}, 1.0);
+  const float* p = a.data<float>();
+  std::vector<double> t;
+  volatile float sink = 0;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = Clock::now();
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+#pragma omp parallel for reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7) schedule(static)
+    for (int64_t i = 0; i < n; i += 8) {
+      s0 += p[i];
+      s1 += p[i + 1];
+      s2 += p[i + 2];
+      s3 += p[i + 3];
+      s4 += p[i + 4];
+      s5 += p[i + 5];
+      s6 += p[i + 6];
+      s7 += p[i + 7];
+    }
+    sink = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+    t.push_back(seconds(t0));
+  }
+  (void)sink;
+  return (n * 4.0) / median(t) / 1e9;
+}
+
+int64_t peak_rss() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::init(&argc, &argv);
+  CLI::App app{"tp inference benchmark"};
+  std::string model_dir, dtype = "bf16";
+  int64_t prefill = 512, decode = 128, reps = 3;
+  bool skip_ceilings = false;
+  app.add_option("--model", model_dir)->required();
+  app.add_option("--prefill", prefill);
+  app.add_option("--decode", decode);
+  app.add_option("--reps", reps);
+  app.add_flag("--skip-ceilings", skip_ceilings);
+  CLI11_PARSE(app, argc, argv);
+
+  autograd::NoGradGuard no_grad;
+  auto t_load = Clock::now();
+  PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, {.dtype = DType::BF16, .verbose = false});
+  double load_s = seconds(t_load);
+  CausalLM& lm = model.lm();
+  dist::ProcessGroup& group = model.mesh().group(0);
+  const int64_t V = model.config().vocab_size;
+
+  std::vector<int64_t> prompt(static_cast<size_t>(prefill));
+  for (int64_t i = 0; i < prefill; ++i) prompt[i] = (i * 7919 + 13) % V;
+  Tensor ids = Tensor::from_ints(prompt, {1, prefill});
+  KVState state = lm.make_kv_state(1, prefill + decode + 1);
+
+  std::vector<double> prefill_s, decode_s;
+  for (int64_t r = 0; r <= reps; ++r) {  // rep 0 warms up
+    for (auto& c : state.layers) c.reset();
+    group.barrier();
+    auto t0 = Clock::now();
+    Tensor logits = lm.forward_ids(ids, &state, {prefill - 1});
+    double tp = seconds(t0);
+    const float* l = logits.data<float>();
+    int64_t next = std::max_element(l, l + V) - l;
+    group.barrier();
+    auto t1 = Clock::now();
+    for (int64_t s = 0; s < decode; ++s) {
+      logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), &state, {0});
+      l = logits.data<float>();
+      next = std::max_element(l, l + V) - l;
+    }
+    double td = seconds(t1);
+    if (r > 0) {
+      prefill_s.push_back(tp);
+      decode_s.push_back(td);
+    }
+  }
+
+  int64_t weight_bytes = 0;
+  for (nn::Parameter* p : lm.parameters()) weight_bytes += p->data.nbytes();
+  Tensor rss = Tensor::from_ints({peak_rss()}, {1});
+  Tensor all_rss = group.all_gather(rss, 0);
+  double gflops = 0, gbs = 0;
+  if (!skip_ceilings && model.tp_rank() == 0) {
+    gflops = matmul_gflops();
+    gbs = read_bandwidth_gbs();
+  }
+  if (model.tp_rank() == 0) {
+    double pf = median(prefill_s), dc = median(decode_s);
+    // FLOPs of the prefill's matmuls on this rank (2 * params touched per token), for the rate.
+    double flops = 2.0 * static_cast<double>(weight_bytes / 2 - V * model.config().hidden_size / model.tp_size()) *
+                   static_cast<double>(prefill);
+    nlohmann::ordered_json j;
+    j["tp_size"] = model.tp_size();
+    j["threads_per_rank"] = omp_get_max_threads();
+    j["load_s"] = load_s;
+    j["prefill_tokens"] = prefill;
+    j["prefill_s_median"] = pf;
+    j["prefill_tokens_per_s"] = prefill / pf;
+    j["prefill_matmul_gflops_per_rank"] = flops / pf / 1e9;
+    j["decode_tokens"] = decode;
+    j["decode_s_median"] = dc;
+    j["decode_tokens_per_s"] = decode / dc;
+    j["weight_bytes_rank0"] = weight_bytes;
+    j["decode_weight_read_gbs_rank0"] = static_cast<double>(weight_bytes) * decode / dc / 1e9;
+    j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    if (!skip_ceilings) {
+      j["bf16_matmul_gflops_same_run"] = gflops;
+      j["read_bandwidth_gbs_same_run"] = gbs;
+    }
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
