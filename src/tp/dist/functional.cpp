@@ -19,10 +19,17 @@ bool follows_chunk_rule(const std::vector<int64_t>& sizes) {
   return true;
 }
 
-int64_t offset_of(const std::vector<int64_t>& sizes, int rank) {
-  int64_t offset = 0;
-  for (int r = 0; r < rank; ++r) offset += sizes[r];
-  return offset;
+// All-gather along d that also reports where this rank's piece landed.
+struct Gathered {
+  Tensor out;
+  std::vector<int64_t> sizes;
+  int64_t offset = 0;  // of this rank's piece along d
+};
+Gathered gather_uneven(const Tensor& x, int64_t d, ProcessGroup& g) {
+  Gathered r;
+  r.out = g.all_gather_uneven(x, d, &r.sizes);
+  for (int q = 0; q < g.rank(); ++q) r.offset += r.sizes[q];
+  return r;
 }
 
 }  // namespace
@@ -49,10 +56,9 @@ Tensor reduce_from_region(const Tensor& x, ProcessGroup& g) {
 
 Tensor gather_from_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   int64_t d = normalize_dim(dim, x.dim());
-  std::vector<int64_t> sizes;
-  Tensor out = g.all_gather_uneven(x, d, &sizes);
+  auto [out, sizes, offset] = gather_uneven(x, d, g);
   if (autograd::needs_grad({x})) {
-    int64_t offset = offset_of(sizes, g.rank()), len = x.shape()[d];
+    int64_t len = x.shape()[d];
     autograd::record("gather_from_region", {x}, {out},
                      [d, offset, len](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
                        return {grads[0].narrow(d, offset, len).clone()};
@@ -87,10 +93,9 @@ Tensor reduce_scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
 
 Tensor all_gather_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   int64_t d = normalize_dim(dim, x.dim());
-  std::vector<int64_t> sizes;
-  Tensor out = g.all_gather_uneven(x, d, &sizes);
+  auto [out, sizes, offset] = gather_uneven(x, d, g);
   if (autograd::needs_grad({x})) {
-    int64_t offset = offset_of(sizes, g.rank()), len = x.shape()[d];
+    int64_t len = x.shape()[d];
     bool chunked = follows_chunk_rule(sizes);
     autograd::record("all_gather_to_region", {x}, {out},
                      [d, offset, len, chunked, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {

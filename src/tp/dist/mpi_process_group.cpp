@@ -1,5 +1,6 @@
 #include "tp/dist/mpi_process_group.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -94,6 +95,19 @@ void interleave(char* dst, const char* src, int64_t outer, const std::vector<int
     }
     part_offset += outer * block;
     n_offset += n;
+  }
+}
+
+// MPI counts and displacements (in elements) of pieces [outer, n_r, inner], one per rank.
+void fill_counts(std::vector<int>& counts, std::vector<int>& displs, int64_t outer, const std::vector<int64_t>& ns,
+                 int64_t inner, const char* what) {
+  counts.resize(ns.size());
+  displs.resize(ns.size());
+  int64_t offset = 0;
+  for (size_t r = 0; r < ns.size(); ++r) {
+    counts[r] = to_count(outer * ns[r] * inner, what);
+    displs[r] = to_count(offset, what);
+    offset += counts[r];
   }
 }
 
@@ -214,14 +228,7 @@ Tensor MpiProcessGroup::all_gather_uneven(const Tensor& local, int64_t dim, std:
   if (sizes) *sizes = ns;
   Tensor out = Tensor::empty(out_shape, local.dtype());
   Split3 s = split3(local.shape(), d);
-  counts_.resize(size_);
-  displs_.resize(size_);
-  int64_t offset = 0;
-  for (int r = 0; r < size_; ++r) {
-    counts_[r] = to_count(s.outer * ns[r] * s.inner, "all_gather_uneven");
-    displs_[r] = to_count(offset, "all_gather_uneven");
-    offset += counts_[r];
-  }
+  fill_counts(counts_, displs_, s.outer, ns, s.inner, "all_gather_uneven");
   MPI_Datatype type = move_type(local.dtype());
   void* parts = s.outer == 1 ? out.raw_data() : scratch_a_.get(out.nbytes());
   check_mpi(MPI_Allgatherv(local.raw_data(), counts_[rank_], type, parts, counts_.data(), displs_.data(), type,
@@ -263,12 +270,8 @@ Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp
     convert(send, full.dtype(), wide, rd, n);
     send = wide;
   }
-  counts_.resize(size_);
-  bool even = true;
-  for (int r = 0; r < size_; ++r) {
-    counts_[r] = to_count(s.outer * ns[r] * s.inner, "reduce_scatter");
-    even = even && counts_[r] == counts_[0];
-  }
+  fill_counts(counts_, displs_, s.outer, ns, s.inner, "reduce_scatter");
+  bool even = std::all_of(counts_.begin(), counts_.end(), [&](int c) { return c == counts_[0]; });
   int64_t out_n = out.numel();
   void* recv = rd == full.dtype() ? out.raw_data() : scratch_b_.get(out_n * esize);
   MPI_Datatype type = move_type(rd);
@@ -302,14 +305,7 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
   Split3 s = split3(input.shape(), sd);
   std::vector<int64_t> send_ns(size_);
   for (int j = 0; j < size_; ++j) send_ns[j] = chunk_span(s.n, size_, j).size;
-  counts_.resize(size_);
-  displs_.resize(size_);
-  int64_t offset = 0;
-  for (int j = 0; j < size_; ++j) {
-    counts_[j] = to_count(s.outer * send_ns[j] * s.inner, "all_to_all");
-    displs_[j] = to_count(offset, "all_to_all");
-    offset += counts_[j];
-  }
+  fill_counts(counts_, displs_, s.outer, send_ns, s.inner, "all_to_all");
   const void* send = input.raw_data();
   if (s.outer != 1) {
     void* packed = scratch_a_.get(input.nbytes());
@@ -335,14 +331,7 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
   }
   Tensor out = Tensor::empty(out_shape, input.dtype());
   Split3 c = split3(out_shape, cd);
-  counts2_.resize(size_);
-  displs2_.resize(size_);
-  offset = 0;
-  for (int i = 0; i < size_; ++i) {
-    counts2_[i] = to_count(c.outer * recv_ns[i] * c.inner, "all_to_all");
-    displs2_[i] = to_count(offset, "all_to_all");
-    offset += counts2_[i];
-  }
+  fill_counts(counts2_, displs2_, c.outer, recv_ns, c.inner, "all_to_all");
   void* recv = c.outer == 1 ? out.raw_data() : scratch_b_.get(out.nbytes());
   check_mpi(MPI_Alltoallv(send, counts_.data(), displs_.data(), type, recv, counts2_.data(), displs2_.data(), type,
                           comm_),

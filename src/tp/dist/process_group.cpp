@@ -109,8 +109,9 @@ void abort_job(const std::string& message, int code) {
   MPI_Finalized(&finalized);
   int size = 1;
   if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::fflush(nullptr);
   if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
+  std::_Exit(code);  // no exit handlers: they could wait on peers
 }
 
 }  // namespace tp::dist
