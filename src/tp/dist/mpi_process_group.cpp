@@ -51,6 +51,41 @@ DType reduce_dtype(DType dtype) { return dtype == DType::BF16 || dtype == DType:
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
+// A reduction of 16-bit floats computed in f32, element blocks widened with the
+// vectorized converters.
+template <class H, bool kMax>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  constexpr int kBlock = 1024;
+  float fa[kBlock], fb[kBlock];
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  DType d = dtype_of<H>::value;
+  for (int start = 0; start < *len; start += kBlock) {
+    int m = std::min(kBlock, *len - start);
+    convert(a + start, d, fa, DType::F32, m);
+    convert(b + start, d, fb, DType::F32, m);
+    for (int i = 0; i < m; ++i) fb[i] = kMax ? std::max(fa[i], fb[i]) : fa[i] + fb[i];
+    convert(fb, DType::F32, b + start, d, m);
+  }
+}
+
+// The MPI op that reduces bf16/f16 in place without widening the buffer, when
+// that gives the same result as widening to f32 and rounding once: max (exact in
+// any order), and sum over exactly two ranks (one addition, one rounding per
+// element whatever the algorithm). Half the bytes on the wire. MPI_OP_NULL otherwise.
+MPI_Op half_op(DType dtype, ReduceOp op, int ranks) {
+  if (dtype != DType::BF16 && dtype != DType::F16) return MPI_OP_NULL;
+  if (!(op == ReduceOp::Max || (op == ReduceOp::Sum && ranks == 2))) return MPI_OP_NULL;
+  static MPI_Op ops[2][2] = {{MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};
+  int i = dtype == DType::F16, j = op == ReduceOp::Max;
+  if (ops[i][j] == MPI_OP_NULL) {
+    MPI_User_function* fns[2][2] = {{half_reduce<bf16, false>, half_reduce<bf16, true>},
+                                    {half_reduce<f16, false>, half_reduce<f16, true>}};
+    MPI_Op_create(fns[i][j], 1, &ops[i][j]);
+  }
+  return ops[i][j];
+}
+
 // Avg is a sum followed by this division (integers truncate, like torch).
 void divide(void* data, DType dtype, int64_t n, int by) {
   switch (dtype) {
@@ -151,6 +186,10 @@ void MpiProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
   if (size_ == 1) return;
   int64_t n = t.numel();
   int count = to_count(n, "all_reduce");
+  if (MPI_Op half = half_op(t.dtype(), op, size_); half != MPI_OP_NULL) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), count, MPI_UINT16_T, half, comm_), "MPI_Allreduce");
+    return;
+  }
   DType rd = reduce_dtype(t.dtype());
   void* buf = t.raw_data();
   if (rd != t.dtype()) {  // bf16/f16: reduce in f32, round once at the end
@@ -253,7 +292,9 @@ Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp
     std::memcpy(out.raw_data(), full.raw_data(), full.nbytes());
     return out;
   }
-  DType rd = reduce_dtype(full.dtype());
+  MPI_Op half = half_op(full.dtype(), op, size_);
+  DType rd = half != MPI_OP_NULL ? full.dtype() : reduce_dtype(full.dtype());
+  MPI_Op reduce = half != MPI_OP_NULL ? half : mpi_op(op);
   size_t esize = dtype_size(rd);
   int64_t n = full.numel();
   // The send buffer must be [rank][piece] in the reduction dtype; reorder and
@@ -276,9 +317,9 @@ Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp
   void* recv = rd == full.dtype() ? out.raw_data() : scratch_b_.get(out_n * esize);
   MPI_Datatype type = move_type(rd);
   if (even)
-    check_mpi(MPI_Reduce_scatter_block(send, recv, counts_[0], type, mpi_op(op), comm_), "MPI_Reduce_scatter_block");
+    check_mpi(MPI_Reduce_scatter_block(send, recv, counts_[0], type, reduce, comm_), "MPI_Reduce_scatter_block");
   else
-    check_mpi(MPI_Reduce_scatter(send, recv, counts_.data(), type, mpi_op(op), comm_), "MPI_Reduce_scatter");
+    check_mpi(MPI_Reduce_scatter(send, recv, counts_.data(), type, reduce, comm_), "MPI_Reduce_scatter");
   if (op == ReduceOp::Avg) divide(recv, rd, out_n, size_);
   if (rd != full.dtype()) convert(recv, rd, out.raw_data(), full.dtype(), out_n);
   return out;
