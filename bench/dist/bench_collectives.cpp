@@ -2,7 +2,8 @@
 //   tprun --nproc-per-node 2 build/bench/dist/bench_collectives [--reps 15]
 // For each op and size (bytes of the full tensor: the all-reduce buffer, the
 // all-gather output, the reduce-scatter input) both variants run alternately,
-// `reps` timed rounds each; rank 0 prints the medians and tp / MPI.
+// call by call, `reps` rounds; rank 0 prints the median call time of each and
+// their ratio (and the ratio of the fastest calls).
 #include <mpi.h>
 
 #include <algorithm>
@@ -25,14 +26,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Seconds per call of `fn`, one sample per round (rank 0's clock; calls are collective).
-double time_round(const std::function<void()>& fn, int iters, MPI_Comm comm) {
-  MPI_Barrier(comm);
-  auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) fn();
-  auto t1 = Clock::now();
-  return std::chrono::duration<double>(t1 - t0).count() / iters;
-}
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // The bf16 sum a custom MPI_Op would do: widen, add, round (at every step of the algorithm).
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -63,7 +57,7 @@ int main(int argc, char** argv) {
   MPI_Op bf16_op;
   MPI_Op_create(bf16_sum, 1, &bf16_op);
   if (rank == 0)
-    std::printf("%d ranks, %d rounds each; us per call: median (and best) of the rounds\n%-22s %9s %12s %12s %8s %9s\n",
+    std::printf("%d ranks, %d rounds; us per call: median (and best) of all calls\n%-22s %9s %12s %12s %8s %9s\n",
                 w, reps, "op", "size", "raw MPI us", "tp us", "tp/MPI", "best/best");
   std::vector<double> ratios;
   for (size_t bytes : {size_t{4} << 10, size_t{64} << 10, size_t{1} << 20, size_t{8} << 20, size_t{64} << 20}) {
@@ -72,7 +66,7 @@ int main(int argc, char** argv) {
     tp::Tensor full = tp::Tensor::rand({n}, 1, -1.f, 1.f);
     tp::Tensor local = full.narrow(0, 0, n / w).clone();
     tp::Tensor out_full = tp::Tensor::empty({n}), out_local = tp::Tensor::empty({n / w});
-    tp::Tensor full_bf16 = full.to(tp::DType::BF16);
+    tp::Tensor full_bf16 = full.to(tp::DType::BF16), wide = tp::Tensor::empty({n});
     int cn = static_cast<int>(n), cl = static_cast<int>(n / w);
     struct Case {
       const char* name;
@@ -92,6 +86,14 @@ int main(int argc, char** argv) {
         {"all_reduce bf16",
          [&] { MPI_Allreduce(MPI_IN_PLACE, full_bf16.raw_data(), cn, MPI_UINT16_T, bf16_op, comm); },
          [&] { g.all_reduce(full_bf16); }},
+        // The other way to sum bf16 in f32: widen, all-reduce f32 (twice the bytes), round.
+        {"bf16 vs widen-to-f32",
+         [&] {
+           tp::convert(full_bf16.raw_data(), tp::DType::BF16, wide.raw_data(), tp::DType::F32, n);
+           MPI_Allreduce(MPI_IN_PLACE, wide.raw_data(), cn, MPI_FLOAT, MPI_SUM, comm);
+           tp::convert(wide.raw_data(), tp::DType::F32, full_bf16.raw_data(), tp::DType::BF16, n);
+         },
+         [&] { g.all_reduce(full_bf16); }},
         // Not a pair of equals: the cost of gathering along the last dim (reorder) vs dim 0.
         {"all_gather f32 dim -1",
          [&] { MPI_Allgather(local.raw_data(), cl, MPI_FLOAT, out_full.raw_data(), cl, MPI_FLOAT, comm); },
@@ -101,9 +103,19 @@ int main(int argc, char** argv) {
       std::vector<double> raw, ours;
       c.raw();  // warm-up: pages, caches, scratch buffers
       c.ours();
+      // Calls alternate one by one, each timed on its own, so that load from
+      // other processes (this machine is shared) hits both sides alike.
       for (int r = 0; r < reps; ++r) {
-        raw.push_back(time_round(c.raw, iters, comm));
-        ours.push_back(time_round(c.ours, iters, comm));
+        MPI_Barrier(comm);
+        for (int i = 0; i < iters; ++i) {
+          auto t0 = Clock::now();
+          c.raw();
+          auto t1 = Clock::now();
+          c.ours();
+          auto t2 = Clock::now();
+          raw.push_back(seconds(t0, t1));
+          ours.push_back(seconds(t1, t2));
+        }
       }
       double a = median(raw) * 1e6, b = median(ours) * 1e6;
       double best = *std::min_element(ours.begin(), ours.end()) / *std::min_element(raw.begin(), raw.end());
