@@ -67,28 +67,27 @@ Tensor gather_from_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   return out;
 }
 
-Tensor scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
-  int64_t d = normalize_dim(dim, x.dim());
-  int64_t n = x.shape()[d];
-  ChunkSpan span = chunk_span(n, g.size(), g.rank());
-  Tensor out = x.narrow(d, span.offset, span.size).clone();
-  if (autograd::needs_grad({x}))
-    autograd::record("scatter_to_region", {x}, {out}, [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+// Records `out` (this rank's chunk of x along d) with the backward both
+// scatters share: all-gather the chunks' gradients back to x's shape.
+static Tensor with_gather_backward(const char* name, const Tensor& x, Tensor out, int64_t d, ProcessGroup& g) {
+  if (autograd::needs_grad({x})) {
+    int64_t n = x.shape()[d];
+    autograd::record(name, {x}, {out}, [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
       return {gather_chunks(grads[0], d, n, g)};
     });
+  }
   return out;
+}
+
+Tensor scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
+  int64_t d = normalize_dim(dim, x.dim());
+  ChunkSpan span = chunk_span(x.shape()[d], g.size(), g.rank());
+  return with_gather_backward("scatter_to_region", x, x.narrow(d, span.offset, span.size).clone(), d, g);
 }
 
 Tensor reduce_scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   int64_t d = normalize_dim(dim, x.dim());
-  int64_t n = x.shape()[d];
-  Tensor out = g.reduce_scatter(x, d, ReduceOp::Sum);
-  if (autograd::needs_grad({x}))
-    autograd::record("reduce_scatter_to_region", {x}, {out},
-                     [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-                       return {gather_chunks(grads[0], d, n, g)};
-                     });
-  return out;
+  return with_gather_backward("reduce_scatter_to_region", x, g.reduce_scatter(x, d, ReduceOp::Sum), d, g);
 }
 
 Tensor all_gather_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
