@@ -11,7 +11,7 @@ namespace {
 using testing::expect_close;
 using testing::rank_input;
 
-const DType kDtypes[] = {DType::F32, DType::BF16, DType::I32, DType::I64};
+const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max};
 
 double tolerance(DType d) { return d == DType::F32 ? 1e-5 : 0; }

@@ -1,12 +1,11 @@
 // `tp`: one executable, one subcommand per file (cmd_*.cpp).
 // Exit codes: 0 ok, 1 runtime error, 2 usage error.
-#include <mpi.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 
 #include "tp/cli/command.h"
+#include "tp/dist/process_group.h"
 #include "tp/tensor/error.h"
 
 namespace tp::cli {
@@ -28,17 +27,7 @@ namespace {
 
 // Prints the error once per failing rank and takes the whole job down: other
 // ranks may be blocked in a collective waiting for this one.
-[[noreturn]] void die(const std::string& message, int code) {
-  std::fprintf(stderr, "[rank %d] error: %s\n", tp::cli::launcher_rank(), message.c_str());
-  std::fflush(stderr);
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  int size = 1;
-  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
-  std::exit(code);
-}
+[[noreturn]] void die(const std::string& message, int code) { tp::dist::abort_job(message, code); }
 
 }  // namespace
 

@@ -19,10 +19,17 @@ bool follows_chunk_rule(const std::vector<int64_t>& sizes) {
   return true;
 }
 
-int64_t offset_of(const std::vector<int64_t>& sizes, int rank) {
-  int64_t offset = 0;
-  for (int r = 0; r < rank; ++r) offset += sizes[r];
-  return offset;
+// All-gather along d that also reports where this rank's piece landed.
+struct Gathered {
+  Tensor out;
+  std::vector<int64_t> sizes;
+  int64_t offset = 0;  // of this rank's piece along d
+};
+Gathered gather_uneven(const Tensor& x, int64_t d, ProcessGroup& g) {
+  Gathered r;
+  r.out = g.all_gather_uneven(x, d, &r.sizes);
+  for (int q = 0; q < g.rank(); ++q) r.offset += r.sizes[q];
+  return r;
 }
 
 }  // namespace
@@ -49,10 +56,9 @@ Tensor reduce_from_region(const Tensor& x, ProcessGroup& g) {
 
 Tensor gather_from_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   int64_t d = normalize_dim(dim, x.dim());
-  std::vector<int64_t> sizes;
-  Tensor out = g.all_gather_uneven(x, d, &sizes);
+  auto [out, sizes, offset] = gather_uneven(x, d, g);
   if (autograd::needs_grad({x})) {
-    int64_t offset = offset_of(sizes, g.rank()), len = x.shape()[d];
+    int64_t len = x.shape()[d];
     autograd::record("gather_from_region", {x}, {out},
                      [d, offset, len](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
                        return {grads[0].narrow(d, offset, len).clone()};
@@ -61,36 +67,34 @@ Tensor gather_from_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   return out;
 }
 
-Tensor scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
-  int64_t d = normalize_dim(dim, x.dim());
-  int64_t n = x.shape()[d];
-  ChunkSpan span = chunk_span(n, g.size(), g.rank());
-  Tensor out = x.narrow(d, span.offset, span.size).clone();
-  if (autograd::needs_grad({x}))
-    autograd::record("scatter_to_region", {x}, {out}, [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+// Records `out` (this rank's chunk of x along d) with the backward both
+// scatters share: all-gather the chunks' gradients back to x's shape.
+static Tensor with_gather_backward(const char* name, const Tensor& x, Tensor out, int64_t d, ProcessGroup& g) {
+  if (autograd::needs_grad({x})) {
+    int64_t n = x.shape()[d];
+    autograd::record(name, {x}, {out}, [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
       return {gather_chunks(grads[0], d, n, g)};
     });
+  }
   return out;
+}
+
+Tensor scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
+  int64_t d = normalize_dim(dim, x.dim());
+  ChunkSpan span = chunk_span(x.shape()[d], g.size(), g.rank());
+  return with_gather_backward("scatter_to_region", x, x.narrow(d, span.offset, span.size).clone(), d, g);
 }
 
 Tensor reduce_scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   int64_t d = normalize_dim(dim, x.dim());
-  int64_t n = x.shape()[d];
-  Tensor out = g.reduce_scatter(x, d, ReduceOp::Sum);
-  if (autograd::needs_grad({x}))
-    autograd::record("reduce_scatter_to_region", {x}, {out},
-                     [d, n, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-                       return {gather_chunks(grads[0], d, n, g)};
-                     });
-  return out;
+  return with_gather_backward("reduce_scatter_to_region", x, g.reduce_scatter(x, d, ReduceOp::Sum), d, g);
 }
 
 Tensor all_gather_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   int64_t d = normalize_dim(dim, x.dim());
-  std::vector<int64_t> sizes;
-  Tensor out = g.all_gather_uneven(x, d, &sizes);
+  auto [out, sizes, offset] = gather_uneven(x, d, g);
   if (autograd::needs_grad({x})) {
-    int64_t offset = offset_of(sizes, g.rank()), len = x.shape()[d];
+    int64_t len = x.shape()[d];
     bool chunked = follows_chunk_rule(sizes);
     autograd::record("all_gather_to_region", {x}, {out},
                      [d, offset, len, chunked, &g](const std::vector<Tensor>& grads) -> std::vector<Tensor> {

@@ -2,7 +2,9 @@
 // Differentiable collectives on plain local tensors (Megatron-style regions),
 // for the tensor-parallel styles' fast path. Each op records one autograd entry
 // when its input needs a gradient; a group of size 1 runs the same code.
-// Pieces along `dim` follow torch.chunk's rule (tp::chunk_span).
+// Pieces along `dim` follow torch.chunk's rule (tp::chunk_span). The backward
+// closures keep a reference to `g`: the group (e.g. its DeviceMesh) must outlive
+// the backward pass.
 #include "tp/dist/process_group.h"
 
 namespace tp::dist {

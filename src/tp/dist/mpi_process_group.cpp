@@ -1,7 +1,9 @@
 #include "tp/dist/mpi_process_group.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
+#include <type_traits>
 
 #include "tp/tensor/convert.h"
 
@@ -50,6 +52,48 @@ DType reduce_dtype(DType dtype) { return dtype == DType::BF16 || dtype == DType:
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
+// A reduction of 16-bit floats computed in f32, element blocks widened with the
+// vectorized converters.
+template <class H, bool kMax>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  if constexpr (std::is_same_v<H, bf16>) {  // one fused pass: bf16 <-> f32 is a shift and a rounding add
+    for (int i = 0; i < *len; ++i) {
+      float x = to_f32(a[i]), y = to_f32(b[i]);
+      b[i] = to_bf16(kMax ? std::max(x, y) : x + y);
+    }
+    return;
+  }
+  constexpr int kBlock = 1024;
+  float fa[kBlock], fb[kBlock];
+  DType d = dtype_of<H>::value;
+  for (int start = 0; start < *len; start += kBlock) {
+    int m = std::min(kBlock, *len - start);
+    convert(a + start, d, fa, DType::F32, m);
+    convert(b + start, d, fb, DType::F32, m);
+    for (int i = 0; i < m; ++i) fb[i] = kMax ? std::max(fa[i], fb[i]) : fa[i] + fb[i];
+    convert(fb, DType::F32, b + start, d, m);
+  }
+}
+
+// The MPI op that reduces bf16/f16 in place without widening the buffer, when
+// that gives the same result as widening to f32 and rounding once: max (exact in
+// any order), and sum over exactly two ranks (one addition, one rounding per
+// element whatever the algorithm). Half the bytes on the wire. MPI_OP_NULL otherwise.
+MPI_Op half_op(DType dtype, ReduceOp op, int ranks) {
+  if (dtype != DType::BF16 && dtype != DType::F16) return MPI_OP_NULL;
+  if (!(op == ReduceOp::Max || (op == ReduceOp::Sum && ranks == 2))) return MPI_OP_NULL;
+  static MPI_Op ops[2][2] = {{MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};
+  int i = dtype == DType::F16, j = op == ReduceOp::Max;
+  if (ops[i][j] == MPI_OP_NULL) {
+    MPI_User_function* fns[2][2] = {{half_reduce<bf16, false>, half_reduce<bf16, true>},
+                                    {half_reduce<f16, false>, half_reduce<f16, true>}};
+    MPI_Op_create(fns[i][j], 1, &ops[i][j]);
+  }
+  return ops[i][j];
+}
+
 // Avg is a sum followed by this division (integers truncate, like torch).
 void divide(void* data, DType dtype, int64_t n, int by) {
   switch (dtype) {
@@ -97,6 +141,19 @@ void interleave(char* dst, const char* src, int64_t outer, const std::vector<int
   }
 }
 
+// MPI counts and displacements (in elements) of pieces [outer, n_r, inner], one per rank.
+void fill_counts(std::vector<int>& counts, std::vector<int>& displs, int64_t outer, const std::vector<int64_t>& ns,
+                 int64_t inner, const char* what) {
+  counts.resize(ns.size());
+  displs.resize(ns.size());
+  int64_t offset = 0;
+  for (size_t r = 0; r < ns.size(); ++r) {
+    counts[r] = to_count(outer * ns[r] * inner, what);
+    displs[r] = to_count(offset, what);
+    offset += counts[r];
+  }
+}
+
 void check_dtype_supported(const Tensor& t, const char* what) {
   TP_CHECK(t.defined(), "{}: the tensor is undefined", what);
 }
@@ -137,6 +194,10 @@ void MpiProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
   if (size_ == 1) return;
   int64_t n = t.numel();
   int count = to_count(n, "all_reduce");
+  if (MPI_Op half = half_op(t.dtype(), op, size_); half != MPI_OP_NULL) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), count, MPI_UINT16_T, half, comm_), "MPI_Allreduce");
+    return;
+  }
   DType rd = reduce_dtype(t.dtype());
   void* buf = t.raw_data();
   if (rd != t.dtype()) {  // bf16/f16: reduce in f32, round once at the end
@@ -214,14 +275,7 @@ Tensor MpiProcessGroup::all_gather_uneven(const Tensor& local, int64_t dim, std:
   if (sizes) *sizes = ns;
   Tensor out = Tensor::empty(out_shape, local.dtype());
   Split3 s = split3(local.shape(), d);
-  counts_.resize(size_);
-  displs_.resize(size_);
-  int64_t offset = 0;
-  for (int r = 0; r < size_; ++r) {
-    counts_[r] = to_count(s.outer * ns[r] * s.inner, "all_gather_uneven");
-    displs_[r] = to_count(offset, "all_gather_uneven");
-    offset += counts_[r];
-  }
+  fill_counts(counts_, displs_, s.outer, ns, s.inner, "all_gather_uneven");
   MPI_Datatype type = move_type(local.dtype());
   void* parts = s.outer == 1 ? out.raw_data() : scratch_a_.get(out.nbytes());
   check_mpi(MPI_Allgatherv(local.raw_data(), counts_[rank_], type, parts, counts_.data(), displs_.data(), type,
@@ -246,7 +300,9 @@ Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp
     std::memcpy(out.raw_data(), full.raw_data(), full.nbytes());
     return out;
   }
-  DType rd = reduce_dtype(full.dtype());
+  MPI_Op half = half_op(full.dtype(), op, size_);
+  DType rd = half != MPI_OP_NULL ? full.dtype() : reduce_dtype(full.dtype());
+  MPI_Op reduce = half != MPI_OP_NULL ? half : mpi_op(op);
   size_t esize = dtype_size(rd);
   int64_t n = full.numel();
   // The send buffer must be [rank][piece] in the reduction dtype; reorder and
@@ -263,19 +319,15 @@ Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp
     convert(send, full.dtype(), wide, rd, n);
     send = wide;
   }
-  counts_.resize(size_);
-  bool even = true;
-  for (int r = 0; r < size_; ++r) {
-    counts_[r] = to_count(s.outer * ns[r] * s.inner, "reduce_scatter");
-    even = even && counts_[r] == counts_[0];
-  }
+  fill_counts(counts_, displs_, s.outer, ns, s.inner, "reduce_scatter");
+  bool even = std::all_of(counts_.begin(), counts_.end(), [&](int c) { return c == counts_[0]; });
   int64_t out_n = out.numel();
   void* recv = rd == full.dtype() ? out.raw_data() : scratch_b_.get(out_n * esize);
   MPI_Datatype type = move_type(rd);
   if (even)
-    check_mpi(MPI_Reduce_scatter_block(send, recv, counts_[0], type, mpi_op(op), comm_), "MPI_Reduce_scatter_block");
+    check_mpi(MPI_Reduce_scatter_block(send, recv, counts_[0], type, reduce, comm_), "MPI_Reduce_scatter_block");
   else
-    check_mpi(MPI_Reduce_scatter(send, recv, counts_.data(), type, mpi_op(op), comm_), "MPI_Reduce_scatter");
+    check_mpi(MPI_Reduce_scatter(send, recv, counts_.data(), type, reduce, comm_), "MPI_Reduce_scatter");
   if (op == ReduceOp::Avg) divide(recv, rd, out_n, size_);
   if (rd != full.dtype()) convert(recv, rd, out.raw_data(), full.dtype(), out_n);
   return out;
@@ -302,14 +354,7 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
   Split3 s = split3(input.shape(), sd);
   std::vector<int64_t> send_ns(size_);
   for (int j = 0; j < size_; ++j) send_ns[j] = chunk_span(s.n, size_, j).size;
-  counts_.resize(size_);
-  displs_.resize(size_);
-  int64_t offset = 0;
-  for (int j = 0; j < size_; ++j) {
-    counts_[j] = to_count(s.outer * send_ns[j] * s.inner, "all_to_all");
-    displs_[j] = to_count(offset, "all_to_all");
-    offset += counts_[j];
-  }
+  fill_counts(counts_, displs_, s.outer, send_ns, s.inner, "all_to_all");
   const void* send = input.raw_data();
   if (s.outer != 1) {
     void* packed = scratch_a_.get(input.nbytes());
@@ -335,14 +380,7 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
   }
   Tensor out = Tensor::empty(out_shape, input.dtype());
   Split3 c = split3(out_shape, cd);
-  counts2_.resize(size_);
-  displs2_.resize(size_);
-  offset = 0;
-  for (int i = 0; i < size_; ++i) {
-    counts2_[i] = to_count(c.outer * recv_ns[i] * c.inner, "all_to_all");
-    displs2_[i] = to_count(offset, "all_to_all");
-    offset += counts2_[i];
-  }
+  fill_counts(counts2_, displs2_, c.outer, recv_ns, c.inner, "all_to_all");
   void* recv = c.outer == 1 ? out.raw_data() : scratch_b_.get(out.nbytes());
   check_mpi(MPI_Alltoallv(send, counts_.data(), displs_.data(), type, recv, counts2_.data(), displs2_.data(), type,
                           comm_),

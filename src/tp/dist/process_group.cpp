@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -36,9 +38,12 @@ void export_rank_env(int rank, int size) {
   set("LOCAL_WORLD_SIZE", local_size ? local_size : std::to_string(size));
 }
 
-// A clean exit finalizes MPI. A failing exit (any rank returning non-zero from
-// main, or calling exit(n)) aborts the whole job: MPI_Finalize would wait for
-// peers that may be blocked in a collective for this rank forever.
+// A failing exit (any rank returning non-zero from main, or calling exit(n))
+// aborts the whole job: MPI_Finalize would wait for peers that may be blocked in
+// a collective for this rank forever. A clean exit waits for every rank to exit
+// too (at most TP_EXIT_WAIT_S seconds, default 300: a rank that returned while
+// the others still wait in a collective it skipped must not hang the job), then
+// finalizes.
 void finish_at_exit(int status, void*) {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -46,6 +51,22 @@ void finish_at_exit(int status, void*) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (status != 0 && size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  if (size > 1) {
+    double limit = 300;
+    if (const char* v = env("TP_EXIT_WAIT_S")) limit = std::atof(v);
+    MPI_Request request;
+    MPI_Ibarrier(MPI_COMM_WORLD, &request);
+    int done = 0;
+    double start = MPI_Wtime();
+    while (!done) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (!done && MPI_Wtime() - start > limit)
+        abort_job(fmt::format("this rank exited normally but other ranks did not exit within {} s (are they waiting "
+                              "in a collective this rank skipped?)",
+                              limit));
+      if (!done) usleep(200);
+    }
+  }
   MPI_Finalize();
 }
 
@@ -109,8 +130,9 @@ void abort_job(const std::string& message, int code) {
   MPI_Finalized(&finalized);
   int size = 1;
   if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::fflush(nullptr);
   if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
+  std::_Exit(code);  // no exit handlers: they could wait on peers
 }
 
 }  // namespace tp::dist

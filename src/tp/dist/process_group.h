@@ -8,7 +8,10 @@
 //     rank r owns chunk_span(n, size, r) and trailing ranks may own nothing;
 //   - every rank calls the same collectives in the same order with matching
 //     dtypes (a mismatch is reported as a tp::Error where it can be detected);
-//   - size 1 runs the same code and returns copies (no communication).
+//   - size 1 runs the same code and returns copies (no communication);
+//   - a group is used from one thread at a time (it owns reusable scratch
+//     buffers); outputs come from the Storage cache, so a steady-state loop of
+//     collectives does not allocate.
 #include <cstdint>
 #include <memory>
 #include <string>

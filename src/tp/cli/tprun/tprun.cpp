@@ -1,0 +1,80 @@
+// tprun: a torchrun-like launcher on top of OpenMPI's mpirun (see tp/dist/launch.h).
+//   tprun --nproc-per-node N [...] PROGRAM ARGS...   -> exec mpirun ... tprun --exec-rank PROGRAM ARGS...
+//   tprun --exec-rank PROGRAM ARGS...                 -> (in each rank) export RANK etc., exec PROGRAM
+// Both steps exec, so the job's exit code is tprun's.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "tp/dist/launch.h"
+#include "tp/tensor/error.h"
+
+extern char** environ;
+
+namespace {
+
+int cpu_count() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+[[noreturn]] void exec(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "tprun: error: cannot run '%s': %s\n", args[0], std::strerror(errno));
+  std::exit(127);
+}
+
+std::map<std::string, std::string> environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::printf("%s", tp::dist::launch_usage().c_str());
+    return args.empty() ? 2 : 0;
+  }
+  try {
+    if (!args.empty() && args[0] == "--exec-rank") {
+      for (const auto& [name, value] : tp::dist::rank_environment(environment())) setenv(name.c_str(), value.c_str(), 1);
+      TP_CHECK(args.size() > 1, "tprun --exec-rank: no PROGRAM given");
+      exec({args.begin() + 1, args.end()});
+    }
+    tp::dist::LaunchOptions options = tp::dist::parse_launch_args(args);
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    const char* mpirun = std::getenv("TP_MPIRUN");
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    tp::dist::LaunchPlan plan = tp::dist::plan_launch(options, mpirun ? mpirun : "mpirun", self, cpu_count(),
+                                                      geteuid() == 0, omp ? omp : "");
+    if (!plan.note.empty()) {
+      std::printf("%s\n", plan.note.c_str());
+      return 0;
+    }
+    for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
+    exec(plan.argv);
+  } catch (const tp::UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tprun: error: %s\n", e.what());
+    return 1;
+  }
+}
