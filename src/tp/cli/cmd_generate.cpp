@@ -76,6 +76,7 @@ int run_generate(const GenerateFlags& f) {
   if (stream) {
     if (streamer) std::fputs(streamer->flush().c_str(), stdout);
     std::fputs("\n", stdout);
+    std::fflush(stdout);
   }
   double prefill_tps = result.prefill_seconds > 0 ? result.prefill_tokens / result.prefill_seconds : 0;
   double decode_tps = result.decode_seconds > 0 ? result.decode_tokens / result.decode_seconds : 0;
