@@ -17,6 +17,13 @@ namespace {
 using dnnl::memory;
 using detail::GemmSpec;
 
+// Product of all but the last dim (works for K = 0 too).
+int64_t rows_of(const Tensor& x) {
+  int64_t m = 1;
+  for (int64_t i = 0; i + 1 < x.dim(); ++i) m *= x.size(i);
+  return m;
+}
+
 // Checks x [..., K] against w [N, K] (and b [N]); returns the row count M.
 int64_t check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
   TP_CHECK(x.defined() && w.defined(), "linear: input and weight must be defined");
@@ -33,7 +40,7 @@ int64_t check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
              shape_str(b.shape()), shape_str(w.shape()));
     TP_CHECK(is_floating(b.dtype()), "linear: bias must be floating point, got {}", dtype_name(b.dtype()));
   }
-  return x.numel() / w.size(1);
+  return rows_of(x);
 }
 
 Shape linear_out_shape(const Tensor& x, int64_t n) {
@@ -44,7 +51,7 @@ Shape linear_out_shape(const Tensor& x, int64_t n) {
 
 // dx [M, K] = dy [M, N] · w [N, K];  dw [N, K] = dy^T · x;  db [N] = column sums of dy.
 std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& b) {
-  int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+  int64_t n = w.size(0), k = w.size(1), m = rows_of(x);
   Tensor dx, dw, db;
   if (x.requires_grad()) {
     dx = Tensor::empty(x.shape());
@@ -103,7 +110,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            dtype_name(b.dtype()));
   TP_CHECK(b.dtype() == DType::F32 || b.dtype() == DType::BF16, "matmul: b must be f32 or bf16, got {}",
            dtype_name(b.dtype()));
-  int64_t k = b.size(0), n = b.size(1), m = a.numel() / k;
+  int64_t k = b.size(0), n = b.size(1), m = rows_of(a);
   Tensor y = Tensor::empty(linear_out_shape(a, n));
   detail::gemm({m, n, k, false, false, DType::F32, b.dtype()}, a.raw_data(), b.raw_data(), nullptr,
                y.data<float>());
