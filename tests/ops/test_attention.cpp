@@ -5,6 +5,7 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/ops/attention.h"
+#include "tp/ops/vec.h"
 
 using namespace tp;
 using namespace tp::test;
@@ -138,4 +139,21 @@ TEST(KVCache, DecodeAllocatesNoCacheMemory) {
                               Tensor::randn({1, 1, 1, 4}, 20 + i));
   EXPECT_EQ(cache.keys().raw_data(), keys);
   EXPECT_EQ(cache.lengths()[0], 8);
+}
+
+TEST(VecKernels, BothIsaPathsMatchNaive) {
+  for (const auto& k : {ops::detail::vec_kernels(), ops::detail::vec_kernels_avx2()}) {
+    for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 128, 130}) {
+      std::vector<float> a = Tensor::randn({n}, 1).to_vector(), b = Tensor::randn({n}, 2).to_vector();
+      std::vector<float> y = b, want = b;
+      double dot = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        dot += static_cast<double>(a[i]) * b[i];
+        want[i] += 0.5f * a[i];
+      }
+      EXPECT_NEAR(k.dot(a.data(), b.data(), n), dot, 1e-4) << k.isa << " n=" << n;
+      k.axpy(0.5f, a.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], want[i], 1e-6) << k.isa << " n=" << n << " i=" << i;
+    }
+  }
 }

@@ -1,5 +1,6 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
 
 using namespace tp;
@@ -70,6 +71,13 @@ TEST(Linear, PackedRepeatsAndRepack) {
     Tensor x = Tensor::randn({m, 40}, 10 + m);
     EXPECT_TRUE(close(ops::linear(x, p), naive_linear(x, w, Tensor()), 1e-4, 1e-4)) << "m=" << m;
   }
+  EXPECT_EQ(p.packed_copies(), 1u);  // one packed layout serves every row count
+  // Repeated unpacked calls reuse their cached primitive.
+  Tensor x0 = Tensor::randn({9, 40}, 20);
+  ops::linear(x0, w);
+  size_t created = ops::detail::gemm_primitives_created();
+  for (int r = 0; r < 3; ++r) ops::linear(x0, w);
+  EXPECT_EQ(ops::detail::gemm_primitives_created(), created);
   // After an in-place weight update, stale until repack().
   Tensor x = Tensor::randn({3, 40}, 11);
   w.fill(0.5);

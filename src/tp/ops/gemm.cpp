@@ -25,11 +25,12 @@ struct Entry {
   memory::desc a_md, b_md, bias_md, c_md;
 };
 
+std::mutex cache_mutex;
+std::map<Key, Entry> cache;
+
 const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
-  static std::mutex mutex;
-  static std::map<Key, Entry> cache;
   Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.a_dtype, has_bias};
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   memory::data_type dt = dnnl_type(s.a_dtype);
@@ -45,6 +46,11 @@ const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
 }
 
 }  // namespace
+
+size_t gemm_primitives_created() {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return cache.size();
+}
 
 bf16* bf16_scratch(size_t n) {
   thread_local std::vector<bf16> buffer;

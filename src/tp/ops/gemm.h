@@ -23,6 +23,9 @@ struct GemmSpec {
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c);
 
+// Primitives created so far (a repeated call must not add one).
+size_t gemm_primitives_created();
+
 // A per-thread scratch buffer for converting activations to bf16 (grows, never shrinks).
 bf16* bf16_scratch(size_t n);
 

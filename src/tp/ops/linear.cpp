@@ -209,6 +209,12 @@ PackedLinear::PackedLinear(const Tensor& w) : weight_(w), state_(std::make_share
   }
 }
 
+size_t PackedLinear::packed_copies() const {
+  if (!state_) return 0;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->variants.size();
+}
+
 void PackedLinear::repack() {
   if (!state_) return;
   std::lock_guard<std::mutex> lock(state_->mutex);

@@ -29,6 +29,8 @@ class PackedLinear {
   int64_t in_features() const { return weight_.defined() ? weight_.size(1) : 0; }
   int64_t out_features() const { return weight_.defined() ? weight_.size(0) : 0; }
   bool defined() const { return weight_.defined(); }
+  // Packed copies held (1 unless oneDNN asked for another layout for some row count).
+  size_t packed_copies() const;
 
   struct State;  // oneDNN primitives and packed weights, per row count
 
