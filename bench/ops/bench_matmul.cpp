@@ -2,8 +2,8 @@
 // oneDNN (a matmul primitive with pre-packed weights, everything created once) in
 // the same run, f32 and bf16 weights.
 //
-//   OMP_NUM_THREADS=1 ./build/bench/ops/bench_matmul --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   OMP_NUM_THREADS=1 ./build/bench/ops/bench_matmul --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true      (one line)
 //
 // Counters are rates: GFLOP (shown as GFLOP=.../s) for every shape, and for decode
 // (M = 1) GB of weights read per second. The
@@ -17,6 +17,7 @@
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/linear.h"
+#include "tp/tensor/storage.h"
 
 using namespace tp;
 
@@ -65,8 +66,10 @@ void bm_tp_linear(benchmark::State& state, Shape3 s, DType dt) {
 }
 
 // The baseline: what a hand-written oneDNN caller gets, with src already in the
-// weight's dtype (no conversion), weights packed by tag::any + reorder.
-void bm_onednn(benchmark::State& state, Shape3 s, DType dt) {
+// weight's dtype (no conversion), weights packed by tag::any + reorder into memory
+// oneDNN allocates (4 KiB pages) or, with huge_pages, into a huge-page Storage as
+// PackedLinear does (this VM pays heavily for TLB misses when decode streams weights).
+void bm_onednn(benchmark::State& state, Shape3 s, DType dt, bool huge_pages) {
   using dnnl::memory;
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
@@ -78,9 +81,15 @@ void bm_onednn(benchmark::State& state, Shape3 s, DType dt) {
   dnnl::matmul prim(pd);
   std::vector<Tensor> user_ws = make_weights(s, dt);
   std::vector<memory> packed;
+  std::vector<std::shared_ptr<Storage>> buffers;
   for (const Tensor& w : user_ws) {
     memory user(memory::desc({s.k, s.n}, mdt, memory::format_tag::ba), eng, w.raw_data());
-    packed.emplace_back(pd.weights_desc(), eng);
+    if (huge_pages) {
+      buffers.push_back(Storage::allocate(pd.weights_desc().get_size()));
+      packed.emplace_back(pd.weights_desc(), eng, buffers.back()->data());
+    } else {
+      packed.emplace_back(pd.weights_desc(), eng);
+    }
     dnnl::reorder(user, packed.back()).execute(strm, user, packed.back());
   }
   strm.wait();
@@ -110,8 +119,12 @@ int main(int argc, char** argv) {
                                    [s, dt](benchmark::State& st) { bm_tp_linear(st, s, dt); })
           ->UseRealTime();
       benchmark::RegisterBenchmark(("BM_onednn_" + suffix).c_str(),
-                                   [s, dt](benchmark::State& st) { bm_onednn(st, s, dt); })
+                                   [s, dt](benchmark::State& st) { bm_onednn(st, s, dt, false); })
           ->UseRealTime();
+      if (s.m == 1)
+        benchmark::RegisterBenchmark(("BM_onednn_hugepages_" + suffix).c_str(),
+                                     [s, dt](benchmark::State& st) { bm_onednn(st, s, dt, true); })
+            ->UseRealTime();
     }
   }
   benchmark::Initialize(&argc, argv);
