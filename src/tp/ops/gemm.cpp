@@ -1,5 +1,6 @@
 #include "tp/ops/gemm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -52,6 +53,16 @@ size_t gemm_primitives_created() {
   return cache.size();
 }
 
+void to_bf16_parallel(const float* src, bf16* dst, size_t n) {
+  constexpr size_t kBlock = size_t{1} << 16;
+  int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    size_t start = static_cast<size_t>(b) * kBlock;
+    convert_f32_to_bf16(src + start, dst + start, std::min(kBlock, n - start));
+  }
+}
+
 bf16* bf16_scratch(size_t n) {
   thread_local std::vector<bf16> buffer;
   if (buffer.size() < n) buffer.resize(n);
@@ -77,12 +88,12 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
     size_t a_n = static_cast<size_t>(s.m * s.k), b_n = static_cast<size_t>(s.k * s.n);
     if (s.a_dtype == DType::F32) {
       bf16* buf = bf16_scratch(a_n);
-      convert_f32_to_bf16(static_cast<const float*>(a), buf, a_n);
+      to_bf16_parallel(static_cast<const float*>(a), buf, a_n);
       a = buf;
       s.a_dtype = DType::BF16;
     } else {
       b_converted.resize(b_n);
-      convert_f32_to_bf16(static_cast<const float*>(b), b_converted.data(), b_n);
+      to_bf16_parallel(static_cast<const float*>(b), b_converted.data(), b_n);
       b = b_converted.data();
       s.b_dtype = DType::BF16;
     }

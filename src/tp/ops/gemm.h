@@ -26,6 +26,9 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
 // Primitives created so far (a repeated call must not add one).
 size_t gemm_primitives_created();
 
+// f32 -> bf16 split over OpenMP threads when large (activations before a bf16 GEMM).
+void to_bf16_parallel(const float* src, bf16* dst, size_t n);
+
 // A per-thread scratch buffer for converting activations to bf16 (grows, never shrinks).
 bf16* bf16_scratch(size_t n);
 

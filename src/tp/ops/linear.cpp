@@ -8,7 +8,6 @@
 #include "tp/autograd/tape.h"
 #include "tp/ops/dnnl_context.h"
 #include "tp/ops/gemm.h"
-#include "tp/tensor/convert.h"
 
 namespace tp::ops {
 
@@ -245,7 +244,7 @@ void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tens
   const void* src = x.raw_data();
   if (w.weight().dtype() == DType::BF16) {
     bf16* buf = detail::bf16_scratch(static_cast<size_t>(m * k));
-    convert_f32_to_bf16(x.data<float>(), buf, static_cast<size_t>(m * k));
+    detail::to_bf16_parallel(x.data<float>(), buf, static_cast<size_t>(m * k));
     src = buf;
   }
   dnnl::matmul prim;
