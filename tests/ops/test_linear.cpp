@@ -86,6 +86,24 @@ TEST(Linear, PackedRepeatsAndRepack) {
   EXPECT_TRUE(close(ops::linear(x, copy), naive_linear(x, w, Tensor()), 1e-4, 1e-4));
 }
 
+TEST(Linear, PackedWithoutOriginalWeightIsInferenceOnly) {
+  Tensor w = Tensor::randn({12, 20}, 30).to(DType::BF16);
+  ops::PackedLinear p(w, /*keep_weight=*/false);
+  EXPECT_FALSE(p.weight().defined());
+  EXPECT_EQ(p.out_features(), 12);
+  EXPECT_EQ(p.in_features(), 20);
+  for (int64_t m : {1, 3, 200}) {  // other row counts repack from the packed copy if needed
+    Tensor x = Tensor::randn({m, 20}, 31);
+    EXPECT_TRUE(close(ops::linear(x, p), ops::linear(x, w), 1e-5, 1e-5)) << "m=" << m;
+  }
+  expect_error([&] { p.repack(); }, {"[12, 20]", "released"});
+  expect_error([&] { ops::linear(param({2, 20}, 32), p); }, {"[12, 20]", "NoGradGuard"});
+  {
+    autograd::NoGradGuard no_grad;
+    EXPECT_EQ(ops::linear(param({2, 20}, 33), p).shape(), (Shape{2, 12}));
+  }
+}
+
 TEST(Linear, LinearIntoWritesPreallocated) {
   Tensor w = Tensor::randn({16, 32}, 12).to(DType::BF16), b = Tensor::randn({16}, 13);
   ops::PackedLinear p(w);
