@@ -127,3 +127,12 @@ TEST(Embedding, BackwardScatterAddsAndSkipsOtherShards) {
   auto fn = [ids](const std::vector<Tensor>& in) { return ops::embedding(ids, in[0], 5); };
   TP_EXPECT_GRADCHECK(fn, {param({3, 2}, 2)});
 }
+
+TEST(Rope, EmptyBatchAndSingleToken) {
+  std::vector<float> inv = ops::rope_inv_freq(4, 10000.0);
+  EXPECT_EQ(ops::apply_rope(Tensor::zeros({0, 3, 2, 4}), Tensor::zeros({0, 3}, DType::I64), inv).shape(),
+            (Shape{0, 3, 2, 4}));
+  // Position 0 is the identity.
+  Tensor x = Tensor::randn({1, 1, 2, 4}, 1);
+  EXPECT_TRUE(equal(ops::apply_rope(x, Tensor::zeros({1, 1}, DType::I64), inv), x));
+}

@@ -153,3 +153,21 @@ TEST(Softmax, MatchesNaiveOnEveryDim) {
   auto fn = [](const std::vector<Tensor>& in) { return ops::softmax(in[0], 1); };
   TP_EXPECT_GRADCHECK(fn, {param({2, 4, 3}, 2)});
 }
+
+TEST(EmptyAndSingleRow, EveryPointwiseOpAcceptsThem) {
+  Tensor e = Tensor::zeros({0, 5});
+  EXPECT_EQ(ops::softmax(e).shape(), (Shape{0, 5}));
+  EXPECT_EQ(ops::gelu(e).shape(), (Shape{0, 5}));
+  EXPECT_EQ(ops::swiglu(e, e).shape(), (Shape{0, 5}));
+  EXPECT_EQ(ops::mul(e, Tensor::zeros({5})).shape(), (Shape{0, 5}));
+  EXPECT_EQ(ops::scale(e, 2.0).shape(), (Shape{0, 5}));
+  EXPECT_EQ(ops::cat({e, Tensor::zeros({2, 5})}, 0).shape(), (Shape{2, 5}));
+  EXPECT_EQ(ops::narrow(Tensor::zeros({3, 4}), 1, 2, 0).shape(), (Shape{3, 0}));
+  EXPECT_EQ(ops::transpose(e, 0, 1).shape(), (Shape{5, 0}));
+  // One element: softmax is 1 and its gradient is 0.
+  Tensor one = param({1, 1}, 1);
+  Tensor y = ops::softmax(one);
+  EXPECT_EQ(y.item(), 1.0);
+  autograd::backward(y);
+  EXPECT_EQ(one.grad().item(), 0.0);
+}
