@@ -72,6 +72,19 @@ TEST(Attention, MatchesNaiveWithGqaOffsetsAndLengths) {
             (Shape{0, 2, 2, 4}));
 }
 
+TEST(Attention, LongQueriesTakeTheGemmPathAndMatchNaive) {
+  // 70 query rows: two blocks of the GEMM prefill path, GQA 4:2, lengths and offsets.
+  Tensor q = Tensor::randn({2, 70, 4, 8}, 11), k = Tensor::randn({2, 80, 2, 8}, 12), v = Tensor::randn({2, 80, 2, 8}, 13);
+  std::vector<ops::AttentionOptions> cases(3);
+  cases[1].kv_lens = {80, 33};
+  cases[1].q_offsets = {10, -5};  // sequence 1: the first rows see nothing
+  cases[2].causal = false;
+  cases[2].kv_lens = {17, 80};
+  for (size_t c = 0; c < cases.size(); ++c)
+    EXPECT_TRUE(close(ops::attention(q, k, v, cases[c]), naive_attention(q, k, v, cases[c]), 1e-5, 1e-4))
+        << "case " << c;
+}
+
 TEST(Attention, Gradcheck) {
   ops::AttentionOptions opt;
   opt.kv_lens = {4, 3};
@@ -92,10 +105,11 @@ TEST(Attention, MismatchErrorsNameShapes) {
 }
 
 TEST(KVCache, PrefillThenDecodeEqualsFullAttention) {
-  const int64_t b = 2, t = 7, hq = 4, hkv = 2, d = 8, prefill = 3;
+  // Prefill of 20 takes the GEMM path, decode the row kernels: both must agree.
+  const int64_t b = 2, t = 24, hq = 4, hkv = 2, d = 8, prefill = 20;
   Tensor q = Tensor::randn({b, t, hq, d}, 1), k = Tensor::randn({b, t, hkv, d}, 2), v = Tensor::randn({b, t, hkv, d}, 3);
   Tensor full = ops::attention(q, k, v);
-  ops::KVCache cache(b, 16, hkv, d);
+  ops::KVCache cache(b, 32, hkv, d);
   std::vector<Tensor> pieces;
   pieces.push_back(ops::attention_with_cache(q.narrow(1, 0, prefill), cache, k.narrow(1, 0, prefill),
                                              v.narrow(1, 0, prefill)));

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
 #include "tp/ops/vec.h"
 
@@ -78,7 +79,57 @@ void group_probabilities(const Geometry& g, const float* q, const float* k, int6
   }
 }
 
+// Prefill: per (sequence, query head, block of query rows) two GEMMs through oneDNN,
+//   S [rows, n] = Q_h [rows, D] · K_kh [n, D]^T      (n = keys visible to the block's last row)
+//   O_h [rows, D] = P [rows, n] · V_kh [n, D]
+// with the causal/length mask and softmax applied to S in between. Q, K, V and O
+// are read and written in place through row strides (Hq*D, Hkv*D).
+constexpr int64_t kQueryBlock = 64;
+
+void attention_forward_gemm(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+  int64_t blocks = (g.tq + kQueryBlock - 1) / kQueryBlock;
+#pragma omp parallel
+  {
+    std::vector<float> p(static_cast<size_t>(kQueryBlock * g.tk));
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t s = 0; s < g.b; ++s) {
+      for (int64_t h = 0; h < g.hq; ++h) {
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, g.tq - i0), kh = h / g.group;
+          int64_t n = 0;
+          for (int64_t i = i0; i < i0 + rows; ++i) n = std::max(n, g.visible(s, i));
+          float* o = out + ((s * g.tq + i0) * g.hq + h) * g.d;
+          if (n == 0) {
+            for (int64_t i = 0; i < rows; ++i) std::memset(o + i * g.hq * g.d, 0, sizeof(float) * g.d);
+            continue;
+          }
+          const float* kb = k + g.kv_index(s, 0, kh);
+          const float* vb = v + g.kv_index(s, 0, kh);
+          detail::gemm({rows, n, g.d, false, true, DType::F32, DType::F32, g.hq * g.d, g.hkv * g.d, n},
+                       g.q_row(q, s, i0, h), kb, nullptr, p.data());
+          for (int64_t i = 0; i < rows; ++i) {
+            float* pr = p.data() + i * n;
+            int64_t vis = g.visible(s, i0 + i);
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < vis; ++j) mx = std::max(mx, pr[j] * g.scale);
+            float total = 0;
+            for (int64_t j = 0; j < vis; ++j) total += (pr[j] = std::exp(pr[j] * g.scale - mx));
+            float inv = vis > 0 ? 1.f / total : 0.f;
+            for (int64_t j = 0; j < vis; ++j) pr[j] *= inv;
+            for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
+          }
+          detail::gemm({rows, g.d, n, false, false, DType::F32, DType::F32, n, g.hkv * g.d, g.hq * g.d}, p.data(),
+                       vb, nullptr, o);
+        }
+      }
+    }
+  }
+}
+
 void attention_forward(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+  // Many query rows: GEMMs win. Few (decode): the row kernels below, which read
+  // each key once per group and create no oneDNN primitive per new length.
+  if (g.tq >= 16 && g.d > 0) return attention_forward_gemm(g, q, k, v, out);
 #pragma omp parallel
   {
     std::vector<float> p(static_cast<size_t>(g.group * g.tk));

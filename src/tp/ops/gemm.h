@@ -19,6 +19,8 @@ struct GemmSpec {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   DType a_dtype = DType::F32, b_dtype = DType::F32;
+  // Row strides in elements of A, B and C as stored; 0 means dense (the stored row length).
+  int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c);
