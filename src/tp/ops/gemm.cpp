@@ -11,6 +11,7 @@
 #include "tp/ops/dnnl_context.h"
 #include "tp/tensor/convert.h"
 #include "tp/tensor/error.h"
+#include "tp/tensor/storage.h"
 
 namespace tp::ops::detail {
 
@@ -68,9 +69,10 @@ void to_bf16_parallel(const float* src, bf16* dst, size_t n) {
 }
 
 bf16* bf16_scratch(size_t n) {
-  thread_local std::vector<bf16> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
+  // Storage rather than std::vector: 64-byte aligned rows for the GEMM's loads.
+  thread_local std::shared_ptr<Storage> buffer;
+  if (!buffer || buffer->bytes() < n * sizeof(bf16)) buffer = Storage::allocate(n * sizeof(bf16));
+  return static_cast<bf16*>(buffer->data());
 }
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c) {
