@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
+#include "tp/ops/vec.h"
 
 namespace tp::ops {
 
@@ -55,44 +57,95 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return g;
 }
 
-// Softmax-normalized scores p [n] of one query row against keys 0..n-1 of kv head kh.
-void probabilities(const Geometry& g, const float* qr, const float* k, int64_t s, int64_t kh, int64_t n, float* p) {
-  float mx = -INFINITY;
+// The query heads of one kv group, h = kh * group + r, read the same keys and
+// values, so the kernels below walk each key/value row once for the whole group.
+// p [group, Tk] holds the probabilities of query row i of every head of the group.
+void group_probabilities(const Geometry& g, const float* q, const float* k, int64_t s, int64_t kh, int64_t i,
+                         int64_t n, float* p) {
+  const auto& vk = detail::vec_kernels();
+  const float* q0 = g.q_row(q, s, i, kh * g.group);  // the group's heads are adjacent rows
   for (int64_t j = 0; j < n; ++j) {
     const float* kr = k + g.kv_index(s, j, kh);
-    float dot = 0;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t c = 0; c < g.d; ++c) dot += qr[c] * kr[c];
-    p[j] = dot * g.scale;
-    mx = std::max(mx, p[j]);
+    for (int64_t r = 0; r < g.group; ++r) p[r * g.tk + j] = vk.dot(q0 + r * g.d, kr, g.d) * g.scale;
   }
-  float total = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = std::exp(p[j] - mx);
-    total += p[j];
+  for (int64_t r = 0; r < g.group; ++r) {
+    float* pr = p + r * g.tk;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, pr[j]);
+    float total = 0;
+    for (int64_t j = 0; j < n; ++j) total += (pr[j] = std::exp(pr[j] - mx));
+    float inv = 1.f / total;
+    for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
   }
-  float inv = 1.f / total;
-  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+}
+
+// Prefill: per (sequence, query head, block of query rows) two GEMMs through oneDNN,
+//   S [rows, n] = Q_h [rows, D] · K_kh [n, D]^T      (n = keys visible to the block's last row)
+//   O_h [rows, D] = P [rows, n] · V_kh [n, D]
+// with the causal/length mask and softmax applied to S in between. Q, K, V and O
+// are read and written in place through row strides (Hq*D, Hkv*D).
+constexpr int64_t kQueryBlock = 64;
+
+void attention_forward_gemm(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+  int64_t blocks = (g.tq + kQueryBlock - 1) / kQueryBlock;
+#pragma omp parallel
+  {
+    std::vector<float> p(static_cast<size_t>(kQueryBlock * g.tk));
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t s = 0; s < g.b; ++s) {
+      for (int64_t h = 0; h < g.hq; ++h) {
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, g.tq - i0), kh = h / g.group;
+          int64_t n = 0;
+          for (int64_t i = i0; i < i0 + rows; ++i) n = std::max(n, g.visible(s, i));
+          float* o = out + ((s * g.tq + i0) * g.hq + h) * g.d;
+          if (n == 0) {
+            for (int64_t i = 0; i < rows; ++i) std::memset(o + i * g.hq * g.d, 0, sizeof(float) * g.d);
+            continue;
+          }
+          const float* kb = k + g.kv_index(s, 0, kh);
+          const float* vb = v + g.kv_index(s, 0, kh);
+          detail::gemm({rows, n, g.d, false, true, DType::F32, DType::F32, g.hq * g.d, g.hkv * g.d, n},
+                       g.q_row(q, s, i0, h), kb, nullptr, p.data());
+          for (int64_t i = 0; i < rows; ++i) {
+            float* pr = p.data() + i * n;
+            int64_t vis = g.visible(s, i0 + i);
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < vis; ++j) mx = std::max(mx, pr[j] * g.scale);
+            float total = 0;
+            for (int64_t j = 0; j < vis; ++j) total += (pr[j] = std::exp(pr[j] * g.scale - mx));
+            float inv = vis > 0 ? 1.f / total : 0.f;
+            for (int64_t j = 0; j < vis; ++j) pr[j] *= inv;
+            for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
+          }
+          detail::gemm({rows, g.d, n, false, false, DType::F32, DType::F32, n, g.hkv * g.d, g.hq * g.d}, p.data(),
+                       vb, nullptr, o);
+        }
+      }
+    }
+  }
 }
 
 void attention_forward(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+  // Many query rows: GEMMs win. Few (decode): the row kernels below, which read
+  // each key once per group and create no oneDNN primitive per new length.
+  if (g.tq >= 16 && g.d > 0) return attention_forward_gemm(g, q, k, v, out);
 #pragma omp parallel
   {
-    std::vector<float> p(static_cast<size_t>(g.tk));
+    std::vector<float> p(static_cast<size_t>(g.group * g.tk));
+    const auto& vk = detail::vec_kernels();
 #pragma omp for collapse(3) schedule(static)
     for (int64_t s = 0; s < g.b; ++s) {
-      for (int64_t h = 0; h < g.hq; ++h) {
+      for (int64_t kh = 0; kh < g.hkv; ++kh) {
         for (int64_t i = 0; i < g.tq; ++i) {
-          float* o = out + ((s * g.tq + i) * g.hq + h) * g.d;
-          std::memset(o, 0, sizeof(float) * g.d);
-          int64_t n = g.visible(s, i), kh = h / g.group;
+          float* o0 = out + ((s * g.tq + i) * g.hq + kh * g.group) * g.d;
+          std::memset(o0, 0, sizeof(float) * g.group * g.d);
+          int64_t n = g.visible(s, i);
           if (n == 0) continue;
-          probabilities(g, g.q_row(q, s, i, h), k, s, kh, n, p.data());
+          group_probabilities(g, q, k, s, kh, i, n, p.data());
           for (int64_t j = 0; j < n; ++j) {
             const float* vr = v + g.kv_index(s, j, kh);
-            float pj = p[j];
-#pragma omp simd
-            for (int64_t c = 0; c < g.d; ++c) o[c] += pj * vr[c];
+            for (int64_t r = 0; r < g.group; ++r) vk.axpy(p[r * g.tk + j], vr, o0 + r * g.d, g.d);
           }
         }
       }
@@ -106,35 +159,32 @@ void attention_backward(const Geometry& g, const float* q, const float* k, const
                         float* dq, float* dk, float* dv) {
 #pragma omp parallel
   {
-    std::vector<float> p(static_cast<size_t>(g.tk)), dp(static_cast<size_t>(g.tk));
+    std::vector<float> p(static_cast<size_t>(g.group * g.tk)), dp(static_cast<size_t>(g.tk));
+    const auto& vk = detail::vec_kernels();
 #pragma omp for collapse(2) schedule(static)
     for (int64_t s = 0; s < g.b; ++s) {
       for (int64_t kh = 0; kh < g.hkv; ++kh) {
-        for (int64_t h = kh * g.group; h < (kh + 1) * g.group; ++h) {
-          for (int64_t i = 0; i < g.tq; ++i) {
-            int64_t n = g.visible(s, i);
-            if (n == 0) continue;
+        for (int64_t i = 0; i < g.tq; ++i) {
+          int64_t n = g.visible(s, i);
+          if (n == 0) continue;
+          group_probabilities(g, q, k, s, kh, i, n, p.data());
+          for (int64_t r = 0; r < g.group; ++r) {
+            int64_t h = kh * g.group + r;
             const float* qr = g.q_row(q, s, i, h);
             const float* gr = g.q_row(dout, s, i, h);
             float* dqr = dq + (qr - q);
-            probabilities(g, qr, k, s, kh, n, p.data());
+            const float* pr = p.data() + r * g.tk;
             float dot = 0;
             for (int64_t j = 0; j < n; ++j) {
-              const float* vr = v + g.kv_index(s, j, kh);
-              float acc = 0;
-#pragma omp simd reduction(+ : acc)
-              for (int64_t c = 0; c < g.d; ++c) acc += gr[c] * vr[c];
-              dp[j] = acc;
-              dot += p[j] * acc;
+              dp[j] = vk.dot(gr, v + g.kv_index(s, j, kh), g.d);
+              dot += pr[j] * dp[j];
             }
             for (int64_t j = 0; j < n; ++j) {
-              float ds = p[j] * (dp[j] - dot) * g.scale;
+              float ds = pr[j] * (dp[j] - dot) * g.scale;
               int64_t idx = g.kv_index(s, j, kh);
-              for (int64_t c = 0; c < g.d; ++c) {
-                dqr[c] += ds * k[idx + c];
-                dk[idx + c] += ds * qr[c];
-                dv[idx + c] += p[j] * gr[c];
-              }
+              vk.axpy(ds, k + idx, dqr, g.d);
+              vk.axpy(ds, qr, dk + idx, g.d);
+              vk.axpy(pr[j], gr, dv + idx, g.d);
             }
           }
         }

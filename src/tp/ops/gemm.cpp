@@ -1,5 +1,6 @@
 #include "tp/ops/gemm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,13 +11,14 @@
 #include "tp/ops/dnnl_context.h"
 #include "tp/tensor/convert.h"
 #include "tp/tensor/error.h"
+#include "tp/tensor/storage.h"
 
 namespace tp::ops::detail {
 
 namespace {
 
 using dnnl::memory;
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, bool, int64_t, int64_t, int64_t>;
 
 memory::data_type dnnl_type(DType t) { return t == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32; }
 
@@ -25,20 +27,25 @@ struct Entry {
   memory::desc a_md, b_md, bias_md, c_md;
 };
 
+std::mutex cache_mutex;
+std::map<Key, Entry> cache;
+
 const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
-  static std::mutex mutex;
-  static std::map<Key, Entry> cache;
-  Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.a_dtype, has_bias};
-  std::lock_guard<std::mutex> lock(mutex);
+  Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.a_dtype, has_bias, s.lda, s.ldb, s.ldc};
+  std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   memory::data_type dt = dnnl_type(s.a_dtype);
   // Transposed operands are described by strides, never copied.
-  memory::desc a_md({s.m, s.k}, dt, s.trans_a ? memory::dims{1, s.m} : memory::dims{s.k, 1});
-  memory::desc b_md({s.k, s.n}, dt, s.trans_b ? memory::dims{1, s.k} : memory::dims{s.n, 1});
+  // Stored row lengths: A is [M, K] or (trans_a) [K, M]; B is [K, N] or (trans_b) [N, K].
+  int64_t lda = s.lda ? s.lda : (s.trans_a ? s.m : s.k);
+  int64_t ldb = s.ldb ? s.ldb : (s.trans_b ? s.k : s.n);
+  int64_t ldc = s.ldc ? s.ldc : s.n;
+  memory::desc a_md({s.m, s.k}, dt, s.trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+  memory::desc b_md({s.k, s.n}, dt, s.trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
   memory::desc bias_md = has_bias ? memory::desc({1, s.n}, memory::data_type::f32, memory::format_tag::ab)
                                   : memory::desc();
-  memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+  memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::dims{ldc, 1});
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), dnnl_engine());
   Entry e{dnnl::matmul(pd), a_md, b_md, bias_md, c_md};
   return cache.emplace(key, std::move(e)).first->second;
@@ -46,10 +53,26 @@ const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
 
 }  // namespace
 
+size_t gemm_primitives_created() {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return cache.size();
+}
+
+void to_bf16_parallel(const float* src, bf16* dst, size_t n) {
+  constexpr size_t kBlock = size_t{1} << 16;
+  int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    size_t start = static_cast<size_t>(b) * kBlock;
+    convert_f32_to_bf16(src + start, dst + start, std::min(kBlock, n - start));
+  }
+}
+
 bf16* bf16_scratch(size_t n) {
-  thread_local std::vector<bf16> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
+  // Storage rather than std::vector: 64-byte aligned rows for the GEMM's loads.
+  thread_local std::shared_ptr<Storage> buffer;
+  if (!buffer || buffer->bytes() < n * sizeof(bf16)) buffer = Storage::allocate(n * sizeof(bf16));
+  return static_cast<bf16*>(buffer->data());
 }
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c) {
@@ -58,7 +81,7 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
   if (s.k == 0) {
     // oneDNN rejects empty reductions; the product of nothing is zero (+ bias).
     for (int64_t i = 0; i < s.m; ++i)
-      for (int64_t j = 0; j < s.n; ++j) c[i * s.n + j] = bias ? bias[j] : 0.f;
+      for (int64_t j = 0; j < s.n; ++j) c[i * (s.ldc ? s.ldc : s.n) + j] = bias ? bias[j] : 0.f;
     return;
   }
   TP_CHECK(s.a_dtype == DType::F32 || s.a_dtype == DType::BF16, "gemm: A must be f32 or bf16, not {}",
@@ -67,16 +90,17 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
            dtype_name(s.b_dtype));
   std::vector<bf16> b_converted;
   if (s.a_dtype != s.b_dtype) {
+    TP_CHECK(s.lda == 0 && s.ldb == 0, "gemm: mixed f32/bf16 operands must be dense");
     // Mixed: compute in bf16 (the weight's precision), converting the f32 side.
     size_t a_n = static_cast<size_t>(s.m * s.k), b_n = static_cast<size_t>(s.k * s.n);
     if (s.a_dtype == DType::F32) {
       bf16* buf = bf16_scratch(a_n);
-      convert_f32_to_bf16(static_cast<const float*>(a), buf, a_n);
+      to_bf16_parallel(static_cast<const float*>(a), buf, a_n);
       a = buf;
       s.a_dtype = DType::BF16;
     } else {
       b_converted.resize(b_n);
-      convert_f32_to_bf16(static_cast<const float*>(b), b_converted.data(), b_n);
+      to_bf16_parallel(static_cast<const float*>(b), b_converted.data(), b_n);
       b = b_converted.data();
       s.b_dtype = DType::BF16;
     }

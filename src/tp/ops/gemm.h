@@ -19,9 +19,17 @@ struct GemmSpec {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   DType a_dtype = DType::F32, b_dtype = DType::F32;
+  // Row strides in elements of A, B and C as stored; 0 means dense (the stored row length).
+  int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c);
+
+// Primitives created so far (a repeated call must not add one).
+size_t gemm_primitives_created();
+
+// f32 -> bf16 split over OpenMP threads when large (activations before a bf16 GEMM).
+void to_bf16_parallel(const float* src, bf16* dst, size_t n);
 
 // A per-thread scratch buffer for converting activations to bf16 (grows, never shrinks).
 bf16* bf16_scratch(size_t n);

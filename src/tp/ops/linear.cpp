@@ -8,7 +8,6 @@
 #include "tp/autograd/tape.h"
 #include "tp/ops/dnnl_context.h"
 #include "tp/ops/gemm.h"
-#include "tp/tensor/convert.h"
 
 namespace tp::ops {
 
@@ -17,30 +16,30 @@ namespace {
 using dnnl::memory;
 using detail::GemmSpec;
 
-// Checks x [..., K] against w [N, K] (and b [N]); returns the row count M.
-// Rows of x [..., K]: every dim but the last (K may be 0 on a rank holding an empty shard).
-int64_t leading_rows(const Tensor& x) {
+// Product of all but the last dim (works for K = 0 too).
+int64_t rows_of(const Tensor& x) {
   int64_t m = 1;
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
+  for (int64_t i = 0; i + 1 < x.dim(); ++i) m *= x.size(i);
   return m;
 }
 
-int64_t check_linear_args(const Tensor& x, const Tensor& w, const Tensor& b) {
-  TP_CHECK(x.defined() && w.defined(), "linear: input and weight must be defined");
-  TP_CHECK(w.dim() == 2, "linear: weight must be 2-D [out, in], got shape {}", shape_str(w.shape()));
-  TP_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
+// Checks x [..., K] against a weight of shape w [N, K] (and b [N]); returns the row count M.
+int64_t check_linear_args(const Tensor& x, const Shape& w, DType w_dtype, const Tensor& b) {
+  TP_CHECK(x.defined(), "linear: input must be defined");
+  TP_CHECK(w.size() == 2, "linear: weight must be 2-D [out, in], got shape {}", shape_str(w));
+  TP_CHECK(x.dim() >= 1 && x.size(-1) == w[1],
            "linear: input shape {} does not match weight shape {} (input's last dim must equal weight's dim 1)",
-           shape_str(x.shape()), shape_str(w.shape()));
+           shape_str(x.shape()), shape_str(w));
   TP_CHECK(x.dtype() == DType::F32, "linear: input must be f32, got {} (weight {})", dtype_name(x.dtype()),
-           dtype_name(w.dtype()));
-  TP_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::BF16, "linear: weight must be f32 or bf16, got {}",
-           dtype_name(w.dtype()));
+           dtype_name(w_dtype));
+  TP_CHECK(w_dtype == DType::F32 || w_dtype == DType::BF16, "linear: weight must be f32 or bf16, got {}",
+           dtype_name(w_dtype));
   if (b.defined()) {
-    TP_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias shape {} does not match weight shape {}",
-             shape_str(b.shape()), shape_str(w.shape()));
+    TP_CHECK(b.dim() == 1 && b.size(0) == w[0], "linear: bias shape {} does not match weight shape {}",
+             shape_str(b.shape()), shape_str(w));
     TP_CHECK(is_floating(b.dtype()), "linear: bias must be floating point, got {}", dtype_name(b.dtype()));
   }
-  return leading_rows(x);
+  return rows_of(x);
 }
 
 Shape linear_out_shape(const Tensor& x, int64_t n) {
@@ -51,7 +50,7 @@ Shape linear_out_shape(const Tensor& x, int64_t n) {
 
 // dx [M, K] = dy [M, N] · w [N, K];  dw [N, K] = dy^T · x;  db [N] = column sums of dy.
 std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& b) {
-  int64_t n = w.size(0), k = w.size(1), m = leading_rows(x);
+  int64_t n = w.size(0), k = w.size(1), m = rows_of(x);
   Tensor dx, dw, db;
   if (x.requires_grad()) {
     dx = Tensor::empty(x.shape());
@@ -90,7 +89,8 @@ void maybe_record_linear(const Tensor& y, const Tensor& x, const Tensor& w, cons
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  int64_t m = check_linear_args(x, w, b);
+  TP_CHECK(w.defined(), "linear: weight must be defined");
+  int64_t m = check_linear_args(x, w.shape(), w.dtype(), b);
   int64_t n = w.size(0), k = w.size(1);
   Tensor y = Tensor::empty(linear_out_shape(x, n));
   Tensor bias = f32_bias(b);
@@ -110,7 +110,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            dtype_name(b.dtype()));
   TP_CHECK(b.dtype() == DType::F32 || b.dtype() == DType::BF16, "matmul: b must be f32 or bf16, got {}",
            dtype_name(b.dtype()));
-  int64_t k = b.size(0), n = b.size(1), m = leading_rows(a);
+  int64_t k = b.size(0), n = b.size(1), m = rows_of(a);
   Tensor y = Tensor::empty(linear_out_shape(a, n));
   detail::gemm({m, n, k, false, false, DType::F32, b.dtype()}, a.raw_data(), b.raw_data(), nullptr,
                y.data<float>());
@@ -141,6 +141,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 struct PackedLinear::State {
   struct Variant {
     memory::desc w_md;
+    std::shared_ptr<Storage> buffer;  // ours, not oneDNN's: 2 MiB aligned and on huge pages
     memory w_mem;
   };
   struct Prim {
@@ -153,23 +154,31 @@ struct PackedLinear::State {
   std::map<std::pair<int64_t, bool>, Prim> prims;  // (M, has bias)
 
   memory::data_type dt() const;
-  Tensor weight;
+  Tensor weight;  // undefined once released
+  int64_t n = 0, k = 0;
+  DType dtype = DType::F32;
 
   size_t variant_for(const memory::desc& md) {
     for (size_t i = 0; i < variants.size(); ++i)
       if (variants[i].w_md == md) return i;
-    Variant v{md, memory(md, detail::dnnl_engine())};
+    // Huge pages: packing writes every page once (10 us per 4 KiB fault here) and
+    // decode streams the whole matrix per token (fewer TLB misses).
+    auto buffer = Storage::allocate(md.get_size());
+    Variant v{md, buffer, memory(md, detail::dnnl_engine(), buffer->data())};
     pack(v);
     variants.push_back(std::move(v));
     return variants.size() - 1;
   }
 
   void pack(Variant& v) {
-    int64_t n = weight.size(0), k = weight.size(1);
-    // The user weight [N, K] row-major is the [K, N] matrix with strides {1, K}.
-    memory::desc user_md({k, n}, dt(), memory::format_tag::ba);
-    memory user(user_md, detail::dnnl_engine(), weight.raw_data());
-    dnnl::reorder(user, v.w_mem).execute(detail::dnnl_stream(), user, v.w_mem);
+    memory src;
+    if (weight.defined()) {
+      // The user weight [N, K] row-major is the [K, N] matrix with strides {1, K}.
+      src = memory(memory::desc({k, n}, dt(), memory::format_tag::ba), detail::dnnl_engine(), weight.raw_data());
+    } else {
+      src = variants.front().w_mem;  // original released: convert between packed layouts
+    }
+    dnnl::reorder(src, v.w_mem).execute(detail::dnnl_stream(), src, v.w_mem);
     detail::dnnl_stream().wait();
   }
 
@@ -177,7 +186,6 @@ struct PackedLinear::State {
     auto key = std::make_pair(m, has_bias);
     auto it = prims.find(key);
     if (it != prims.end()) return it->second;
-    int64_t n = weight.size(0), k = weight.size(1);
     memory::desc x_md({m, k}, dt(), memory::format_tag::ab);
     memory::desc w_any({k, n}, dt(), memory::format_tag::any);
     memory::desc bias_md =
@@ -190,35 +198,54 @@ struct PackedLinear::State {
 };
 
 memory::data_type PackedLinear::State::dt() const {
-  return weight.dtype() == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
+  return dtype == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
-PackedLinear::PackedLinear(const Tensor& w) : weight_(w), state_(std::make_shared<State>()) {
+PackedLinear::PackedLinear(const Tensor& w, bool keep_weight) {
   TP_CHECK(w.defined() && w.dim() == 2, "PackedLinear: weight must be 2-D [out, in], got shape {}",
            w.defined() ? shape_str(w.shape()) : std::string("(undefined)"));
   TP_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::BF16, "PackedLinear: weight must be f32 or bf16, got {}",
            dtype_name(w.dtype()));
+  shape_ = w.shape();
+  dtype_ = w.dtype();
+  state_ = std::make_shared<State>();
   state_->weight = w;
+  state_->n = w.size(0);
+  state_->k = w.size(1);
+  state_->dtype = w.dtype();
   if (w.numel() > 0) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->prim_for(1, false);  // packs now, so the first forward pays nothing
   }
+  if (keep_weight) {
+    weight_ = w;
+  } else {
+    state_->weight = Tensor();
+  }
+}
+
+size_t PackedLinear::packed_copies() const {
+  if (!state_) return 0;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->variants.size();
 }
 
 void PackedLinear::repack() {
   if (!state_) return;
+  TP_CHECK(weight_.defined(), "PackedLinear::repack: the original weight {} was released (keep_weight = false)",
+           shape_str(shape_));
   std::lock_guard<std::mutex> lock(state_->mutex);
   for (auto& v : state_->variants) state_->pack(v);
 }
 
 void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b) {
   TP_CHECK(w.defined(), "linear_into: the PackedLinear is empty (default-constructed)");
-  int64_t m = check_linear_args(x, w.weight(), b);
+  int64_t m = check_linear_args(x, w.shape_, w.dtype_, b);
   int64_t n = w.out_features(), k = w.in_features();
   Shape want = linear_out_shape(x, n);
   TP_CHECK(out.defined() && out.shape() == want && out.dtype() == DType::F32,
            "linear_into: out must be f32 of shape {} for input {} and weight {}, got {} {}", shape_str(want),
-           shape_str(x.shape()), shape_str(w.weight().shape()), out.defined() ? dtype_name(out.dtype()) : "undefined",
+           shape_str(x.shape()), shape_str(w.shape_), out.defined() ? dtype_name(out.dtype()) : "undefined",
            out.defined() ? shape_str(out.shape()) : "");
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -233,9 +260,9 @@ void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tens
   Tensor bias = f32_bias(b);
   PackedLinear::State& s = *w.state_;
   const void* src = x.raw_data();
-  if (w.weight().dtype() == DType::BF16) {
+  if (w.dtype_ == DType::BF16) {
     bf16* buf = detail::bf16_scratch(static_cast<size_t>(m * k));
-    convert_f32_to_bf16(x.data<float>(), buf, static_cast<size_t>(m * k));
+    detail::to_bf16_parallel(x.data<float>(), buf, static_cast<size_t>(m * k));
     src = buf;
   }
   dnnl::matmul prim;
@@ -261,7 +288,10 @@ void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tens
 
 Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b) {
   TP_CHECK(w.defined(), "linear: the PackedLinear is empty (default-constructed)");
-  check_linear_args(x, w.weight(), b);
+  TP_CHECK(w.weight().defined() || !autograd::needs_grad({x, b}),
+           "linear: a gradient was requested through a PackedLinear {} whose original weight was released "
+           "(keep_weight = false); keep it, or run under NoGradGuard",
+           shape_str(Shape{w.out_features(), w.in_features()}));
   Tensor y = Tensor::empty(linear_out_shape(x, w.out_features()));
   linear_into(y, x, w, b);
   maybe_record_linear(y, x, w.weight(), b);

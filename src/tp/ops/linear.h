@@ -17,24 +17,32 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // A weight packed once into oneDNN's preferred blocked layout (format_tag::any +
-// reorder) and reused by every call: the inference path. It keeps the original
-// tensor too, so linear() through it stays differentiable w.r.t. x and w.
+// reorder) and reused by every call: the inference path. By default it keeps the
+// original tensor too, so linear() through it stays differentiable w.r.t. x and w;
+// with keep_weight = false the original is released after packing (inference only:
+// half the weight memory; gradients and repack() are then errors).
 // Copies share the packed state. Call repack() after w's values change.
 class PackedLinear {
  public:
   PackedLinear() = default;
-  explicit PackedLinear(const Tensor& w);  // w [N, K], f32 or bf16
+  explicit PackedLinear(const Tensor& w, bool keep_weight = true);  // w [N, K], f32 or bf16
   void repack();
+  // The original weight; undefined when it was released (keep_weight = false).
   const Tensor& weight() const { return weight_; }
-  int64_t in_features() const { return weight_.defined() ? weight_.size(1) : 0; }
-  int64_t out_features() const { return weight_.defined() ? weight_.size(0) : 0; }
-  bool defined() const { return weight_.defined(); }
+  int64_t in_features() const { return shape_.size() == 2 ? shape_[1] : 0; }
+  int64_t out_features() const { return shape_.size() == 2 ? shape_[0] : 0; }
+  DType dtype() const { return dtype_; }
+  bool defined() const { return state_ != nullptr; }
+  // Packed copies held (1 unless oneDNN asked for another layout for some row count).
+  size_t packed_copies() const;
 
   struct State;  // oneDNN primitives and packed weights, per row count
 
  private:
   friend void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b);
   Tensor weight_;
+  Shape shape_;
+  DType dtype_ = DType::F32;
   std::shared_ptr<State> state_;
 };
 

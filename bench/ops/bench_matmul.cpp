@@ -1,0 +1,136 @@
+// Linear-layer throughput: ours (ops::linear through a PackedLinear) against raw
+// oneDNN (a matmul primitive with pre-packed weights, everything created once) in
+// the same run, f32 and bf16 weights.
+//
+//   OMP_NUM_THREADS=1 ./build/bench/ops/bench_matmul --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true      (one line)
+//
+// Counters are rates: GFLOP (shown as GFLOP=.../s) for every shape, and for decode
+// (M = 1) GB of weights read per second. The
+// decode benchmarks rotate over enough weight matrices (>= 192 MiB) that every call
+// reads its weights from DRAM, as a real model's layers do.
+#include <benchmark/benchmark.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/linear.h"
+#include "tp/tensor/storage.h"
+
+using namespace tp;
+
+namespace {
+
+struct Shape3 {
+  int64_t m, k, n;
+};
+
+const Shape3 kShapes[] = {{512, 1024, 3072}, {512, 3072, 1024}, {1, 4096, 4096}};
+
+// Weight copies [N, K] so that M = 1 streams from memory rather than cache.
+// Not inlined: GCC 12.2 -O3 miscompiled the inlined loop (it built the shape
+// {N, K} from a register it had just zeroed, so every weight came out [0, 0]).
+__attribute__((noinline)) std::vector<Tensor> make_weights(const Shape3& s, DType dt) {
+  int copies = 1;
+  if (s.m == 1) {
+    size_t bytes = static_cast<size_t>(s.k * s.n) * dtype_size(dt);
+    copies = static_cast<int>(std::max<size_t>(2, (size_t{192} << 20) / bytes));
+  }
+  std::vector<Tensor> ws;
+  Shape shape{s.n, s.k};
+  ws.push_back(Tensor::randn(shape, 100, 0.f, 0.02f, dt));
+  for (int i = 1; i < copies; ++i) ws.push_back(ws[0].clone());  // distinct memory is what counts
+  return ws;
+}
+
+void set_counters(benchmark::State& state, const Shape3& s, DType dt) {
+  double flops = 2.0 * s.m * s.n * s.k;
+  state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  double bytes = static_cast<double>(s.k * s.n) * dtype_size(dt);
+  if (s.m == 1)
+    state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_tp_linear(benchmark::State& state, Shape3 s, DType dt) {
+  autograd::NoGradGuard no_grad;
+  std::vector<ops::PackedLinear> ws;
+  for (const Tensor& w : make_weights(s, dt)) ws.emplace_back(w);
+  Tensor x = Tensor::randn({s.m, s.k}, 1);
+  size_t i = 0;
+  for (auto _ : state) {
+    Tensor y = ops::linear(x, ws[i++ % ws.size()]);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  set_counters(state, s, dt);
+}
+
+// The baseline: what a hand-written oneDNN caller gets, with src already in the
+// weight's dtype (no conversion), weights packed by tag::any + reorder into memory
+// oneDNN allocates (4 KiB pages) or, with huge_pages, into a huge-page Storage as
+// PackedLinear does (this VM pays heavily for TLB misses when decode streams weights).
+void bm_onednn(benchmark::State& state, Shape3 s, DType dt, bool huge_pages) {
+  using dnnl::memory;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  memory::data_type mdt = dt == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
+  memory::desc x_md({s.m, s.k}, mdt, memory::format_tag::ab);
+  memory::desc w_any({s.k, s.n}, mdt, memory::format_tag::any);
+  memory::desc y_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x_md, w_any, y_md), eng);
+  dnnl::matmul prim(pd);
+  std::vector<Tensor> user_ws = make_weights(s, dt);
+  std::vector<memory> packed;
+  std::vector<std::shared_ptr<Storage>> buffers;
+  for (const Tensor& w : user_ws) {
+    memory user(memory::desc({s.k, s.n}, mdt, memory::format_tag::ba), eng, w.raw_data());
+    if (huge_pages) {
+      buffers.push_back(Storage::allocate(pd.weights_desc().get_size()));
+      packed.emplace_back(pd.weights_desc(), eng, buffers.back()->data());
+    } else {
+      packed.emplace_back(pd.weights_desc(), eng);
+    }
+    dnnl::reorder(user, packed.back()).execute(strm, user, packed.back());
+  }
+  strm.wait();
+  Tensor x = Tensor::randn({s.m, s.k}, 1, 0.f, 1.f, dt), y = Tensor::empty({s.m, s.n});
+  memory x_mem(x_md, eng, x.raw_data()), y_mem(y_md, eng, y.raw_data());
+  size_t i = 0;
+  for (auto _ : state) {
+    prim.execute(strm, {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, packed[i++ % packed.size()]}, {DNNL_ARG_DST, y_mem}});
+    strm.wait();
+  }
+  set_counters(state, s, dt);
+}
+
+std::string shape_name(const Shape3& s) {
+  return "/M:" + std::to_string(s.m) + "/K:" + std::to_string(s.k) + "/N:" + std::to_string(s.n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (const Shape3& s : kShapes) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      std::string suffix = std::string(dtype_name(dt)) + shape_name(s);
+      // Explicit captures: the variadic RegisterBenchmark overload of the installed
+      // Google Benchmark (1.7.1) passed zeroed Shape3 fields at -O3.
+      benchmark::RegisterBenchmark(("BM_tp_linear_" + suffix).c_str(),
+                                   [s, dt](benchmark::State& st) { bm_tp_linear(st, s, dt); })
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("BM_onednn_" + suffix).c_str(),
+                                   [s, dt](benchmark::State& st) { bm_onednn(st, s, dt, false); })
+          ->UseRealTime();
+      if (s.m == 1)
+        benchmark::RegisterBenchmark(("BM_onednn_hugepages_" + suffix).c_str(),
+                                     [s, dt](benchmark::State& st) { bm_onednn(st, s, dt, true); })
+            ->UseRealTime();
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

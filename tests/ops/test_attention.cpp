@@ -1,0 +1,173 @@
+// Attention against a naive reference (GQA, causal offsets, per-sequence lengths),
+// its gradients, and the KV cache (prefill + token-by-token decode == one pass).
+#include <cmath>
+
+#include "op_test_util.h"
+#include "tp/autograd/tape.h"
+#include "tp/ops/attention.h"
+#include "tp/ops/vec.h"
+
+using namespace tp;
+using namespace tp::test;
+
+namespace {
+
+// Straight from the definition, in double.
+std::vector<double> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const ops::AttentionOptions& opt) {
+  int64_t b = q.size(0), tq = q.size(1), hq = q.size(2), d = q.size(3), tk = k.size(1), hkv = k.size(2);
+  std::vector<float> qv = q.to_vector(), kv = k.to_vector(), vv = v.to_vector();
+  double scale = opt.scale != 0 ? opt.scale : 1 / std::sqrt(static_cast<double>(d));
+  std::vector<double> out(qv.size(), 0.0);
+  for (int64_t s = 0; s < b; ++s) {
+    int64_t len = opt.kv_lens.empty() ? tk : opt.kv_lens[s];
+    int64_t off = opt.q_offsets.empty() ? tk - tq : opt.q_offsets[s];
+    for (int64_t h = 0; h < hq; ++h) {
+      int64_t kh = h / (hq / hkv);
+      for (int64_t i = 0; i < tq; ++i) {
+        std::vector<double> p;
+        for (int64_t j = 0; j < tk; ++j) {
+          bool ok = j < len && (!opt.causal || j <= off + i);
+          double sc = -INFINITY;
+          if (ok) {
+            sc = 0;
+            for (int64_t c = 0; c < d; ++c)
+              sc += static_cast<double>(qv[((s * tq + i) * hq + h) * d + c]) * kv[((s * tk + j) * hkv + kh) * d + c];
+            sc *= scale;
+          }
+          p.push_back(sc);
+        }
+        double mx = -INFINITY, tot = 0;
+        for (double x : p) mx = std::max(mx, x);
+        if (mx == -INFINITY) continue;  // no visible key: zeros
+        for (double& x : p) tot += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < tk; ++j)
+          for (int64_t c = 0; c < d; ++c)
+            out[((s * tq + i) * hq + h) * d + c] += p[j] / tot * vv[((s * tk + j) * hkv + kh) * d + c];
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Attention, MatchesNaiveWithGqaOffsetsAndLengths) {
+  Tensor q = Tensor::randn({2, 3, 4, 5}, 1), k = Tensor::randn({2, 6, 2, 5}, 2), v = Tensor::randn({2, 6, 2, 5}, 3);
+  std::vector<ops::AttentionOptions> cases(5);
+  cases[1].kv_lens = {6, 4};
+  cases[1].q_offsets = {3, 1};
+  cases[2].causal = false;
+  cases[2].kv_lens = {2, 5};
+  cases[3].scale = 0.7;
+  cases[4].q_offsets = {-1, 0};  // sequence 0's query 0 sees no key: zeros, not NaN
+  for (size_t c = 0; c < cases.size(); ++c)
+    EXPECT_TRUE(close(ops::attention(q, k, v, cases[c]), naive_attention(q, k, v, cases[c]), 1e-5, 1e-5))
+        << "case " << c;
+  // Single query row, one head; and an empty batch.
+  Tensor q1 = Tensor::randn({1, 1, 1, 3}, 4), k1 = Tensor::randn({1, 1, 1, 3}, 5);
+  EXPECT_TRUE(close(ops::attention(q1, k1, k1), k1, 1e-6));  // one key: output = its value
+  EXPECT_EQ(ops::attention(Tensor::zeros({0, 2, 2, 4}), Tensor::zeros({0, 2, 1, 4}), Tensor::zeros({0, 2, 1, 4}))
+                .shape(),
+            (Shape{0, 2, 2, 4}));
+}
+
+TEST(Attention, LongQueriesTakeTheGemmPathAndMatchNaive) {
+  // 70 query rows: two blocks of the GEMM prefill path, GQA 4:2, lengths and offsets.
+  Tensor q = Tensor::randn({2, 70, 4, 8}, 11), k = Tensor::randn({2, 80, 2, 8}, 12), v = Tensor::randn({2, 80, 2, 8}, 13);
+  std::vector<ops::AttentionOptions> cases(3);
+  cases[1].kv_lens = {80, 33};
+  cases[1].q_offsets = {10, -5};  // sequence 1: the first rows see nothing
+  cases[2].causal = false;
+  cases[2].kv_lens = {17, 80};
+  for (size_t c = 0; c < cases.size(); ++c)
+    EXPECT_TRUE(close(ops::attention(q, k, v, cases[c]), naive_attention(q, k, v, cases[c]), 1e-5, 1e-4))
+        << "case " << c;
+}
+
+TEST(Attention, Gradcheck) {
+  ops::AttentionOptions opt;
+  opt.kv_lens = {4, 3};
+  opt.q_offsets = {1, 0};
+  auto fn = [opt](const std::vector<Tensor>& in) { return ops::attention(in[0], in[1], in[2], opt); };
+  TP_EXPECT_GRADCHECK(fn, {param({2, 3, 4, 3}, 1), param({2, 4, 2, 3}, 2), param({2, 4, 2, 3}, 3)});
+}
+
+TEST(Attention, MismatchErrorsNameShapes) {
+  Tensor q = Tensor::zeros({1, 2, 3, 4}), k = Tensor::zeros({1, 2, 2, 4});
+  expect_error([&] { ops::attention(q, k, k); }, {"3 query heads", "[1, 2, 3, 4]", "2 kv heads", "[1, 2, 2, 4]"});
+  expect_error([&] { ops::attention(q, Tensor::zeros({1, 2, 1, 5}), Tensor::zeros({1, 2, 1, 5})); },
+               {"[1, 2, 3, 4]", "[1, 2, 1, 5]"});
+  ops::AttentionOptions bad;
+  bad.kv_lens = {3};
+  expect_error([&] { ops::attention(q, Tensor::zeros({1, 2, 1, 4}), Tensor::zeros({1, 2, 1, 4}), bad); },
+               {"kv_lens[0] = 3", "[0, 2]"});
+}
+
+TEST(KVCache, PrefillThenDecodeEqualsFullAttention) {
+  // Prefill of 20 takes the GEMM path, decode the row kernels: both must agree.
+  const int64_t b = 2, t = 24, hq = 4, hkv = 2, d = 8, prefill = 20;
+  Tensor q = Tensor::randn({b, t, hq, d}, 1), k = Tensor::randn({b, t, hkv, d}, 2), v = Tensor::randn({b, t, hkv, d}, 3);
+  Tensor full = ops::attention(q, k, v);
+  ops::KVCache cache(b, 32, hkv, d);
+  std::vector<Tensor> pieces;
+  pieces.push_back(ops::attention_with_cache(q.narrow(1, 0, prefill), cache, k.narrow(1, 0, prefill),
+                                             v.narrow(1, 0, prefill)));
+  for (int64_t i = prefill; i < t; ++i)
+    pieces.push_back(ops::attention_with_cache(q.narrow(1, i, 1), cache, k.narrow(1, i, 1), v.narrow(1, i, 1)));
+  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{t, t}));
+  EXPECT_TRUE(close(tp::cat(pieces, 1), full, 1e-5, 1e-5));
+  // The cache holds exactly what was appended.
+  EXPECT_TRUE(equal(cache.keys().narrow(1, 0, t), k));
+  cache.reset();
+  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{0, 0}));
+}
+
+TEST(KVCache, PerSequenceLengthsAndOverflow) {
+  // Right-padded prompts of lengths 2 and 4; then each decodes one token.
+  const int64_t hkv = 1, d = 4;
+  Tensor k = Tensor::randn({2, 4, hkv, d}, 1), v = Tensor::randn({2, 4, hkv, d}, 2);
+  ops::KVCache cache(2, 6, hkv, d);
+  cache.append(k, v, {2, 4});
+  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{2, 4}));
+  Tensor q = Tensor::randn({2, 1, 2, d}, 3), kn = Tensor::randn({2, 1, hkv, d}, 4), vn = Tensor::randn({2, 1, hkv, d}, 5);
+  Tensor out = ops::attention_with_cache(q, cache, kn, vn);
+  // Reference for sequence 0: its two prompt keys plus the new one, nothing of the padding.
+  for (int64_t s = 0; s < 2; ++s) {
+    int64_t len = s == 0 ? 2 : 4;
+    Tensor ks = tp::cat({k.narrow(0, s, 1).narrow(1, 0, len), kn.narrow(0, s, 1)}, 1);
+    Tensor vs = tp::cat({v.narrow(0, s, 1).narrow(1, 0, len), vn.narrow(0, s, 1)}, 1);
+    Tensor ref = ops::attention(q.narrow(0, s, 1), ks, vs);
+    EXPECT_TRUE(close(out.narrow(0, s, 1), ref, 1e-6)) << "sequence " << s;
+  }
+  expect_error([&] { cache.append(Tensor::zeros({2, 2, hkv, d}), Tensor::zeros({2, 2, hkv, d})); },
+               {"sequence 1", "7", "max_len 6"});
+  expect_error([&] { cache.append(Tensor::zeros({2, 1, 3, d}), Tensor::zeros({2, 1, 3, d})); }, {"[2, 1, 3, 4]"});
+}
+
+TEST(KVCache, DecodeAllocatesNoCacheMemory) {
+  ops::KVCache cache(1, 8, 1, 4);
+  void* keys = cache.keys().raw_data();
+  for (int i = 0; i < 8; ++i)
+    ops::attention_with_cache(Tensor::randn({1, 1, 1, 4}, i), cache, Tensor::randn({1, 1, 1, 4}, 10 + i),
+                              Tensor::randn({1, 1, 1, 4}, 20 + i));
+  EXPECT_EQ(cache.keys().raw_data(), keys);
+  EXPECT_EQ(cache.lengths()[0], 8);
+}
+
+TEST(VecKernels, BothIsaPathsMatchNaive) {
+  for (const auto& k : {ops::detail::vec_kernels(), ops::detail::vec_kernels_avx2()}) {
+    for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 128, 130}) {
+      std::vector<float> a = Tensor::randn({n}, 1).to_vector(), b = Tensor::randn({n}, 2).to_vector();
+      std::vector<float> y = b, want = b;
+      double dot = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        dot += static_cast<double>(a[i]) * b[i];
+        want[i] += 0.5f * a[i];
+      }
+      EXPECT_NEAR(k.dot(a.data(), b.data(), n), dot, 1e-4) << k.isa << " n=" << n;
+      k.axpy(0.5f, a.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], want[i], 1e-6) << k.isa << " n=" << n << " i=" << i;
+    }
+  }
+}

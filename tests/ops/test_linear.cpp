@@ -1,0 +1,182 @@
+#include "op_test_util.h"
+#include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
+#include "tp/ops/linear.h"
+
+using namespace tp;
+using namespace tp::test;
+
+namespace {
+
+// Naive oracle: y[m, n] = sum_k x[m, k] w[n, k] + b[n], in double.
+std::vector<double> naive_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Shape rows = x.shape();
+  rows.pop_back();
+  int64_t n = w.size(0), k = w.size(1), m = numel(rows);
+  std::vector<float> xs = x.to_vector(), ws = w.to_vector(), bs = b.defined() ? b.to_vector() : std::vector<float>();
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = b.defined() ? bs[j] : 0;
+      for (int64_t t = 0; t < k; ++t) s += static_cast<double>(xs[i * k + t]) * ws[j * k + t];
+      y[i * n + j] = s;
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST(Linear, MatchesNaiveOnOddShapes) {
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {1, 37, 5}, {7, 13, 29}, {33, 65, 17}, {130, 300, 70}}) {
+    Tensor x = Tensor::randn({m, k}, 1), w = Tensor::randn({n, k}, 2), b = Tensor::randn({n}, 3);
+    EXPECT_TRUE(close(ops::linear(x, w), naive_linear(x, w, Tensor()), 1e-4, 1e-4)) << m << "x" << k << "x" << n;
+    EXPECT_TRUE(close(ops::linear(x, w, b), naive_linear(x, w, b), 1e-4, 1e-4));
+    ops::PackedLinear p(w);
+    EXPECT_TRUE(close(ops::linear(x, p, b), naive_linear(x, w, b), 1e-4, 1e-4));
+  }
+}
+
+TEST(Linear, LeadingDimsAndEmpty) {
+  Tensor x = Tensor::randn({2, 3, 8}, 4), w = Tensor::randn({5, 8}, 5);
+  Tensor y = ops::linear(x, w);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));
+  EXPECT_TRUE(close(y, naive_linear(x, w, Tensor()), 1e-4, 1e-4));
+  Tensor empty_rows = ops::linear(Tensor::zeros({0, 8}), w);
+  EXPECT_EQ(empty_rows.shape(), (Shape{0, 5}));
+  // K = 0: every output is the bias.
+  Tensor b = Tensor::randn({5}, 6);
+  Tensor yk = ops::linear(Tensor::zeros({3, 0}), Tensor::zeros({5, 0}), b);
+  EXPECT_TRUE(close(yk.narrow(0, 2, 1).reshape({5}), b, 0));
+  EXPECT_EQ(ops::linear(Tensor::zeros({0, 8}), ops::PackedLinear(w)).numel(), 0);
+}
+
+TEST(Linear, Bf16WeightsTrackF32) {
+  Tensor x = Tensor::randn({19, 64}, 7), w = Tensor::randn({48, 64}, 8, 0.f, 0.1f);
+  Tensor wb = w.to(DType::BF16);
+  // Reference: the bf16-rounded weights and bf16-rounded x, exact f32 math.
+  Tensor xr = x.to(DType::BF16).to(DType::F32), wr = wb.to(DType::F32);
+  std::vector<double> ref = naive_linear(xr, wr, Tensor());
+  EXPECT_TRUE(close(ops::linear(x, wb), ref, 1e-3, 1e-3));
+  EXPECT_TRUE(close(ops::linear(x, ops::PackedLinear(wb)), ref, 1e-3, 1e-3));
+  // And within bf16 rounding of the f32 result.
+  EXPECT_TRUE(close(ops::linear(x, ops::PackedLinear(wb)), naive_linear(x, w, Tensor()), 0.05, 0.02));
+}
+
+TEST(Linear, PackedRepeatsAndRepack) {
+  Tensor w = Tensor::randn({24, 40}, 9);
+  ops::PackedLinear p(w);
+  EXPECT_EQ(p.in_features(), 40);
+  EXPECT_EQ(p.out_features(), 24);
+  for (int64_t m : {1, 5, 64, 1, 5}) {
+    Tensor x = Tensor::randn({m, 40}, 10 + m);
+    EXPECT_TRUE(close(ops::linear(x, p), naive_linear(x, w, Tensor()), 1e-4, 1e-4)) << "m=" << m;
+  }
+  EXPECT_EQ(p.packed_copies(), 1u);  // one packed layout serves every row count
+  // Repeated unpacked calls reuse their cached primitive.
+  Tensor x0 = Tensor::randn({9, 40}, 20);
+  ops::linear(x0, w);
+  size_t created = ops::detail::gemm_primitives_created();
+  for (int r = 0; r < 3; ++r) ops::linear(x0, w);
+  EXPECT_EQ(ops::detail::gemm_primitives_created(), created);
+  // After an in-place weight update, stale until repack().
+  Tensor x = Tensor::randn({3, 40}, 11);
+  w.fill(0.5);
+  ops::PackedLinear copy = p;  // copies share the packed state
+  p.repack();
+  EXPECT_TRUE(close(ops::linear(x, copy), naive_linear(x, w, Tensor()), 1e-4, 1e-4));
+}
+
+TEST(Linear, PackedWithoutOriginalWeightIsInferenceOnly) {
+  Tensor w = Tensor::randn({12, 20}, 30).to(DType::BF16);
+  ops::PackedLinear p(w, /*keep_weight=*/false);
+  EXPECT_FALSE(p.weight().defined());
+  EXPECT_EQ(p.out_features(), 12);
+  EXPECT_EQ(p.in_features(), 20);
+  for (int64_t m : {1, 3, 200}) {  // other row counts repack from the packed copy if needed
+    Tensor x = Tensor::randn({m, 20}, 31);
+    EXPECT_TRUE(close(ops::linear(x, p), ops::linear(x, w), 1e-5, 1e-5)) << "m=" << m;
+  }
+  expect_error([&] { p.repack(); }, {"[12, 20]", "released"});
+  expect_error([&] { ops::linear(param({2, 20}, 32), p); }, {"[12, 20]", "NoGradGuard"});
+  {
+    autograd::NoGradGuard no_grad;
+    EXPECT_EQ(ops::linear(param({2, 20}, 33), p).shape(), (Shape{2, 12}));
+  }
+}
+
+TEST(Linear, LinearIntoWritesPreallocated) {
+  Tensor w = Tensor::randn({16, 32}, 12).to(DType::BF16), b = Tensor::randn({16}, 13);
+  ops::PackedLinear p(w);
+  Tensor x = Tensor::randn({2, 1, 32}, 14);
+  Tensor out = Tensor::empty({2, 1, 16});
+  void* before = out.raw_data();
+  ops::linear_into(out, x, p, b);
+  EXPECT_EQ(out.raw_data(), before);
+  EXPECT_TRUE(close(out, ops::linear(x, w, b), 1e-5, 1e-5));
+  Tensor wrong = Tensor::empty({2, 16});
+  expect_error([&] { ops::linear_into(wrong, x, p, b); }, {"[2, 1, 16]", "[2, 16]"});
+}
+
+TEST(Linear, Gradcheck) {
+  auto fn = [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); };
+  TP_EXPECT_GRADCHECK(fn, {param({3, 2, 5}, 1), param({4, 5}, 2), param({4}, 3)});
+  auto packed = [](const std::vector<Tensor>& in) {
+    return ops::linear(in[0], ops::PackedLinear(in[1]), in[2]);
+  };
+  TP_EXPECT_GRADCHECK(packed, {param({1, 7}, 4), param({3, 7}, 5), param({3}, 6)});
+}
+
+TEST(Linear, Bf16WeightGradientIsF32OfWeightShape) {
+  Tensor x = param({4, 8}, 1);
+  Tensor w = Tensor::randn({3, 8}, 2).to(DType::BF16);
+  w.set_requires_grad(true);
+  Tensor y = ops::linear(x, w);
+  autograd::backward(y, Tensor::full(y.shape(), 1.0));
+  // dW[n, k] = sum_m x[m, k]; dx[m, k] = sum_n w[n, k].
+  std::vector<float> xs = x.to_vector(), ws = w.to_vector();
+  std::vector<double> dw(24), dx(32);
+  for (int n = 0; n < 3; ++n)
+    for (int k = 0; k < 8; ++k)
+      for (int m = 0; m < 4; ++m) dw[n * 8 + k] += xs[m * 8 + k];
+  for (int m = 0; m < 4; ++m)
+    for (int k = 0; k < 8; ++k)
+      for (int n = 0; n < 3; ++n) dx[m * 8 + k] += ws[n * 8 + k];
+  EXPECT_EQ(w.grad().dtype(), DType::BF16);
+  EXPECT_TRUE(close(w.grad(), dw, 0.05, 0.01));
+  EXPECT_TRUE(close(x.grad(), dx, 1e-2, 1e-2));
+}
+
+TEST(Matmul, MatchesNaiveAndGradchecks) {
+  Tensor a = Tensor::randn({2, 3, 5}, 1), b = Tensor::randn({5, 4}, 2);
+  Tensor wt = b.transpose(0, 1);  // [N, K]: matmul(a, b) == linear(a, b^T)
+  EXPECT_TRUE(close(ops::matmul(a, b), naive_linear(a, wt, Tensor()), 1e-4, 1e-4));
+  auto fn = [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); };
+  TP_EXPECT_GRADCHECK(fn, {param({2, 3, 5}, 3), param({5, 4}, 4)});
+  EXPECT_EQ(ops::matmul(Tensor::zeros({0, 5}), b).shape(), (Shape{0, 4}));
+}
+
+TEST(Linear, MismatchErrorsNameBothShapesAndDtypes) {
+  Tensor x = Tensor::randn({2, 6}, 1), w = Tensor::randn({3, 5}, 2);
+  expect_error([&] { ops::linear(x, w); }, {"[2, 6]", "[3, 5]"});
+  expect_error([&] { ops::linear(x, Tensor::randn({3, 6}, 3), Tensor::zeros({4})); }, {"[4]", "[3, 6]"});
+  expect_error([&] { ops::linear(x.to(DType::BF16), Tensor::randn({3, 6}, 3)); }, {"bf16", "f32"});
+  expect_error([&] { ops::linear(x, Tensor::zeros({3, 6}, DType::I32)); }, {"i32"});
+  expect_error([&] { ops::matmul(x, Tensor::randn({5, 2}, 4)); }, {"[2, 6]", "[5, 2]"});
+  expect_error([&] { ops::PackedLinear(Tensor::zeros({3}, DType::F32)); }, {"[3]"});
+}
+
+TEST(Linear, NoGradRecordsNothing) {
+  Tensor x = param({2, 4}, 1);
+  Tensor w = Tensor::randn({3, 4}, 2);
+  autograd::clear_tape();
+  {
+    autograd::NoGradGuard g;
+    ops::linear(x, w);
+  }
+  EXPECT_EQ(autograd::tape_size(), 0u);
+  ops::linear(Tensor::randn({2, 4}, 3), w);  // nothing requires grad
+  EXPECT_EQ(autograd::tape_size(), 0u);
+  ops::linear(x, w);
+  EXPECT_EQ(autograd::tape_size(), 1u);
+  autograd::clear_tape();
+}

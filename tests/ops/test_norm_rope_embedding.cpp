@@ -1,0 +1,138 @@
+// RMSNorm, RoPE (golden values from PyTorch, see rope_golden.py) and embedding.
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "op_test_util.h"
+#include "tp/autograd/tape.h"
+#include "tp/ops/embedding.h"
+#include "tp/ops/norm.h"
+#include "tp/ops/rope.h"
+
+using namespace tp;
+using namespace tp::test;
+
+TEST(RmsNorm, MatchesNaive) {
+  for (Shape s : {Shape{1, 1}, Shape{3, 7}, Shape{2, 2, 33}}) {
+    Tensor x = Tensor::randn(s, 1, 0.f, 2.f), w = Tensor::randn({s.back()}, 2);
+    int64_t h = s.back();
+    std::vector<float> xv = x.to_vector(), wv = w.to_vector();
+    std::vector<double> want(xv.size());
+    for (size_t r = 0; r < xv.size() / h; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < h; ++i) ss += static_cast<double>(xv[r * h + i]) * xv[r * h + i];
+      double rstd = 1 / std::sqrt(ss / h + 1e-6);
+      for (int64_t i = 0; i < h; ++i) want[r * h + i] = wv[i] * xv[r * h + i] * rstd;
+    }
+    EXPECT_TRUE(close(ops::rms_norm(x, w, 1e-6), want, 1e-5, 1e-5)) << shape_str(s);
+    EXPECT_TRUE(close(ops::rms_norm(x, w.to(DType::BF16), 1e-6), want, 2e-2, 1e-2)) << shape_str(s);
+  }
+  EXPECT_EQ(ops::rms_norm(Tensor::zeros({0, 4}), Tensor::zeros({4}), 1e-6).shape(), (Shape{0, 4}));
+  expect_error([] { ops::rms_norm(Tensor::zeros({2, 4}), Tensor::zeros({5}), 1e-6); }, {"[5]", "[2, 4]"});
+}
+
+TEST(RmsNorm, Gradcheck) {
+  auto fn = [](const std::vector<Tensor>& in) { return ops::rms_norm(in[0], in[1], 1e-5); };
+  TP_EXPECT_GRADCHECK(fn, {param({3, 6}, 1), param({6}, 2)});
+}
+
+namespace {
+
+std::map<std::string, std::vector<double>> load_golden() {
+  std::ifstream f(std::string(TP_OPS_TEST_DATA) + "/rope_golden.txt");
+  EXPECT_TRUE(f.good()) << "missing rope_golden.txt (run tests/ops/rope_golden.py)";
+  std::map<std::string, std::vector<double>> out;
+  std::string name;
+  size_t n;
+  while (f >> name >> n) {
+    std::vector<double> v(n);
+    for (double& x : v) f >> x;
+    out[name] = v;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Rope, InvFreqMatchesTorchGolden) {
+  auto golden = load_golden();
+  ops::RopeScaling llama3{"llama3", 8.0, 1.0, 4.0, 8192};
+  auto tensor = [](const std::vector<float>& v) {
+    return Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  };
+  EXPECT_TRUE(close(tensor(ops::rope_inv_freq(128, 500000.0)), golden["default_128_500000"], 0, 1e-6));
+  EXPECT_TRUE(close(tensor(ops::rope_inv_freq(128, 500000.0, llama3)), golden["llama3_128_500000"], 0, 1e-6));
+  EXPECT_TRUE(close(tensor(ops::rope_inv_freq(8, 500000.0, llama3)), golden["llama3_8_500000"], 0, 1e-6));
+  // The scaling really changed something: low frequencies divided by the factor.
+  std::vector<float> d = ops::rope_inv_freq(128, 500000.0), l = ops::rope_inv_freq(128, 500000.0, llama3);
+  EXPECT_FLOAT_EQ(l[0], d[0]);
+  EXPECT_NEAR(l[63], d[63] / 8, 1e-12);
+  expect_error([] { ops::rope_inv_freq(8, 1e4, ops::RopeScaling{"yarn"}); }, {"yarn", "default", "llama3"});
+  expect_error([] { ops::rope_inv_freq(7, 1e4); }, {"7"});
+}
+
+TEST(Rope, ApplyMatchesTorchGolden) {
+  auto golden = load_golden();
+  std::vector<float> xv(golden["x"].begin(), golden["x"].end());
+  std::vector<int64_t> pv(golden["positions"].begin(), golden["positions"].end());
+  Tensor x = Tensor::from_vector(xv, {2, 3, 2, 8});
+  Tensor pos = Tensor::from_ints(pv, {2, 3});
+  std::vector<float> inv = ops::rope_inv_freq(8, 500000.0, {"llama3", 8.0, 1.0, 4.0, 8192});
+  // Angles up to 20000 rad: f32 cos/sin of large arguments differ by a few ulps of the angle.
+  EXPECT_TRUE(close(ops::apply_rope(x, pos, inv), golden["rope_llama3_8"], 2e-5, 1e-5));
+}
+
+TEST(Rope, PartialRotaryPassesTheRestAndGradchecks) {
+  Tensor x = Tensor::randn({1, 2, 1, 6}, 1);
+  Tensor pos = Tensor::from_ints({3, 4}, {1, 2});
+  std::vector<float> inv = {0.5f, 0.1f};  // rotary dim 4 of head dim 6
+  Tensor y = ops::apply_rope(x, pos, inv);
+  std::vector<float> xv = x.to_vector(), yv = y.to_vector();
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(yv[t * 6 + 4], xv[t * 6 + 4]);
+    EXPECT_EQ(yv[t * 6 + 5], xv[t * 6 + 5]);
+    double a = (3 + t) * 0.5;
+    EXPECT_NEAR(yv[t * 6 + 0], xv[t * 6] * std::cos(a) - xv[t * 6 + 2] * std::sin(a), 1e-5);
+  }
+  auto fn = [pos, inv](const std::vector<Tensor>& in) { return ops::apply_rope(in[0], pos, inv); };
+  TP_EXPECT_GRADCHECK(fn, {param({1, 2, 2, 6}, 2)});
+  expect_error([&] { ops::apply_rope(x, Tensor::from_ints({1, 2, 3}, {1, 3}), inv); }, {"[1, 3]", "[1, 2, 1, 6]"});
+  expect_error([&] { ops::apply_rope(x, pos, std::vector<float>(4, 1.f)); }, {"[1, 2, 1, 6]"});
+}
+
+TEST(Embedding, LooksUpShardedRowsAndZeros) {
+  Tensor w = Tensor::randn({4, 3}, 1);
+  Tensor ids = Tensor::from_ints({10, 13, 9, 14, 11}, {5}, DType::I32);
+  Tensor y = ops::embedding(ids, w, 10);  // this shard holds tokens 10..13
+  EXPECT_EQ(y.shape(), (Shape{5, 3}));
+  std::vector<float> wv = w.to_vector();
+  std::vector<double> want;
+  for (int64_t id : {10, 13, 9, 14, 11})
+    for (int c = 0; c < 3; ++c) want.push_back(id >= 10 && id < 14 ? wv[(id - 10) * 3 + c] : 0.0);
+  EXPECT_TRUE(close(y, want, 0));
+  // bf16 table: exactly the bf16-rounded rows.
+  Tensor wb = w.to(DType::BF16);
+  EXPECT_TRUE(equal(ops::embedding(ids, wb, 10), ops::embedding(ids, wb.to(DType::F32), 10)));
+  EXPECT_EQ(ops::embedding(Tensor::from_ints({}, {0, 2}), w).shape(), (Shape{0, 2, 3}));
+  expect_error([&] { ops::embedding(Tensor::zeros({2}), w); }, {"f32"});
+}
+
+TEST(Embedding, BackwardScatterAddsAndSkipsOtherShards) {
+  Tensor w = param({3, 2}, 1);
+  Tensor ids = Tensor::from_ints({5, 5, 7, 2, 6}, {5});  // rows 0, 0, 2, (none), 1 with vocab_start 5
+  Tensor y = ops::embedding(ids, w, 5);
+  Tensor g = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {5, 2});
+  autograd::backward(y, g);
+  EXPECT_TRUE(close(w.grad(), std::vector<double>{1 + 3, 2 + 4, 9, 10, 5, 6}, 0));
+  auto fn = [ids](const std::vector<Tensor>& in) { return ops::embedding(ids, in[0], 5); };
+  TP_EXPECT_GRADCHECK(fn, {param({3, 2}, 2)});
+}
+
+TEST(Rope, EmptyBatchAndSingleToken) {
+  std::vector<float> inv = ops::rope_inv_freq(4, 10000.0);
+  EXPECT_EQ(ops::apply_rope(Tensor::zeros({0, 3, 2, 4}), Tensor::zeros({0, 3}, DType::I64), inv).shape(),
+            (Shape{0, 3, 2, 4}));
+  // Position 0 is the identity.
+  Tensor x = Tensor::randn({1, 1, 2, 4}, 1);
+  EXPECT_TRUE(equal(ops::apply_rope(x, Tensor::zeros({1, 1}, DType::I64), inv), x));
+}
