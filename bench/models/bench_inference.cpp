@@ -18,6 +18,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/dist/process_group.h"
 #include "tp/models/auto.h"
+#include "tp/nn/layers.h"
 #include "tp/ops/linear.h"
 
 using namespace tp;
@@ -130,8 +131,18 @@ int main(int argc, char** argv) {
     }
   }
 
+  // What one token costs this rank: every Linear's weight is read once per
+  // decode step (bf16), and prefill multiplies every token by all of them but
+  // lm_head (logits only for the last position).
   int64_t weight_bytes = 0;
-  for (nn::Parameter* p : lm.parameters()) weight_bytes += p->data.nbytes();
+  double prefill_flops = 0;
+  for (nn::Module* m : lm.modules()) {
+    auto* linear = dynamic_cast<nn::Linear*>(m);
+    if (linear == nullptr) continue;
+    int64_t n = numel(nn::local_shape(linear->weight));
+    weight_bytes += n * 2;
+    prefill_flops += 2.0 * static_cast<double>(n) * static_cast<double>(linear->name() == "lm_head" ? 1 : prefill);
+  }
   Tensor rss = Tensor::from_ints({peak_rss()}, {1});
   Tensor all_rss = group.all_gather(rss, 0);
   double gflops = 0, gbs = 0;
@@ -141,9 +152,6 @@ int main(int argc, char** argv) {
   }
   if (model.tp_rank() == 0) {
     double pf = median(prefill_s), dc = median(decode_s);
-    // FLOPs of the prefill's matmuls on this rank (2 * params touched per token), for the rate.
-    double flops = 2.0 * static_cast<double>(weight_bytes / 2 - V * model.config().hidden_size / model.tp_size()) *
-                   static_cast<double>(prefill);
     nlohmann::ordered_json j;
     j["tp_size"] = model.tp_size();
     j["threads_per_rank"] = omp_get_max_threads();
@@ -151,7 +159,7 @@ int main(int argc, char** argv) {
     j["prefill_tokens"] = prefill;
     j["prefill_s_median"] = pf;
     j["prefill_tokens_per_s"] = prefill / pf;
-    j["prefill_matmul_gflops_per_rank"] = flops / pf / 1e9;
+    j["prefill_matmul_gflops_per_rank"] = prefill_flops / pf / 1e9;
     j["decode_tokens"] = decode;
     j["decode_s_median"] = dc;
     j["decode_tokens_per_s"] = decode / dc;

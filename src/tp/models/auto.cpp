@@ -90,7 +90,8 @@ PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::pat
   parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), m.overrides_);
   if (options.verbose && rank.rank == 0)
     for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";
-  load_parameters(*m.lm_, ckpt, options.dtype.value_or(default_dtype(ckpt.config())), m.lm_->tied_parameters());
+  load_parameters(*m.lm_, ckpt, options.dtype.value_or(default_dtype(ckpt.config())), m.lm_->tied_parameters(),
+                  options.inference_only);
   return m;
 }
 

@@ -24,7 +24,8 @@ using parallel::DistributedConfig;
 struct LoadOptions {
   std::optional<DType> dtype;  // matrices' dtype; unset: config.json's torch_dtype (f32 or bf16)
   DistributedConfig distributed_config;
-  bool verbose = true;  // rank 0 prints warnings
+  bool verbose = true;          // rank 0 prints warnings
+  bool inference_only = true;   // release unpacked weights after packing (no gradients then)
   // The tensor-parallel mesh to load onto (1-D); unset: every rank of the world.
   std::shared_ptr<const dist::DeviceMesh> mesh;
 };

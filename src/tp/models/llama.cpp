@@ -217,8 +217,7 @@ std::map<std::string, std::string> LlamaForCausalLM::tied_parameters() const {
 KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
   KVState state;
   for (const LlamaDecoderLayer* layer : model.layers) {
-    const nn::Parameter& k = layer->self_attn.k_proj.weight;
-    int64_t rows = k.data.defined() ? k.data.size(0) : k.global_shape[0];
+    int64_t rows = nn::local_shape(layer->self_attn.k_proj.weight)[0];
     state.layers.emplace_back(batch, max_len, rows / config_.head_dim, config_.head_dim);
   }
   return state;

@@ -11,13 +11,10 @@ bool same_slice(const parallel::ParamShard& a, const parallel::ParamShard& b) {
   return true;
 }
 
-}  // namespace
-
-void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
-                     const std::map<std::string, std::string>& tied) {
-  std::map<std::string, nn::Parameter*> by_name;
-  for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;
-  for (nn::Parameter* p : root.parameters()) {
+void load_own_parameters(nn::Module& module, const io::Checkpoint& ckpt, DType dtype,
+                         const std::map<std::string, std::string>& tied,
+                         const std::map<std::string, nn::Parameter*>& by_name) {
+  for (nn::Parameter* p : module.own_parameters()) {
     std::string source = p->name;
     if (!ckpt.has(source)) {
       auto t = tied.find(p->name);
@@ -29,7 +26,7 @@ void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
     TP_CHECK(info.shape == p->global_shape, "{}: tensor '{}' has shape {}, but config.json implies {}",
              info.file.string(), source, shape_str(info.shape), shape_str(p->global_shape));
     if (source != p->name) {
-      nn::Parameter* owner = by_name.count(source) ? by_name[source] : nullptr;
+      nn::Parameter* owner = by_name.count(source) ? by_name.at(source) : nullptr;
       if (owner != nullptr && owner->data.defined() && same_slice(owner->shard, p->shard)) {
         p->data = owner->data;
         continue;
@@ -38,7 +35,18 @@ void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
     DType as = p->global_shape.size() >= 2 ? dtype : DType::F32;
     p->data = p->shard.replicated() ? ckpt.read(source, as) : ckpt.read_slice(source, p->shard.dim, p->shard.spans, as);
   }
-  for (nn::Module* m : root.modules()) m->finalize_weights();
+}
+
+}  // namespace
+
+void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
+                     const std::map<std::string, std::string>& tied, bool inference_only) {
+  std::map<std::string, nn::Parameter*> by_name;
+  for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;
+  for (nn::Module* m : root.modules()) {
+    load_own_parameters(*m, ckpt, dtype, tied, by_name);
+    m->finalize_weights(inference_only);
+  }
 }
 
 }  // namespace tp

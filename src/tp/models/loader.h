@@ -12,7 +12,9 @@ namespace tp {
 // Matrices (2-D and up) load as `dtype`; vectors (norms, biases) as f32.
 // `tied`: parameter -> checkpoint tensor it shares (read when the parameter's own
 // name is absent); a tied parameter with the same slice shares the tensor.
+// Each module is finalized (weights packed) as soon as its own parameters are
+// in, so the peak memory is the model plus one layer, not two copies of it.
 void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
-                     const std::map<std::string, std::string>& tied = {});
+                     const std::map<std::string, std::string>& tied = {}, bool inference_only = false);
 
 }  // namespace tp

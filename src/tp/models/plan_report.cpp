@@ -11,15 +11,6 @@ namespace tp {
 
 namespace {
 
-Shape local_shape_of(const nn::Parameter& p) {
-  Shape s = p.global_shape;
-  if (p.shard.replicated()) return s;
-  int64_t n = 0;
-  for (const ChunkSpan& span : p.shard.spans) n += span.size;
-  s[p.shard.dim] = n;
-  return s;
-}
-
 int64_t param_bytes(const Shape& shape, DType matrix_dtype) {
   // As the loader stores them: matrices in the chosen dtype, vectors in f32.
   return numel(shape) * static_cast<int64_t>(dtype_size(shape.size() >= 2 ? matrix_dtype : DType::F32));
@@ -59,11 +50,11 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       row.name = p.name;
       row.global_shape = p.global_shape;
       if (auto it = resolved.param_style.find(p.name); it != resolved.param_style.end()) row.style = it->second;
-      Shape local = local_shape_of(p);
+      Shape local = nn::local_shape(p);
       int64_t bytes = param_bytes(local, dtype);
       if (auto t = tied.find(p.name); t != tied.end() && by_name.count(t->second)) {
         const nn::Parameter& src = *by_name[t->second];
-        if (local_shape_of(src) == local && src.shard.spans.size() == p.shard.spans.size()) {
+        if (nn::local_shape(src) == local && src.shard.spans.size() == p.shard.spans.size()) {
           row.tied_to = t->second;
           bytes = 0;
         }

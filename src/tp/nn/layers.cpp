@@ -18,8 +18,10 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
   if (has_bias) bias = &add_parameter("bias", {out_features});
 }
 
-void Linear::finalize_weights() {
-  packed_ = ops::PackedLinear(weight.data);
+void Linear::finalize_weights(bool inference_only) {
+  bool shared = weight.data.impl_ptr().use_count() > 1;
+  packed_ = ops::PackedLinear(weight.data, /*keep_weight=*/!inference_only || shared);
+  if (inference_only && !shared) weight.data = Tensor();
   packed_valid_ = true;
 }
 
@@ -27,6 +29,8 @@ Tensor Linear::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = single_input(inputs, name());
   Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();
   if (packed_valid_ && !autograd::needs_grad({x, weight.data, b})) return ops::linear(x, packed_, b);
+  TP_CHECK(weight.data.defined(), "{}: the weight was released after packing for inference; load the model with "
+           "inference_only = false to compute gradients", name());
   return ops::linear(x, weight.data, b);
 }
 

@@ -15,8 +15,9 @@ class Linear : public Module {
   bool add_bias_in_forward = true;
 
   // Inference uses weights packed once for oneDNN; training uses the plain weight
-  // so the optimizer's updates are seen without repacking.
-  void finalize_weights() override;
+  // so the optimizer's updates are seen without repacking. For inference only,
+  // the plain copy is released unless another module shares it (tied lm_head).
+  void finalize_weights(bool inference_only) override;
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;

@@ -2,6 +2,15 @@
 
 namespace tp::nn {
 
+Shape local_shape(const Parameter& p) {
+  Shape s = p.global_shape;
+  if (p.shard.replicated()) return s;
+  int64_t n = 0;
+  for (const ChunkSpan& span : p.shard.spans) n += span.size;
+  s[p.shard.dim] = n;
+  return s;
+}
+
 Tensor Module::call(std::vector<Tensor> inputs) {
   if (style_ == nullptr) return forward(inputs);
   inputs = style_->transform_inputs_pre_forward(*this, std::move(inputs), *mesh_);

@@ -22,6 +22,10 @@ struct Parameter {
   parallel::ParamShard shard;  // which piece (replicated unless a style sharded it)
 };
 
+// The shape of this rank's piece, from the global shape and the shard (known
+// before any data is loaded, and after an unpacked weight was released).
+Shape local_shape(const Parameter& p);
+
 class Module {
  public:
   explicit Module(std::string name) : name_(std::move(name)) {}
@@ -45,8 +49,10 @@ class Module {
   const parallel::TensorParallelLayer* style() const { return style_; }
   const dist::DeviceMesh* mesh() const { return mesh_; }
 
-  // Called once after every parameter is loaded (e.g. pack weights for GEMM).
-  virtual void finalize_weights() {}
+  // Called once after this module's parameters are loaded (e.g. pack weights
+  // for GEMM). With `inference_only`, a module may release what only training
+  // needs (the unpacked copy of a weight nobody else shares).
+  virtual void finalize_weights(bool inference_only) {}
 
  protected:
   virtual Tensor forward(const std::vector<Tensor>& inputs) = 0;
