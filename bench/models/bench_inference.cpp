@@ -97,7 +97,10 @@ int main(int argc, char** argv) {
 
   autograd::NoGradGuard no_grad;
   auto t_load = Clock::now();
-  PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, {.dtype = DType::BF16, .verbose = false});
+  LoadOptions options;
+  options.dtype = DType::BF16;
+  options.verbose = false;
+  PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, options);
   double load_s = seconds(t_load);
   CausalLM& lm = model.lm();
   dist::ProcessGroup& group = model.mesh().group(0);
@@ -143,6 +146,10 @@ int main(int argc, char** argv) {
     weight_bytes += n * 2;
     prefill_flops += 2.0 * static_cast<double>(n) * static_cast<double>(linear->name() == "lm_head" ? 1 : prefill);
   }
+  // Attention's two matmuls (Q K^T and P V) over the causal triangle, this rank's heads.
+  const ModelConfig& c = model.config();
+  prefill_flops += 2.0 * 2.0 * static_cast<double>(prefill * (prefill + 1) / 2) * static_cast<double>(c.head_dim) *
+                   static_cast<double>(c.num_attention_heads / model.tp_size() * c.num_hidden_layers);
   Tensor rss = Tensor::from_ints({peak_rss()}, {1});
   Tensor all_rss = group.all_gather(rss, 0);
   double gflops = 0, gbs = 0;

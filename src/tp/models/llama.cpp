@@ -59,7 +59,9 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
     out = ops::attention(q, cache.keys(), cache.values(),
                          {.scale = scale_, .causal = true, .kv_lens = cache.lengths(), .q_offsets = q_offsets});
   } else {
-    out = ops::attention(q, k, v, {.scale = scale_});
+    ops::AttentionOptions options;
+    options.scale = scale_;
+    out = ops::attention(q, k, v, options);
   }
   return o_proj(ops::reshape(out, {B, T, -1}));
 }
