@@ -1,5 +1,7 @@
 #include "tp/ops/attention.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -126,10 +128,47 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
   }
 }
 
-void attention_forward(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
-  // Many query rows: GEMMs win. Few (decode): the row kernels below, which read
-  // each key once per group and create no oneDNN primitive per new length.
-  if (g.tq >= 16 && g.d > 0) return attention_forward_gemm(g, q, k, v, out);
+// Decode-sized work with a row per thread: for each query row, walk the keys in
+// memory order (all kv heads of key j are adjacent), so the cache is read
+// sequentially once instead of once per kv head at a stride of Hkv*D.
+void attention_forward_rows(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+#pragma omp parallel
+  {
+    std::vector<float> p(static_cast<size_t>(g.hq * g.tk));
+    const auto& vk = detail::vec_kernels();
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t s = 0; s < g.b; ++s) {
+      for (int64_t i = 0; i < g.tq; ++i) {
+        float* o = out + (s * g.tq + i) * g.hq * g.d;
+        std::memset(o, 0, sizeof(float) * g.hq * g.d);
+        int64_t n = g.visible(s, i);
+        if (n == 0) continue;
+        const float* qi = g.q_row(q, s, i, 0);  // [Hq, D]
+        for (int64_t j = 0; j < n; ++j) {
+          const float* kj = k + g.kv_index(s, j, 0);  // [Hkv, D]
+          for (int64_t h = 0; h < g.hq; ++h) p[h * g.tk + j] = vk.dot(qi + h * g.d, kj + (h / g.group) * g.d, g.d) * g.scale;
+        }
+        for (int64_t h = 0; h < g.hq; ++h) {
+          float* ph = p.data() + h * g.tk;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, ph[j]);
+          float total = 0;
+          for (int64_t j = 0; j < n; ++j) total += (ph[j] = std::exp(ph[j] - mx));
+          float inv = 1.f / total;
+          for (int64_t j = 0; j < n; ++j) ph[j] *= inv;
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const float* vj = v + g.kv_index(s, j, 0);
+          for (int64_t h = 0; h < g.hq; ++h) vk.axpy(p[h * g.tk + j], vj + (h / g.group) * g.d, o + h * g.d, g.d);
+        }
+      }
+    }
+  }
+}
+
+// Fewer query rows than threads (decode at batch 1 on several threads): split
+// the kv heads across threads instead, each walking its keys once per group.
+void attention_forward_heads(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
 #pragma omp parallel
   {
     std::vector<float> p(static_cast<size_t>(g.group * g.tk));
@@ -151,6 +190,14 @@ void attention_forward(const Geometry& g, const float* q, const float* k, const 
       }
     }
   }
+}
+
+void attention_forward(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+  // Many query rows: GEMMs win. Few (decode): row kernels, which create no
+  // oneDNN primitive per new length.
+  if (g.tq >= 16 && g.d > 0) return attention_forward_gemm(g, q, k, v, out);
+  if (g.b * g.tq >= omp_get_max_threads()) return attention_forward_rows(g, q, k, v, out);
+  attention_forward_heads(g, q, k, v, out);
 }
 
 // dP_j = g·v_j;  dS_j = P_j (dP_j - Σ P dP);  dq = scale Σ dS_j k_j;  dk_j += scale dS_j q;  dv_j += P_j g.
