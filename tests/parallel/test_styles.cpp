@@ -252,7 +252,9 @@ TEST(Styles, PackedColwiseOnFusedGateUpMatchesSeparateWeights) {
   EXPECT_LT(fused_mlp_error("packed_colwise"), 1e-5);
   // Plain colwise hands rank 0 the first rows of [gate; up] (all gate), so the
   // halves no longer pair up: wrong as soon as there is more than one rank.
-  if (dist::world_size() > 1) EXPECT_GT(fused_mlp_error("colwise"), 1e-3);
+  if (dist::world_size() > 1) {
+    EXPECT_GT(fused_mlp_error("colwise"), 1e-3);
+  }
 }
 
 TEST(Styles, RegistryListsEveryShippedStyleAndTakesUserStyles) {
