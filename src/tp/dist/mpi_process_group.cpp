@@ -10,18 +10,6 @@
 namespace tp::dist {
 namespace {
 
-// A tensor seen as [outer, n, inner] around dimension `dim`.
-struct Split3 {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-Split3 split3(const Shape& shape, int64_t dim) {
-  Split3 s;
-  for (int64_t i = 0; i < dim; ++i) s.outer *= shape[i];
-  s.n = shape[dim];
-  for (size_t i = dim + 1; i < shape.size(); ++i) s.inner *= shape[i];
-  return s;
-}
-
 void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -219,7 +207,7 @@ Tensor MpiProcessGroup::all_gather(const Tensor& local, int64_t dim) {
     std::memcpy(out.raw_data(), local.raw_data(), local.nbytes());
     return out;
   }
-  Split3 s = split3(local.shape(), d);
+  DimSplit s = split_at(local.shape(), d);
   int count = to_count(local.numel(), "all_gather");
   MPI_Datatype type = move_type(local.dtype());
   if (s.outer == 1) {  // pieces are contiguous in the output: gather straight into it
@@ -274,7 +262,7 @@ Tensor MpiProcessGroup::all_gather_uneven(const Tensor& local, int64_t dim, std:
   for (int r = 0; r < size_; ++r) out_shape[d] += ns[r] = shapes[r][d];
   if (sizes) *sizes = ns;
   Tensor out = Tensor::empty(out_shape, local.dtype());
-  Split3 s = split3(local.shape(), d);
+  DimSplit s = split_at(local.shape(), d);
   fill_counts(counts_, displs_, s.outer, ns, s.inner, "all_gather_uneven");
   MPI_Datatype type = move_type(local.dtype());
   void* parts = s.outer == 1 ? out.raw_data() : scratch_a_.get(out.nbytes());
@@ -290,7 +278,7 @@ Tensor MpiProcessGroup::all_gather_uneven(const Tensor& local, int64_t dim, std:
 Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp op) {
   check_dtype_supported(full, "reduce_scatter");
   int64_t d = normalize_dim(dim, full.dim());
-  Split3 s = split3(full.shape(), d);
+  DimSplit s = split_at(full.shape(), d);
   std::vector<int64_t> ns(size_);
   for (int r = 0; r < size_; ++r) ns[r] = chunk_span(s.n, size_, r).size;
   Shape out_shape = full.shape();
@@ -351,7 +339,7 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
   MPI_Datatype type = move_type(input.dtype());
 
   // Send: chunk j of split_dim goes to rank j, packed [j][outer][n_j][inner].
-  Split3 s = split3(input.shape(), sd);
+  DimSplit s = split_at(input.shape(), sd);
   std::vector<int64_t> send_ns(size_);
   for (int j = 0; j < size_; ++j) send_ns[j] = chunk_span(s.n, size_, j).size;
   fill_counts(counts_, displs_, s.outer, send_ns, s.inner, "all_to_all");
@@ -379,7 +367,7 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
     for (int i = 0; i < size_; ++i) out_shape[cd] += recv_ns[i] = chunk_span(shapes[i][sd], size_, rank_).size;
   }
   Tensor out = Tensor::empty(out_shape, input.dtype());
-  Split3 c = split3(out_shape, cd);
+  DimSplit c = split_at(out_shape, cd);
   fill_counts(counts2_, displs2_, c.outer, recv_ns, c.inner, "all_to_all");
   void* recv = c.outer == 1 ? out.raw_data() : scratch_b_.get(out.nbytes());
   check_mpi(MPI_Alltoallv(send, counts_.data(), displs_.data(), type, recv, counts2_.data(), displs2_.data(), type,

@@ -38,13 +38,6 @@ std::vector<Parameter*> Module::parameters() {
   return out;
 }
 
-Parameter* Module::find_parameter(const std::string& local_name) {
-  std::string full = child_name(local_name);
-  for (auto& p : params_)
-    if (p->name == full) return p.get();
-  return nullptr;
-}
-
 void Module::set_style(const parallel::TensorParallelLayer* style, const dist::DeviceMesh* mesh) {
   style_ = style;
   mesh_ = mesh;

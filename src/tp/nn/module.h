@@ -43,7 +43,6 @@ class Module {
   std::vector<Module*> modules();
   std::vector<Parameter*> parameters();  // this module and all descendants
   std::vector<Parameter*> own_parameters();
-  Parameter* find_parameter(const std::string& local_name);
 
   void set_style(const parallel::TensorParallelLayer* style, const dist::DeviceMesh* mesh);
   const parallel::TensorParallelLayer* style() const { return style_; }

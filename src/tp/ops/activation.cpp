@@ -78,28 +78,11 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-namespace {
-
-// Softmax over the middle axis of a [outer, n, inner] view.
-struct Axis {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-Axis axis_of(const Shape& s, int64_t d) {
-  Axis a;
-  for (int64_t i = 0; i < d; ++i) a.outer *= s[i];
-  a.n = s[d];
-  for (size_t i = d + 1; i < s.size(); ++i) a.inner *= s[i];
-  return a;
-}
-
-}  // namespace
-
 Tensor softmax(const Tensor& x, int64_t dim) {
   check_f32(x, "softmax", "input");
   TP_CHECK(x.dim() >= 1, "softmax: input must have at least one dimension, got shape {}", shape_str(x.shape()));
   int64_t d = normalize_dim(dim, x.dim());
-  Axis ax = axis_of(x.shape(), d);
+  DimSplit ax = split_at(x.shape(), d);
   Tensor out = Tensor::empty(x.shape());
   const float* s = x.data<float>();
   float* o = out.data<float>();

@@ -59,6 +59,16 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return g;
 }
 
+// p[0..n) <- softmax(scale * p[0..n)), in place (n > 0).
+void softmax_row(float* p, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j] * scale);
+  float total = 0;
+  for (int64_t j = 0; j < n; ++j) total += (p[j] = std::exp(p[j] * scale - mx));
+  float inv = 1.f / total;
+  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+}
+
 // The query heads of one kv group, h = kh * group + r, read the same keys and
 // values, so the kernels below walk each key/value row once for the whole group.
 // p [group, Tk] holds the probabilities of query row i of every head of the group.
@@ -70,15 +80,7 @@ void group_probabilities(const Geometry& g, const float* q, const float* k, int6
     const float* kr = k + g.kv_index(s, j, kh);
     for (int64_t r = 0; r < g.group; ++r) p[r * g.tk + j] = vk.dot(q0 + r * g.d, kr, g.d) * g.scale;
   }
-  for (int64_t r = 0; r < g.group; ++r) {
-    float* pr = p + r * g.tk;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, pr[j]);
-    float total = 0;
-    for (int64_t j = 0; j < n; ++j) total += (pr[j] = std::exp(pr[j] - mx));
-    float inv = 1.f / total;
-    for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
-  }
+  for (int64_t r = 0; r < g.group; ++r) softmax_row(p + r * g.tk, n, 1.f);
 }
 
 // Prefill: per (sequence, query head, block of query rows) two GEMMs through oneDNN,
@@ -112,12 +114,7 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
           for (int64_t i = 0; i < rows; ++i) {
             float* pr = p.data() + i * n;
             int64_t vis = g.visible(s, i0 + i);
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < vis; ++j) mx = std::max(mx, pr[j] * g.scale);
-            float total = 0;
-            for (int64_t j = 0; j < vis; ++j) total += (pr[j] = std::exp(pr[j] * g.scale - mx));
-            float inv = vis > 0 ? 1.f / total : 0.f;
-            for (int64_t j = 0; j < vis; ++j) pr[j] *= inv;
+            if (vis > 0) softmax_row(pr, vis, g.scale);
             for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
           }
           detail::gemm({rows, g.d, n, false, false, DType::F32, DType::F32, n, g.hkv * g.d, g.hq * g.d}, p.data(),
@@ -148,15 +145,7 @@ void attention_forward_rows(const Geometry& g, const float* q, const float* k, c
           const float* kj = k + g.kv_index(s, j, 0);  // [Hkv, D]
           for (int64_t h = 0; h < g.hq; ++h) p[h * g.tk + j] = vk.dot(qi + h * g.d, kj + (h / g.group) * g.d, g.d) * g.scale;
         }
-        for (int64_t h = 0; h < g.hq; ++h) {
-          float* ph = p.data() + h * g.tk;
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, ph[j]);
-          float total = 0;
-          for (int64_t j = 0; j < n; ++j) total += (ph[j] = std::exp(ph[j] - mx));
-          float inv = 1.f / total;
-          for (int64_t j = 0; j < n; ++j) ph[j] *= inv;
-        }
+        for (int64_t h = 0; h < g.hq; ++h) softmax_row(p.data() + h * g.tk, n, 1.f);
         for (int64_t j = 0; j < n; ++j) {
           const float* vj = v + g.kv_index(s, j, 0);
           for (int64_t h = 0; h < g.hq; ++h) vk.axpy(p[h * g.tk + j], vj + (h / g.group) * g.d, o + h * g.d, g.d);

@@ -19,4 +19,12 @@ int64_t normalize_dim(int64_t dim, int64_t rank) {
   return d;
 }
 
+DimSplit split_at(const Shape& shape, int64_t dim) {
+  DimSplit s;
+  for (int64_t i = 0; i < dim; ++i) s.outer *= shape[i];
+  s.n = shape[dim];
+  for (size_t i = dim + 1; i < shape.size(); ++i) s.inner *= shape[i];
+  return s;
+}
+
 }  // namespace tp

@@ -14,4 +14,10 @@ std::string shape_str(const Shape& shape);
 // Maps a possibly negative dimension index into [0, rank); throws naming both.
 int64_t normalize_dim(int64_t dim, int64_t rank);
 
+// A shape seen as [outer, n, inner] around dimension `dim` (already normalized).
+struct DimSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+DimSplit split_at(const Shape& shape, int64_t dim);
+
 }  // namespace tp

@@ -85,7 +85,6 @@ class Tensor {
   Tensor clone() const;
   Tensor to(DType dtype) const;  // returns *this when already of that dtype
   Tensor transpose(int64_t d0, int64_t d1) const;  // copying
-  Tensor contiguous_copy() const { return clone(); }
   void copy_from(const Tensor& src);  // same numel; converts dtype
   void fill(double value);
   void zero();
