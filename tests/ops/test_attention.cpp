@@ -171,3 +171,40 @@ TEST(VecKernels, BothIsaPathsMatchNaive) {
     }
   }
 }
+
+TEST(VecKernels, SoftmaxDotsAxpysMatchNaive) {
+  for (const auto& k : {ops::detail::vec_kernels(), ops::detail::vec_kernels_avx2()}) {
+    for (int64_t n : {1, 7, 16, 17, 33, 130}) {
+      // softmax, with scores spread wide enough to exercise exp's range
+      std::vector<float> x = Tensor::randn({n}, 3, 0, 20.f).to_vector(), y = x;
+      k.softmax(y.data(), n, 0.7f);
+      double mx = -1e30, total = 0;
+      for (float v : x) mx = std::max(mx, 0.7 * v);
+      for (float v : x) total += std::exp(0.7 * v - mx);
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(y[i], std::exp(0.7 * x[i] - mx) / total, 1e-6) << k.isa << " softmax n=" << n << " i=" << i;
+      // dots and axpys: 3 rows against n keys 2*d apart
+      for (int64_t d : {5, 16, 64, 80, 128}) {
+        const int64_t rows = 3, stride = 2 * d;
+        std::vector<float> q = Tensor::randn({rows * d}, 4).to_vector(), kv = Tensor::randn({n * stride}, 5).to_vector();
+        std::vector<float> p = Tensor::randn({rows * (n + 1)}, 6).to_vector(), o = Tensor::randn({rows * d}, 7).to_vector();
+        std::vector<float> dots(static_cast<size_t>(rows * (n + 1)), -1.f), want_o = o;
+        k.dots(q.data(), rows, kv.data(), stride, n, d, dots.data(), n + 1);
+        k.axpys(p.data(), n + 1, rows, kv.data(), stride, n, d, o.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0;
+            for (int64_t c = 0; c < d; ++c) want += static_cast<double>(q[r * d + c]) * kv[j * stride + c];
+            EXPECT_NEAR(dots[r * (n + 1) + j], want, 1e-4) << k.isa << " dots n=" << n << " d=" << d;
+          }
+          EXPECT_EQ(dots[r * (n + 1) + n], -1.f) << k.isa << ": dots wrote past its n keys";
+          for (int64_t c = 0; c < d; ++c) {
+            double want = want_o[r * d + c];
+            for (int64_t j = 0; j < n; ++j) want += static_cast<double>(p[r * (n + 1) + j]) * kv[j * stride + c];
+            EXPECT_NEAR(o[r * d + c], want, 1e-4) << k.isa << " axpys n=" << n << " d=" << d;
+          }
+        }
+      }
+    }
+  }
+}

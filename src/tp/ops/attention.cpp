@@ -59,28 +59,15 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return g;
 }
 
-// p[0..n) <- softmax(scale * p[0..n)), in place (n > 0).
-void softmax_row(float* p, int64_t n, float scale) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j] * scale);
-  float total = 0;
-  for (int64_t j = 0; j < n; ++j) total += (p[j] = std::exp(p[j] * scale - mx));
-  float inv = 1.f / total;
-  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
-}
-
 // The query heads of one kv group, h = kh * group + r, read the same keys and
 // values, so the kernels below walk each key/value row once for the whole group.
 // p [group, Tk] holds the probabilities of query row i of every head of the group.
 void group_probabilities(const Geometry& g, const float* q, const float* k, int64_t s, int64_t kh, int64_t i,
                          int64_t n, float* p) {
   const auto& vk = detail::vec_kernels();
-  const float* q0 = g.q_row(q, s, i, kh * g.group);  // the group's heads are adjacent rows
-  for (int64_t j = 0; j < n; ++j) {
-    const float* kr = k + g.kv_index(s, j, kh);
-    for (int64_t r = 0; r < g.group; ++r) p[r * g.tk + j] = vk.dot(q0 + r * g.d, kr, g.d) * g.scale;
-  }
-  for (int64_t r = 0; r < g.group; ++r) softmax_row(p + r * g.tk, n, 1.f);
+  // The group's heads are adjacent rows of q.
+  vk.dots(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, p, g.tk);
+  for (int64_t r = 0; r < g.group; ++r) vk.softmax(p + r * g.tk, n, g.scale);
 }
 
 // Prefill: per (sequence, query head, block of query rows) two GEMMs through oneDNN,
@@ -107,6 +94,7 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
             for (int64_t i = 0; i < rows; ++i) std::memset(o + i * g.hq * g.d, 0, sizeof(float) * g.d);
             continue;
           }
+          const auto& vk = detail::vec_kernels();
           const float* kb = k + g.kv_index(s, 0, kh);
           const float* vb = v + g.kv_index(s, 0, kh);
           detail::gemm({rows, n, g.d, false, true, DType::F32, DType::F32, g.hq * g.d, g.hkv * g.d, n},
@@ -114,7 +102,7 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
           for (int64_t i = 0; i < rows; ++i) {
             float* pr = p.data() + i * n;
             int64_t vis = g.visible(s, i0 + i);
-            if (vis > 0) softmax_row(pr, vis, g.scale);
+            if (vis > 0) vk.softmax(pr, vis, g.scale);
             for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
           }
           detail::gemm({rows, g.d, n, false, false, DType::F32, DType::F32, n, g.hkv * g.d, g.hq * g.d}, p.data(),
@@ -126,13 +114,17 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
 }
 
 // Decode-sized work with a row per thread: for each query row, walk the keys in
-// memory order (all kv heads of key j are adjacent), so the cache is read
-// sequentially once instead of once per kv head at a stride of Hkv*D.
+// memory order (all kv heads of key j are adjacent) a block at a time, so the
+// cache is read sequentially once instead of once per kv head at a stride of
+// Hkv*D; within a block each kv head's keys are visited for its whole group.
+constexpr int64_t kKeyBlock = 16;
+
 void attention_forward_rows(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
 #pragma omp parallel
   {
     std::vector<float> p(static_cast<size_t>(g.hq * g.tk));
     const auto& vk = detail::vec_kernels();
+    const int64_t stride = g.hkv * g.d;
 #pragma omp for collapse(2) schedule(static)
     for (int64_t s = 0; s < g.b; ++s) {
       for (int64_t i = 0; i < g.tq; ++i) {
@@ -140,15 +132,18 @@ void attention_forward_rows(const Geometry& g, const float* q, const float* k, c
         std::memset(o, 0, sizeof(float) * g.hq * g.d);
         int64_t n = g.visible(s, i);
         if (n == 0) continue;
-        const float* qi = g.q_row(q, s, i, 0);  // [Hq, D]
-        for (int64_t j = 0; j < n; ++j) {
-          const float* kj = k + g.kv_index(s, j, 0);  // [Hkv, D]
-          for (int64_t h = 0; h < g.hq; ++h) p[h * g.tk + j] = vk.dot(qi + h * g.d, kj + (h / g.group) * g.d, g.d) * g.scale;
+        for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+          int64_t nb = std::min(kKeyBlock, n - j0);
+          for (int64_t kh = 0; kh < g.hkv; ++kh)
+            vk.dots(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, j0, kh), stride, nb, g.d,
+                    p.data() + kh * g.group * g.tk + j0, g.tk);
         }
-        for (int64_t h = 0; h < g.hq; ++h) softmax_row(p.data() + h * g.tk, n, 1.f);
-        for (int64_t j = 0; j < n; ++j) {
-          const float* vj = v + g.kv_index(s, j, 0);
-          for (int64_t h = 0; h < g.hq; ++h) vk.axpy(p[h * g.tk + j], vj + (h / g.group) * g.d, o + h * g.d, g.d);
+        for (int64_t h = 0; h < g.hq; ++h) vk.softmax(p.data() + h * g.tk, n, g.scale);
+        for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+          int64_t nb = std::min(kKeyBlock, n - j0);
+          for (int64_t kh = 0; kh < g.hkv; ++kh)
+            vk.axpys(p.data() + kh * g.group * g.tk + j0, g.tk, g.group, v + g.kv_index(s, j0, kh), stride, nb,
+                     g.d, o + kh * g.group * g.d);
         }
       }
     }
@@ -171,10 +166,7 @@ void attention_forward_heads(const Geometry& g, const float* q, const float* k, 
           int64_t n = g.visible(s, i);
           if (n == 0) continue;
           group_probabilities(g, q, k, s, kh, i, n, p.data());
-          for (int64_t j = 0; j < n; ++j) {
-            const float* vr = v + g.kv_index(s, j, kh);
-            for (int64_t r = 0; r < g.group; ++r) vk.axpy(p[r * g.tk + j], vr, o0 + r * g.d, g.d);
-          }
+          vk.axpys(p.data(), g.tk, g.group, v + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, o0);
         }
       }
     }

@@ -2,9 +2,13 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 // GCC 12's AVX-512 headers initialize their "undefined" vectors with themselves
-// (__m512 __Y = __Y), which -Wuninitialized reports inside every reduce/extract.
+// (__m512 __Y = __Y), which -W(maybe-)uninitialized reports inside every reduce/extract.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace tp::ops::detail {
 
@@ -42,6 +46,82 @@ __attribute__((target("avx512f"))) void axpy_avx512(float alpha, const float* x,
   }
 }
 
+// e^x, |relative error| < 2e-7: x = n ln2 + r with |r| <= ln2 / 2, e^r by a
+// degree-6 polynomial (Cephes' expf coefficients), times 2^n by scalef.
+__attribute__((target("avx512f"))) inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.37f)), _mm512_set1_ps(-88.37f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 in two parts: n * hi is exact
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+__attribute__((target("avx512f"))) inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << std::max<int64_t>(left, 0)) - 1);
+}
+
+__attribute__((target("avx512f"))) void softmax_avx512(float* p, int64_t n, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16)
+    mx = _mm512_mask_max_ps(mx, tail_mask(n - i), mx, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), p + i), s));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = tail_mask(n - i);
+    __m512 e = exp_avx512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, p + i), s, m));
+    _mm512_mask_storeu_ps(p + i, k, e);
+    total = _mm512_mask_add_ps(total, k, total, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(total));
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_mask_storeu_ps(p + i, tail_mask(n - i), _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), p + i), inv));
+}
+
+__attribute__((target("avx512f"))) void dots_avx512(const float* q, int64_t rows, const float* k, int64_t key_stride,
+                                                    int64_t n, int64_t d, float* out, int64_t out_stride) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kj = k + j * key_stride;
+    for (int64_t r = 0; r < rows; ++r) out[r * out_stride + j] = dot_avx512(q + r * d, kj, d);
+  }
+}
+
+// Four 16-float columns of o per pass, each with its own accumulator chain, so
+// the FMAs over the keys do not wait on one another.
+__attribute__((target("avx512f"))) void axpys_avx512(const float* p, int64_t p_stride, int64_t rows, const float* v,
+                                                     int64_t key_stride, int64_t n, int64_t d, float* o) {
+  for (int64_t c = 0; c < d; c += 64) {
+    const __mmask16 m0 = tail_mask(d - c), m1 = tail_mask(d - c - 16), m2 = tail_mask(d - c - 32),
+                    m3 = tail_mask(d - c - 48);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* orow = o + r * d + c;
+      const float* pr = p + r * p_stride;
+      __m512 a0 = _mm512_maskz_loadu_ps(m0, orow), a1 = _mm512_maskz_loadu_ps(m1, orow + 16),
+             a2 = _mm512_maskz_loadu_ps(m2, orow + 32), a3 = _mm512_maskz_loadu_ps(m3, orow + 48);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* vj = v + j * key_stride + c;
+        const __m512 w = _mm512_set1_ps(pr[j]);
+        a0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, vj), a0);
+        a1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, vj + 16), a1);
+        a2 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m2, vj + 32), a2);
+        a3 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m3, vj + 48), a3);
+      }
+      _mm512_mask_storeu_ps(orow, m0, a0);
+      _mm512_mask_storeu_ps(orow + 16, m1, a1);
+      _mm512_mask_storeu_ps(orow + 32, m2, a2);
+      _mm512_mask_storeu_ps(orow + 48, m3, a3);
+    }
+  }
+}
+
 float dot_avx2(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -61,13 +141,36 @@ void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+void softmax_scalar(float* p, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j] * scale);
+  float total = 0;
+  for (int64_t j = 0; j < n; ++j) total += (p[j] = std::exp(p[j] * scale - mx));
+  float inv = 1.f / total;
+  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+}
+
+void dots_avx2(const float* q, int64_t rows, const float* k, int64_t key_stride, int64_t n, int64_t d, float* out,
+               int64_t out_stride) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r) out[r * out_stride + j] = dot_avx2(q + r * d, k + j * key_stride, d);
+}
+
+void axpys_avx2(const float* p, int64_t p_stride, int64_t rows, const float* v, int64_t key_stride, int64_t n,
+                int64_t d, float* o) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r) axpy_avx2(p[r * p_stride + j], v + j * key_stride, o + r * d, d);
+}
+
 }  // namespace
 
-VecKernels vec_kernels_avx2() { return {dot_avx2, axpy_avx2, "avx2"}; }
+VecKernels vec_kernels_avx2() { return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, "avx2"}; }
 
 const VecKernels& vec_kernels() {
-  static const VecKernels k = __builtin_cpu_supports("avx512f") ? VecKernels{dot_avx512, axpy_avx512, "avx512"}
-                                                                 : vec_kernels_avx2();
+  static const VecKernels k =
+      __builtin_cpu_supports("avx512f")
+          ? VecKernels{dot_avx512, axpy_avx512, softmax_avx512, dots_avx512, axpys_avx512, "avx512"}
+          : vec_kernels_avx2();
   return k;
 }
 

@@ -1,16 +1,29 @@
 #pragma once
-// Dot product and axpy over f32 rows, the inner loops of attention. AVX-512 when
-// the CPU has it (chosen once, at run time), AVX2 otherwise.
+// The inner loops of attention over f32 rows: dot, axpy, an in-place softmax, and
+// their blocked forms over the keys of one kv head (rows of q or p against n
+// key/value rows `key_stride` floats apart). AVX-512 when the CPU has it (chosen
+// once, at run time), AVX2 otherwise.
 #include <cstdint>
 
 namespace tp::ops::detail {
 
 using DotFn = float (*)(const float* a, const float* b, int64_t n);
 using AxpyFn = void (*)(float alpha, const float* x, float* y, int64_t n);  // y += alpha * x
+// p[0..n) <- softmax(scale * p[0..n)), in place (n > 0).
+using SoftmaxFn = void (*)(float* p, int64_t n, float scale);
+// out[r * out_stride + j] = q[r * d ..] . k[j * key_stride ..]   (r < rows, j < n; length d)
+using DotsFn = void (*)(const float* q, int64_t rows, const float* k, int64_t key_stride, int64_t n, int64_t d,
+                        float* out, int64_t out_stride);
+// o[r * d + c] += sum_j p[r * p_stride + j] * v[j * key_stride + c]   (r < rows, j < n, c < d)
+using AxpysFn = void (*)(const float* p, int64_t p_stride, int64_t rows, const float* v, int64_t key_stride,
+                         int64_t n, int64_t d, float* o);
 
 struct VecKernels {
   DotFn dot;
   AxpyFn axpy;
+  SoftmaxFn softmax;
+  DotsFn dots;
+  AxpysFn axpys;
   const char* isa;  // "avx512" or "avx2"
 };
 
