@@ -1,0 +1,42 @@
+// Decode attention (one query token against a KV cache), the part of a decode
+// step that reads the cache: qwen3-0.6b's shape per layer (16 query heads, 8 kv
+// heads, head dim 128) over 28 layers' caches of `context` tokens, rotated so
+// every call reads its keys and values from DRAM as a real step does. Counter:
+// GB of K and V read per second.
+//
+//   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/attention.h"
+
+using namespace tp;
+
+namespace {
+
+void BM_decode_attention(benchmark::State& state) {
+  const int64_t context = state.range(0), hq = 16, hkv = 8, d = 128, layers = 28;
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> ks, vs;
+  for (int64_t l = 0; l < layers; ++l) {
+    ks.push_back(Tensor::randn({1, context, hkv, d}, 2 * l + 1));
+    vs.push_back(Tensor::randn({1, context, hkv, d}, 2 * l + 2));
+  }
+  Tensor q = Tensor::randn({1, 1, hq, d}, 99);
+  int64_t l = 0;
+  for (auto _ : state) {
+    Tensor out = ops::attention(q, ks[l], vs[l]);
+    benchmark::DoNotOptimize(out.raw_data());
+    l = (l + 1) % layers;
+  }
+  const double bytes = 2.0 * context * hkv * d * sizeof(float);
+  state.counters["GB"] = benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+}  // namespace
+
+BENCHMARK(BM_decode_attention)->Arg(640)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_MAIN();
