@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Issue-6 benchmark: qwen3-0.6b preset (bf16 weights), batch 1, prefill 512 and
+decode 128 tokens at tp = 1 (1 thread) and tp = 2 (1 thread per rank).
+
+This machine is noisy on the scale of seconds (its memory bandwidth swings by 2x
+with the neighbours' load) and its two cores differ (one runs GEMMs ~10% slower),
+so one tp = 1 run against one tp = 2 run says little. Instead it runs PAIRS: a
+tp = 1 process, then at once a tp = 2 job, alternating the core the tp = 1 process
+is pinned to (as an unpinned process lands on either). Every ratio is taken within
+a pair, and the report gives the median (min-max) over the pairs. Each tp = 1
+process measures its ceilings (bf16 matmul rate, read bandwidth) right after its
+own run; the tp = 2 job measures the read bandwidth each rank gets while both read.
+
+  bench/models/run_inference_bench.py [--build build] [--model out/qwen3-0.6b] [--pairs 6]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def run_json(cmd, env):
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def summary(values, fmt):
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--model", default="out/qwen3-0.6b")
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--json", help="also write every run's numbers here")
+    a = ap.parse_args()
+
+    tp = os.path.join(a.build, "src", "tp")
+    bench = os.path.join(a.build, "bench", "models", "bench_inference")
+    tprun = os.path.join(a.build, "src", "tprun")
+    if not os.path.exists(os.path.join(a.model, "config.json")):
+        subprocess.run([tp, "make-model", "--arch", "qwen3", "--preset", "qwen3-0.6b", "--out", a.model], check=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
+    args = ["--model", a.model, "--reps", "1", "--prefill", str(a.prefill), "--decode", str(a.decode)]
+    cores = sorted(os.sched_getaffinity(0))
+
+    pairs = []
+    for i in range(a.pairs):
+        core = cores[i % len(cores)]
+        one = run_json(["taskset", "-c", str(core), bench] + args, env)
+        two = run_json([tprun, "--nproc-per-node", "2", bench] + args, env)
+        one["core"] = core
+        pairs.append((one, two))
+        print(f"pair {i + 1}/{a.pairs}: tp1 on core {core}: prefill {one['prefill_s_median']:.3f} s, decode "
+              f"{one['decode_s_median']:.2f} s | tp2: prefill {two['prefill_s_median']:.3f} s, decode "
+              f"{two['decode_s_median']:.2f} s", file=sys.stderr)
+
+    speedup = [o["prefill_s_median"] / t["prefill_s_median"] for o, t in pairs]
+    matmul_share = [o["prefill_matmul_gflops_per_rank"] / o["bf16_matmul_gflops_same_run"] for o, _ in pairs]
+    decode_share = [o["decode_weight_read_gbs_rank0"] / o["read_bandwidth_gbs_same_run"] for o, _ in pairs]
+    decode_speedup = [o["decode_s_median"] / t["decode_s_median"] for o, t in pairs]
+    decode_share2 = [t["decode_weight_read_gbs_rank0"] / t["read_bandwidth_gbs_same_run"] for _, t in pairs]
+    rss = [max(t["peak_rss_bytes_per_rank"]) / o["peak_rss_bytes_per_rank"][0] for o, t in pairs]
+    for c in cores:
+        on_c = [o["prefill_s_median"] for o, _ in pairs if o["core"] == c]
+        if on_c:
+            print(f"tp1 prefill on core {c}: {summary(on_c, '{:.3f}')} s; bf16 matmul there "
+                  f"{summary([o['bf16_matmul_gflops_same_run'] for o, _ in pairs if o['core'] == c], '{:.0f}')} GFLOP/s")
+    print(f"over {a.pairs} pairs, median (min-max):")
+    print(f"prefill {a.prefill} tokens: tp2 / tp1 speedup {summary(speedup, '{:.2f}')}x (target >= 1.8)")
+    print(f"tp1 prefill matmul rate (linear + attention FLOPs) {summary(matmul_share, '{:.0%}')} of the bf16 matmul "
+          f"rate (target >= 60%)")
+    print(f"decode {a.decode} tokens: tp1 reads weights at {summary(decode_share, '{:.0%}')} of the read bandwidth "
+          f"(target >= 70%); tp1 {summary([o['decode_tokens_per_s'] for o, _ in pairs], '{:.1f}')} tok/s")
+    print(f"decode tp2 / tp1 speedup {summary(decode_speedup, '{:.2f}')}x; each tp2 rank reads weights at "
+          f"{summary(decode_share2, '{:.0%}')} of what it gets while both read "
+          f"({summary([t['read_bandwidth_gbs_same_run'] for _, t in pairs], '{:.1f}')} GB/s per rank, vs "
+          f"{summary([o['read_bandwidth_gbs_same_run'] for o, _ in pairs], '{:.1f}')} GB/s alone)")
+    print(f"peak RSS per rank tp2 / tp1 {summary(rss, '{:.2f}')} (target <= 0.6)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([{"tp1": o, "tp2": t} for o, t in pairs], f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
