@@ -1,11 +1,14 @@
 // Attention against a naive reference (GQA, causal offsets, per-sequence lengths),
 // its gradients, and the KV cache (prefill + token-by-token decode == one pass).
+#include <omp.h>
+
 #include <cmath>
 
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/ops/attention.h"
 #include "tp/ops/vec.h"
+#include "tp/tensor/convert.h"
 
 using namespace tp;
 using namespace tp::test;
@@ -123,6 +126,38 @@ TEST(KVCache, PrefillThenDecodeEqualsFullAttention) {
   EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{0, 0}));
 }
 
+TEST(KVCache, Bf16CacheEqualsAttentionOverRoundedKeysAndValues) {
+  // A bf16 cache stores k and v rounded to bf16; prefill (GEMM path, keys widened
+  // once) and decode (row and head kernels reading bf16) must equal f32 attention
+  // over the rounded k and v. Head dims 8 (masked tails) and 128 (full vectors).
+  for (int64_t d : {8, 128}) {
+    for (int64_t b : {1, 2}) {
+      for (int threads : {1, 2}) {  // b = 1 on 2 threads: the per-head decode path
+        omp_set_num_threads(threads);
+        const int64_t t = 22, hq = 4, hkv = 2, prefill = 18;
+        Tensor q = Tensor::randn({b, t, hq, d}, 1), k = Tensor::randn({b, t, hkv, d}, 2),
+               v = Tensor::randn({b, t, hkv, d}, 3);
+        Tensor kr = k.to(DType::BF16).to(DType::F32), vr = v.to(DType::BF16).to(DType::F32);
+        Tensor want = ops::attention(q, kr, vr);
+        ops::KVCache cache(b, 40, hkv, d, DType::BF16);
+        EXPECT_EQ(cache.keys().dtype(), DType::BF16);
+        std::vector<Tensor> pieces;
+        pieces.push_back(ops::attention_with_cache(q.narrow(1, 0, prefill), cache, k.narrow(1, 0, prefill),
+                                                   v.narrow(1, 0, prefill)));
+        for (int64_t i = prefill; i < t; ++i)
+          pieces.push_back(ops::attention_with_cache(q.narrow(1, i, 1), cache, k.narrow(1, i, 1), v.narrow(1, i, 1)));
+        EXPECT_TRUE(close(tp::cat(pieces, 1), want, 1e-5, 1e-5)) << "d=" << d << " b=" << b << " threads=" << threads;
+        EXPECT_TRUE(equal(cache.keys().narrow(1, 0, t).to(DType::F32), kr)) << "d=" << d;
+      }
+    }
+  }
+  omp_set_num_threads(1);
+  // Gradients need f32 keys and values.
+  Tensor q = Tensor::randn({1, 1, 2, 4}, 1).set_requires_grad(true), kb = Tensor::randn({1, 3, 1, 4}, 2).to(DType::BF16);
+  expect_error([&] { ops::attention(q, kb, kb); }, {"gradients need f32 k and v", "bf16"});
+  expect_error([&] { ops::attention(q, kb, Tensor::randn({1, 3, 1, 4}, 3)); }, {"must both be f32 or both bf16", "k bf16", "v f32"});
+}
+
 TEST(KVCache, PerSequenceLengthsAndOverflow) {
   // Right-padded prompts of lengths 2 and 4; then each decodes one token.
   const int64_t hkv = 1, d = 4;
@@ -191,6 +226,18 @@ TEST(VecKernels, SoftmaxDotsAxpysMatchNaive) {
         std::vector<float> dots(static_cast<size_t>(rows * (n + 1)), -1.f), want_o = o;
         k.dots(q.data(), rows, kv.data(), stride, n, d, dots.data(), n + 1);
         k.axpys(p.data(), n + 1, rows, kv.data(), stride, n, d, o.data());
+        // The bf16 forms over the same rows rounded to bf16 give the f32 forms' results on the rounded rows.
+        std::vector<bf16> kv16(kv.size());
+        convert_f32_to_bf16(kv.data(), kv16.data(), kv.size());
+        std::vector<float> kvr(kv.size()), dots_r(dots.size(), -1.f), dots16(dots.size(), -1.f), o_r = want_o,
+            o16 = want_o;
+        convert_bf16_to_f32(kv16.data(), kvr.data(), kv.size());
+        k.dots(q.data(), rows, kvr.data(), stride, n, d, dots_r.data(), n + 1);
+        k.dots_bf16(q.data(), rows, kv16.data(), stride, n, d, dots16.data(), n + 1);
+        k.axpys(p.data(), n + 1, rows, kvr.data(), stride, n, d, o_r.data());
+        k.axpys_bf16(p.data(), n + 1, rows, kv16.data(), stride, n, d, o16.data());
+        for (size_t i = 0; i < dots.size(); ++i) EXPECT_NEAR(dots16[i], dots_r[i], 1e-5) << k.isa << " dots_bf16 d=" << d;
+        for (size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o16[i], o_r[i], 1e-5) << k.isa << " axpys_bf16 d=" << d;
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t j = 0; j < n; ++j) {
             double want = 0;

@@ -18,6 +18,11 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
   if (has_bias) bias = &add_parameter("bias", {out_features});
 }
 
+DType Linear::weight_dtype() const {
+  if (packed_.defined()) return packed_.dtype();
+  return weight.data.defined() ? weight.data.dtype() : DType::F32;
+}
+
 void Linear::finalize_weights(bool inference_only) {
   bool shared = weight.data.impl_ptr().use_count() > 1;
   packed_ = ops::PackedLinear(weight.data, /*keep_weight=*/!inference_only || shared);

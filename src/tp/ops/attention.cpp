@@ -2,13 +2,16 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
 #include "tp/ops/vec.h"
+#include "tp/tensor/convert.h"
 
 namespace tp::ops {
 
@@ -33,8 +36,9 @@ struct Geometry {
 
 Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   check_f32(q, "attention", "q");
-  check_f32(k, "attention", "k");
-  check_f32(v, "attention", "v");
+  TP_CHECK((k.dtype() == DType::F32 || k.dtype() == DType::BF16) && v.dtype() == k.dtype(),
+           "attention: k and v must both be f32 or both bf16 (a bf16 KV cache), got k {} and v {}",
+           dtype_name(k.dtype()), dtype_name(v.dtype()));
   TP_CHECK(q.dim() == 4 && k.dim() == 4, "attention: q {} and k {} must both be [B, T, H, D]", shape_str(q.shape()),
            shape_str(k.shape()));
   TP_CHECK(k.shape() == v.shape(), "attention: k shape {} and v shape {} differ", shape_str(k.shape()),
@@ -62,11 +66,22 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // The query heads of one kv group, h = kh * group + r, read the same keys and
 // values, so the kernels below walk each key/value row once for the whole group.
 // p [group, Tk] holds the probabilities of query row i of every head of the group.
-void group_probabilities(const Geometry& g, const float* q, const float* k, int64_t s, int64_t kh, int64_t i,
-                         int64_t n, float* p) {
+// The kernels for cache elements of type T (f32, or a bf16 KV cache).
+template <typename T>
+auto dots_for(const detail::VecKernels& vk) {
+  if constexpr (std::is_same_v<T, float>) return vk.dots; else return vk.dots_bf16;
+}
+template <typename T>
+auto axpys_for(const detail::VecKernels& vk) {
+  if constexpr (std::is_same_v<T, float>) return vk.axpys; else return vk.axpys_bf16;
+}
+
+template <typename T>
+void group_probabilities(const Geometry& g, const float* q, const T* k, int64_t s, int64_t kh, int64_t i, int64_t n,
+                         float* p) {
   const auto& vk = detail::vec_kernels();
   // The group's heads are adjacent rows of q.
-  vk.dots(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, p, g.tk);
+  dots_for<T>(vk)(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, p, g.tk);
   for (int64_t r = 0; r < g.group; ++r) vk.softmax(p + r * g.tk, n, g.scale);
 }
 
@@ -119,7 +134,8 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
 // Hkv*D; within a block each kv head's keys are visited for its whole group.
 constexpr int64_t kKeyBlock = 16;
 
-void attention_forward_rows(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+template <typename T>
+void attention_forward_rows(const Geometry& g, const float* q, const T* k, const T* v, float* out) {
 #pragma omp parallel
   {
     std::vector<float> p(static_cast<size_t>(g.hq * g.tk));
@@ -135,14 +151,14 @@ void attention_forward_rows(const Geometry& g, const float* q, const float* k, c
         for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
           int64_t nb = std::min(kKeyBlock, n - j0);
           for (int64_t kh = 0; kh < g.hkv; ++kh)
-            vk.dots(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, j0, kh), stride, nb, g.d,
+            dots_for<T>(vk)(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, j0, kh), stride, nb, g.d,
                     p.data() + kh * g.group * g.tk + j0, g.tk);
         }
         for (int64_t h = 0; h < g.hq; ++h) vk.softmax(p.data() + h * g.tk, n, g.scale);
         for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
           int64_t nb = std::min(kKeyBlock, n - j0);
           for (int64_t kh = 0; kh < g.hkv; ++kh)
-            vk.axpys(p.data() + kh * g.group * g.tk + j0, g.tk, g.group, v + g.kv_index(s, j0, kh), stride, nb,
+            axpys_for<T>(vk)(p.data() + kh * g.group * g.tk + j0, g.tk, g.group, v + g.kv_index(s, j0, kh), stride, nb,
                      g.d, o + kh * g.group * g.d);
         }
       }
@@ -152,7 +168,8 @@ void attention_forward_rows(const Geometry& g, const float* q, const float* k, c
 
 // Fewer query rows than threads (decode at batch 1 on several threads): split
 // the kv heads across threads instead, each walking its keys once per group.
-void attention_forward_heads(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+template <typename T>
+void attention_forward_heads(const Geometry& g, const float* q, const T* k, const T* v, float* out) {
 #pragma omp parallel
   {
     std::vector<float> p(static_cast<size_t>(g.group * g.tk));
@@ -166,7 +183,7 @@ void attention_forward_heads(const Geometry& g, const float* q, const float* k, 
           int64_t n = g.visible(s, i);
           if (n == 0) continue;
           group_probabilities(g, q, k, s, kh, i, n, p.data());
-          vk.axpys(p.data(), g.tk, g.group, v + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, o0);
+          axpys_for<T>(vk)(p.data(), g.tk, g.group, v + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, o0);
         }
       }
     }
@@ -179,6 +196,21 @@ void attention_forward(const Geometry& g, const float* q, const float* k, const 
   if (g.tq >= 16 && g.d > 0) return attention_forward_gemm(g, q, k, v, out);
   if (g.b * g.tq >= omp_get_max_threads()) return attention_forward_rows(g, q, k, v, out);
   attention_forward_heads(g, q, k, v, out);
+}
+
+// A bf16 cache: decode reads it as it is (half the bytes of f32); prefill-sized
+// work widens the keys in use to f32 once and takes the GEMM path.
+void attention_forward(Geometry g, const float* q, const Tensor& k, const Tensor& v, float* out) {
+  if (k.dtype() == DType::F32) return attention_forward(g, q, k.data<float>(), v.data<float>(), out);
+  if (g.b == 0) return;
+  if (g.tq >= 16 && g.d > 0) {
+    int64_t used = *std::max_element(g.kv_lens.begin(), g.kv_lens.end());
+    Tensor kf = k.narrow(1, 0, used).to(DType::F32), vf = v.narrow(1, 0, used).to(DType::F32);
+    g.tk = used;
+    return attention_forward_gemm(g, q, kf.data<float>(), vf.data<float>(), out);
+  }
+  if (g.b * g.tq >= omp_get_max_threads()) return attention_forward_rows(g, q, k.data<bf16>(), v.data<bf16>(), out);
+  attention_forward_heads(g, q, k.data<bf16>(), v.data<bf16>(), out);
 }
 
 // dP_j = g·v_j;  dS_j = P_j (dP_j - Σ P dP);  dq = scale Σ dS_j k_j;  dk_j += scale dS_j q;  dv_j += P_j g.
@@ -226,8 +258,10 @@ void attention_backward(const Geometry& g, const float* q, const float* k, const
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   Geometry g = check_attention(q, k, v, opt);
   Tensor out = Tensor::empty(q.shape());
-  attention_forward(g, q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>());
+  attention_forward(g, q.data<float>(), k, v, out.data<float>());
   if (autograd::needs_grad({q, k, v})) {
+    TP_CHECK(k.dtype() == DType::F32, "attention: gradients need f32 k and v, got {} (a bf16 KV cache is for "
+             "inference)", dtype_name(k.dtype()));
     autograd::record("attention", {q, k, v}, {out}, [g, q, k, v](const std::vector<Tensor>& grad) {
       Tensor dq = Tensor::zeros(q.shape()), dk = Tensor::zeros(k.shape()), dv = Tensor::zeros(v.shape());
       attention_backward(g, q.data<float>(), k.data<float>(), v.data<float>(), grad[0].data<float>(),
@@ -240,12 +274,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 
 // ---- KV cache
 
-KVCache::KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim) {
+KVCache::KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype) {
   TP_CHECK(batch >= 0 && max_len >= 0 && kv_heads > 0 && head_dim > 0,
            "KVCache: invalid sizes batch {}, max_len {}, kv_heads {}, head_dim {}", batch, max_len, kv_heads,
            head_dim);
-  keys_ = Tensor::zeros({batch, max_len, kv_heads, head_dim});
-  values_ = Tensor::zeros({batch, max_len, kv_heads, head_dim});
+  TP_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KVCache: dtype must be f32 or bf16, got {}",
+           dtype_name(dtype));
+  keys_ = Tensor::zeros({batch, max_len, kv_heads, head_dim}, dtype);
+  values_ = Tensor::zeros({batch, max_len, kv_heads, head_dim}, dtype);
   lengths_.assign(static_cast<size_t>(batch), 0);
 }
 
@@ -271,10 +307,11 @@ void KVCache::append(const Tensor& k, const Tensor& v, const std::vector<int64_t
              cs[1]);
   }
   for (size_t s = 0; s < counts.size(); ++s) {
-    size_t bytes = sizeof(float) * static_cast<size_t>(counts[s] * row);
+    size_t count = static_cast<size_t>(counts[s] * row), es = dtype_size(keys_.dtype());
     int64_t src = static_cast<int64_t>(s) * t * row, dst = (static_cast<int64_t>(s) * cs[1] + lengths_[s]) * row;
-    std::memcpy(keys_.data<float>() + dst, k.data<float>() + src, bytes);
-    std::memcpy(values_.data<float>() + dst, v.data<float>() + src, bytes);
+    convert(k.data<float>() + src, DType::F32, static_cast<char*>(keys_.raw_data()) + dst * es, keys_.dtype(), count);
+    convert(v.data<float>() + src, DType::F32, static_cast<char*>(values_.raw_data()) + dst * es, values_.dtype(),
+            count);
     lengths_[s] += counts[s];
   }
 }

@@ -20,14 +20,16 @@ struct AttentionOptions {
   std::vector<int64_t> q_offsets;  // per batch: absolute position of query 0 (empty → Tk - Tq)
 };
 
-// Differentiable w.r.t. q, k and v.
+// Differentiable w.r.t. q, k and v. k and v may be bf16 (a KV cache), without gradients.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt = {});
 
-// Preallocated keys/values [B, max_len, Hkv, D] f32 for one layer. append() copies
-// the new tokens at each sequence's current length; nothing is allocated per token.
+// Preallocated keys/values [B, max_len, Hkv, D] for one layer, f32 or bf16 (as
+// Transformers keeps the cache in the model's dtype; half the bytes a decode step
+// reads). append() copies the new tokens (f32, rounded to bf16 for a bf16 cache)
+// at each sequence's current length; nothing is allocated per token.
 class KVCache {
  public:
-  KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim);
+  KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype = DType::F32);
   // k, v [B, T, Hkv, D]: appends T tokens to every sequence; error when a sequence would pass max_len.
   void append(const Tensor& k, const Tensor& v);
   // As above, but sequence b keeps only its first counts[b] <= T tokens (right-padded prompts).

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "tp/tensor/convert.h"
 
 // GCC 12's AVX-512 headers initialize their "undefined" vectors with themselves
 // (__m512 __Y = __Y), which -W(maybe-)uninitialized reports inside every reduce/extract.
@@ -90,23 +93,50 @@ __attribute__((target("avx512f"))) void softmax_avx512(float* p, int64_t n, floa
 // key (a short run at a long stride), which the hardware prefetchers follow late.
 constexpr int64_t kPrefetchKeys = 16;
 
-inline void prefetch_row(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+inline void prefetch_row(const void* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(static_cast<const char*>(p) + i, _MM_HINT_T0);
 }
 
-__attribute__((target("avx512f"))) void dots_avx512(const float* q, int64_t rows, const float* k, int64_t key_stride,
-                                                    int64_t n, int64_t d, float* out, int64_t out_stride) {
+// 16 elements of a row as f32: f32 as is, bf16 widened (its bits are f32's top half).
+__attribute__((target("avx512f"))) inline __m512 load16(const float* p, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(const bf16* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) float dot_row(const float* q, const T* k, int64_t d) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 32 <= d; c += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16(k + c, 0xFFFF), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), load16(k + c + 16, 0xFFFF), acc1);
+  }
+  for (; c < d; c += 16) {
+    __mmask16 m = tail_mask(d - c);
+    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + c), load16(k + c, m), acc0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void dots_avx512(const float* q, int64_t rows, const T* k,
+                                                                      int64_t key_stride, int64_t n, int64_t d,
+                                                                      float* out, int64_t out_stride) {
   for (int64_t j = 0; j < n; ++j) {
-    const float* kj = k + j * key_stride;
-    prefetch_row(kj + kPrefetchKeys * key_stride, d);
-    for (int64_t r = 0; r < rows; ++r) out[r * out_stride + j] = dot_avx512(q + r * d, kj, d);
+    const T* kj = k + j * key_stride;
+    prefetch_row(kj + kPrefetchKeys * key_stride, d * static_cast<int64_t>(sizeof(T)));
+    for (int64_t r = 0; r < rows; ++r) out[r * out_stride + j] = dot_row(q + r * d, kj, d);
   }
 }
 
 // Four 16-float columns of o per pass, each with its own accumulator chain, so
 // the FMAs over the keys do not wait on one another.
-__attribute__((target("avx512f"))) void axpys_avx512(const float* p, int64_t p_stride, int64_t rows, const float* v,
-                                                     int64_t key_stride, int64_t n, int64_t d, float* o) {
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void axpys_avx512(const float* p, int64_t p_stride,
+                                                                       int64_t rows, const T* v, int64_t key_stride,
+                                                                       int64_t n, int64_t d, float* o) {
   for (int64_t c = 0; c < d; c += 64) {
     const __mmask16 m0 = tail_mask(d - c), m1 = tail_mask(d - c - 16), m2 = tail_mask(d - c - 32),
                     m3 = tail_mask(d - c - 48);
@@ -116,13 +146,13 @@ __attribute__((target("avx512f"))) void axpys_avx512(const float* p, int64_t p_s
       __m512 a0 = _mm512_maskz_loadu_ps(m0, orow), a1 = _mm512_maskz_loadu_ps(m1, orow + 16),
              a2 = _mm512_maskz_loadu_ps(m2, orow + 32), a3 = _mm512_maskz_loadu_ps(m3, orow + 48);
       for (int64_t j = 0; j < n; ++j) {
-        const float* vj = v + j * key_stride + c;
-        if (r == 0) prefetch_row(vj + kPrefetchKeys * key_stride, std::min<int64_t>(64, d - c));
+        const T* vj = v + j * key_stride + c;
+        if (r == 0) prefetch_row(vj + kPrefetchKeys * key_stride, std::min<int64_t>(64, d - c) * sizeof(T));
         const __m512 w = _mm512_set1_ps(pr[j]);
-        a0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, vj), a0);
-        a1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, vj + 16), a1);
-        a2 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m2, vj + 32), a2);
-        a3 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m3, vj + 48), a3);
+        a0 = _mm512_fmadd_ps(w, load16(vj, m0), a0);
+        a1 = _mm512_fmadd_ps(w, load16(vj + 16, m1), a1);
+        a2 = _mm512_fmadd_ps(w, load16(vj + 32, m2), a2);
+        a3 = _mm512_fmadd_ps(w, load16(vj + 48, m3), a3);
       }
       _mm512_mask_storeu_ps(orow, m0, a0);
       _mm512_mask_storeu_ps(orow + 16, m1, a1);
@@ -172,14 +202,37 @@ void axpys_avx2(const float* p, int64_t p_stride, int64_t rows, const float* v, 
     for (int64_t r = 0; r < rows; ++r) axpy_avx2(p[r * p_stride + j], v + j * key_stride, o + r * d, d);
 }
 
+// bf16 rows widened one at a time into a small buffer, then the f32 kernels.
+void dots_bf16_avx2(const float* q, int64_t rows, const bf16* k, int64_t key_stride, int64_t n, int64_t d, float* out,
+                    int64_t out_stride) {
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t j = 0; j < n; ++j) {
+    convert_bf16_to_f32(k + j * key_stride, row.data(), static_cast<size_t>(d));
+    dots_avx2(q, rows, row.data(), 0, 1, d, out + j, out_stride);
+  }
+}
+
+void axpys_bf16_avx2(const float* p, int64_t p_stride, int64_t rows, const bf16* v, int64_t key_stride, int64_t n,
+                     int64_t d, float* o) {
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t j = 0; j < n; ++j) {
+    convert_bf16_to_f32(v + j * key_stride, row.data(), static_cast<size_t>(d));
+    axpys_avx2(p + j, p_stride, rows, row.data(), 0, 1, d, o);
+  }
+}
+
 }  // namespace
 
-VecKernels vec_kernels_avx2() { return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, "avx2"}; }
+VecKernels vec_kernels_avx2() {
+  return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, dots_bf16_avx2, axpys_bf16_avx2, "avx2"};
+}
 
 const VecKernels& vec_kernels() {
   static const VecKernels k =
-      __builtin_cpu_supports("avx512f")
-          ? VecKernels{dot_avx512, axpy_avx512, softmax_avx512, dots_avx512, axpys_avx512, "avx512"}
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
+          ? VecKernels{dot_avx512,         axpy_avx512,        softmax_avx512,
+                       dots_avx512<float>, axpys_avx512<float>, dots_avx512<bf16>,
+                       axpys_avx512<bf16>, "avx512"}
           : vec_kernels_avx2();
   return k;
 }

@@ -5,6 +5,8 @@
 // once, at run time), AVX2 otherwise.
 #include <cstdint>
 
+#include "tp/tensor/dtype.h"
+
 namespace tp::ops::detail {
 
 using DotFn = float (*)(const float* a, const float* b, int64_t n);
@@ -18,12 +20,20 @@ using DotsFn = void (*)(const float* q, int64_t rows, const float* k, int64_t ke
 using AxpysFn = void (*)(const float* p, int64_t p_stride, int64_t rows, const float* v, int64_t key_stride,
                          int64_t n, int64_t d, float* o);
 
+// The same over a bf16 KV cache (keys/values widened to f32 as they are read).
+using DotsBf16Fn = void (*)(const float* q, int64_t rows, const bf16* k, int64_t key_stride, int64_t n, int64_t d,
+                            float* out, int64_t out_stride);
+using AxpysBf16Fn = void (*)(const float* p, int64_t p_stride, int64_t rows, const bf16* v, int64_t key_stride,
+                             int64_t n, int64_t d, float* o);
+
 struct VecKernels {
   DotFn dot;
   AxpyFn axpy;
   SoftmaxFn softmax;
   DotsFn dots;
   AxpysFn axpys;
+  DotsBf16Fn dots_bf16;
+  AxpysBf16Fn axpys_bf16;
   const char* isa;  // "avx512" or "avx2"
 };
 
