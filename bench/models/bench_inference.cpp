@@ -49,37 +49,38 @@ double matmul_gflops() {
   return 2.0 * 512 * 1024 * 3072 / median(t) / 1e9;
 }
 
-// Reads 1 GiB (larger than any cache) with 32-byte loads into eight independent
-// accumulators per thread (enough loads in flight to saturate DRAM); GB/s.
-// Every rank of `group` reads its own array at the same time, so under tp = N
-// this is what each rank gets while all N read: the decode ceiling per rank.
-double read_bandwidth_gbs(dist::ProcessGroup& group) {
-  const int64_t n = (int64_t{1} << 30) / 4;
-  Tensor a = Tensor::full({n}, 1.0);
+// One pass over `a` with 32-byte loads into eight independent accumulators per
+// thread (enough loads in flight to saturate DRAM); seconds. Every rank of `group`
+// starts together, so under tp = N this is what each rank gets while all N read.
+double timed_read_pass(const Tensor& a, dist::ProcessGroup& group) {
+  const int64_t n = a.numel();
   const float* p = a.data<float>();
-  std::vector<double> t;
-  volatile float sink = 0;
-  for (int r = 0; r < 5; ++r) {
-    group.barrier();
-    auto t0 = Clock::now();
-    float total = 0;
+  group.barrier();
+  auto t0 = Clock::now();
+  float total = 0;
 #pragma omp parallel reduction(+ : total)
-    {
-      __m256 acc[8];
-      for (__m256& v : acc) v = _mm256_setzero_ps();
+  {
+    __m256 acc[8];
+    for (__m256& v : acc) v = _mm256_setzero_ps();
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; i += 64)
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(p + i + 8 * j));
-      for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_ps(acc[0], acc[j]);
-      float lanes[8];
-      _mm256_storeu_ps(lanes, acc[0]);
-      total += lanes[0];
-    }
-    sink = total;
-    t.push_back(seconds(t0));
+    for (int64_t i = 0; i < n; i += 64)
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(p + i + 8 * j));
+    for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_ps(acc[0], acc[j]);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc[0]);
+    total += lanes[0];
   }
+  volatile float sink = total;  // keeps the loads
   (void)sink;
-  return (n * 4.0) / median(t) / 1e9;
+  return seconds(t0);
+}
+
+// The median of five passes over 1 GiB (larger than any cache); GB/s.
+double read_bandwidth_gbs(dist::ProcessGroup& group) {
+  Tensor a = Tensor::full({(int64_t{1} << 30) / 4}, 1.0);
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) t.push_back(timed_read_pass(a, group));
+  return static_cast<double>(a.nbytes()) / median(t) / 1e9;
 }
 
 int64_t peak_rss() {
@@ -119,6 +120,15 @@ int main(int argc, char** argv) {
   Tensor ids = Tensor::from_ints(prompt, {1, prefill});
   KVState state = lm.make_kv_state(1, prefill + decode + 1);
 
+  // The machine's bandwidth drifts within seconds, so decode is also measured
+  // in chunks of kChunk tokens with a short read pass (256 MiB) before and after
+  // each: every chunk's weight read rate is compared with the bandwidth of the
+  // same moment (read_share_by_chunk); decode_s excludes the passes.
+  constexpr int64_t kChunk = 16;
+  Tensor probe = Tensor::full({(int64_t{256} << 20) / 4}, 1.0);
+  auto probe_gbs = [&] { return static_cast<double>(probe.nbytes()) / timed_read_pass(probe, group) / 1e9; };
+  std::vector<double> chunk_s, chunk_ceiling_gbs;
+
   std::vector<double> prefill_s, decode_s;
   for (int64_t r = 0; r <= reps; ++r) {  // rep 0 warms up
     for (auto& c : state.layers) c.reset();
@@ -128,14 +138,23 @@ int main(int argc, char** argv) {
     double tp = seconds(t0);
     const float* l = logits.data<float>();
     int64_t next = std::max_element(l, l + V) - l;
-    group.barrier();
-    auto t1 = Clock::now();
-    for (int64_t s = 0; s < decode; ++s) {
-      logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), &state, {0});
-      l = logits.data<float>();
-      next = std::max_element(l, l + V) - l;
+    double td = 0, before = probe_gbs();
+    for (int64_t s0 = 0; s0 < decode; s0 += kChunk) {
+      group.barrier();
+      auto t1 = Clock::now();
+      for (int64_t s = s0; s < std::min(decode, s0 + kChunk); ++s) {
+        logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), &state, {0});
+        l = logits.data<float>();
+        next = std::max_element(l, l + V) - l;
+      }
+      double tc = seconds(t1), after = probe_gbs();
+      td += tc;
+      if (r > 0 && s0 + kChunk <= decode) {
+        chunk_s.push_back(tc);
+        chunk_ceiling_gbs.push_back((before + after) / 2);
+      }
+      before = after;
     }
-    double td = seconds(t1);
     if (r > 0) {
       prefill_s.push_back(tp);
       decode_s.push_back(td);
@@ -180,6 +199,10 @@ int main(int argc, char** argv) {
     j["decode_tokens_per_s"] = decode / dc;
     j["weight_bytes_rank0"] = weight_bytes;
     j["decode_weight_read_gbs_rank0"] = static_cast<double>(weight_bytes) * decode / dc / 1e9;
+    std::vector<double> share;
+    for (size_t i = 0; i < chunk_s.size(); ++i)
+      share.push_back(static_cast<double>(weight_bytes) * kChunk / chunk_s[i] / 1e9 / chunk_ceiling_gbs[i]);
+    if (!share.empty()) j["decode_weight_read_share_by_chunk_median"] = median(share);
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
     if (!skip_ceilings) {
       j["bf16_matmul_gflops_same_run"] = gflops;

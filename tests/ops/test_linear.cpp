@@ -50,6 +50,26 @@ TEST(Linear, LeadingDimsAndEmpty) {
   EXPECT_EQ(ops::linear(Tensor::zeros({0, 8}), ops::PackedLinear(w)).numel(), 0);
 }
 
+TEST(Linear, OneRowBf16MatchesRoundedMathAndBatchRows) {
+  // Decode: one row against a packed bf16 weight (oneDNN may pick another kernel
+  // for M = 1). K and N off oneDNN's 32 x 64 tiles, small and wide, with bias; the
+  // same rows in one batch must agree.
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{64, 48}, {100, 10}, {1000, 200}, {1024, 3072}, {33, 1100}}) {
+    Tensor w = Tensor::randn({n, k}, 8, 0.f, 0.1f).to(DType::BF16), b = Tensor::randn({n}, 9);
+    ops::PackedLinear p(w, /*keep_weight=*/false);
+    Tensor xs = Tensor::randn({3, k}, 7);
+    Tensor batch = ops::linear(xs, p, b);  // M = 3: oneDNN
+    for (int64_t r = 0; r < 3; ++r) {
+      Tensor x = xs.narrow(0, r, 1);
+      std::vector<double> ref = naive_linear(x.to(DType::BF16).to(DType::F32), w.to(DType::F32), b);
+      Tensor y = ops::linear(x, p, b);
+      EXPECT_TRUE(close(y, ref, 1e-4, 1e-4)) << "k=" << k << " n=" << n;
+      EXPECT_TRUE(close(y, batch.narrow(0, r, 1), 1e-4, 1e-4)) << "k=" << k << " n=" << n;
+    }
+  }
+  EXPECT_EQ(ops::PackedLinear(Tensor::randn({10, 100}, 1).to(DType::BF16)).packed_copies(), 1u);
+}
+
 TEST(Linear, Bf16WeightsTrackF32) {
   Tensor x = Tensor::randn({19, 64}, 7), w = Tensor::randn({48, 64}, 8, 0.f, 0.1f);
   Tensor wb = w.to(DType::BF16);
