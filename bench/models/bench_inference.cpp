@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
   const ModelConfig& c = model.config();
   prefill_flops += 2.0 * 2.0 * static_cast<double>(prefill * (prefill + 1) / 2) * static_cast<double>(c.head_dim) *
                    static_cast<double>(c.num_attention_heads / model.tp_size() * c.num_hidden_layers);
-  Tensor rss = Tensor::from_ints({peak_rss()}, {1});
+  // The probe buffer is resident from before the first forward to the end: not the model's.
+  Tensor rss = Tensor::from_ints({peak_rss() - static_cast<int64_t>(probe.nbytes())}, {1});
   Tensor all_rss = group.all_gather(rss, 0);
   double gflops = 0, gbs = 0;
   if (!skip_ceilings) {
