@@ -112,6 +112,20 @@ TEST(Tensor, DtypeMismatchNamesBoth) {
   EXPECT_THROW(parse_dtype("f8"), Error);
 }
 
+TEST(Storage, ExactAllocationsTakeNoLargerCachedBlockAndNoHugePageRounding) {
+  // A freed 4 MiB block is in the cache; a 3 MiB + 64 B weight buffer must not take it
+  // (allocate would, rounded up to 4 MiB), and must hold exactly its 64-byte multiple.
+  { Storage::allocate(size_t{4} << 20); }
+  AllocatorStats before = allocator_stats();
+  auto w = Storage::allocate_exact((size_t{3} << 20) + 50);
+  AllocatorStats after = allocator_stats();
+  EXPECT_EQ(after.system_allocations, before.system_allocations + 1);
+  EXPECT_EQ(after.cached_bytes, before.cached_bytes);  // the cached block stayed cached
+  EXPECT_EQ(after.live_bytes - before.live_bytes, (size_t{3} << 20) + 64);
+  EXPECT_EQ(w->bytes(), (size_t{3} << 20) + 50);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w->data()) % (size_t{2} << 20), 0u);  // huge-page aligned
+}
+
 TEST(Storage, CacheReusesFreedBuffers) {
   void* first;
   {

@@ -163,7 +163,7 @@ struct PackedLinear::State {
       if (variants[i].w_md == md) return i;
     // Huge pages: packing writes every page once (10 us per 4 KiB fault here) and
     // decode streams the whole matrix per token (fewer TLB misses).
-    auto buffer = Storage::allocate(md.get_size());
+    auto buffer = Storage::allocate_exact(md.get_size());
     Variant v{md, buffer, memory(md, detail::dnnl_engine(), buffer->data())};
     pack(v);
     variants.push_back(std::move(v));

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -35,8 +36,8 @@ size_t round_capacity(size_t bytes) {
 
 void* system_allocate(size_t capacity) {
   size_t alignment = capacity >= kHugePage ? kHugePage : 64;
-  void* p = std::aligned_alloc(alignment, capacity);
-  if (p == nullptr) fail("out of memory allocating {} bytes", capacity);
+  void* p = nullptr;
+  if (posix_memalign(&p, alignment, capacity) != 0) fail("out of memory allocating {} bytes", capacity);
   if (capacity >= kHugePage) madvise(p, capacity, MADV_HUGEPAGE);
   return p;
 }
@@ -65,6 +66,18 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   }
   s->bytes_ = bytes;
   std::lock_guard<std::mutex> lock(c.mutex);
+  c.stats.live_bytes += s->capacity_;
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::allocate_exact(size_t bytes) {
+  auto s = std::shared_ptr<Storage>(new Storage());
+  s->capacity_ = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  s->data_ = system_allocate(s->capacity_);
+  s->bytes_ = bytes;
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  ++c.stats.system_allocations;
   c.stats.live_bytes += s->capacity_;
   return s;
 }
