@@ -109,6 +109,19 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                            return n;
                          });
 
+TEST(KvCacheDtype, FollowsTheWeights) {
+  // As in Transformers, the cache keeps the model's dtype: bf16 weights, bf16 keys and values.
+  for (auto [name, want] : {std::pair<std::string, DType>{"llama-bf16", DType::BF16}, {"llama", DType::F32}}) {
+    PretrainedModel m = load(name, false);
+    KVState state = m.lm().make_kv_state(1, 8);
+    ASSERT_FALSE(state.layers.empty());
+    for (const ops::KVCache& c : state.layers) {
+      EXPECT_EQ(c.keys().dtype(), want) << name;
+      EXPECT_EQ(c.values().dtype(), want) << name;
+    }
+  }
+}
+
 TEST(KvHeadReplication, TwoKvHeadsOnFourRanksMatchOneRank) {
   const int64_t tp = dist::world_size();
   if (tp == 3) {  // 2 KV heads: 3 neither divides 2 nor is a multiple of it

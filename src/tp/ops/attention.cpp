@@ -63,9 +63,6 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return g;
 }
 
-// The query heads of one kv group, h = kh * group + r, read the same keys and
-// values, so the kernels below walk each key/value row once for the whole group.
-// p [group, Tk] holds the probabilities of query row i of every head of the group.
 // The kernels for cache elements of type T (f32, or a bf16 KV cache).
 template <typename T>
 auto dots_for(const detail::VecKernels& vk) {
@@ -76,6 +73,9 @@ auto axpys_for(const detail::VecKernels& vk) {
   if constexpr (std::is_same_v<T, float>) return vk.axpys; else return vk.axpys_bf16;
 }
 
+// The query heads of one kv group, h = kh * group + r, read the same keys and
+// values, so the kernels below walk each key/value row once for the whole group.
+// p [group, Tk] holds the probabilities of query row i of every head of the group.
 template <typename T>
 void group_probabilities(const Geometry& g, const float* q, const T* k, int64_t s, int64_t kh, int64_t i, int64_t n,
                          float* p) {
@@ -97,6 +97,7 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
 #pragma omp parallel
   {
     std::vector<float> p(static_cast<size_t>(kQueryBlock * g.tk));
+    const auto& vk = detail::vec_kernels();
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t s = 0; s < g.b; ++s) {
       for (int64_t h = 0; h < g.hq; ++h) {
@@ -109,7 +110,6 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
             for (int64_t i = 0; i < rows; ++i) std::memset(o + i * g.hq * g.d, 0, sizeof(float) * g.d);
             continue;
           }
-          const auto& vk = detail::vec_kernels();
           const float* kb = k + g.kv_index(s, 0, kh);
           const float* vb = v + g.kv_index(s, 0, kh);
           detail::gemm({rows, n, g.d, false, true, DType::F32, DType::F32, g.hq * g.d, g.hkv * g.d, n},

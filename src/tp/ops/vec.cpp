@@ -24,21 +24,6 @@ inline float hsum256(__m256 acc) {
   return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx512f"))) float dot_avx512(const float* a, const float* b, int64_t n) {
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
-  }
-  for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-  if (i < n) {
-    __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc1);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
 __attribute__((target("avx512f"))) void axpy_avx512(float alpha, const float* x, float* y, int64_t n) {
   __m512 a = _mm512_set1_ps(alpha);
   int64_t i = 0;
@@ -230,7 +215,7 @@ VecKernels vec_kernels_avx2() {
 const VecKernels& vec_kernels() {
   static const VecKernels k =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
-          ? VecKernels{dot_avx512,         axpy_avx512,        softmax_avx512,
+          ? VecKernels{dot_row<float>,     axpy_avx512,        softmax_avx512,
                        dots_avx512<float>, axpys_avx512<float>, dots_avx512<bf16>,
                        axpys_avx512<bf16>, "avx512"}
           : vec_kernels_avx2();
