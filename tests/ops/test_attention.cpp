@@ -190,6 +190,37 @@ TEST(KVCache, DecodeAllocatesNoCacheMemory) {
   EXPECT_EQ(cache.lengths()[0], 8);
 }
 
+TEST(KVCache, ForLayersShareOneBlockYetStayApart) {
+  // Mixed kv heads and dtypes, each layer filled to max_len with its own values:
+  // no layer's keys or values may spill into another's.
+  const int64_t b = 2, max_len = 5, d = 4;
+  std::vector<ops::KVCache::Layer> layout{{2, DType::F32}, {1, DType::BF16}, {3, DType::F32}};
+  std::vector<ops::KVCache> caches = ops::KVCache::for_layers(b, max_len, d, layout);
+  ASSERT_EQ(caches.size(), layout.size());
+  std::vector<Tensor> ks, vs;
+  for (size_t l = 0; l < layout.size(); ++l) {
+    EXPECT_EQ(caches[l].keys().shape(), (Shape{b, max_len, layout[l].kv_heads, d}));
+    EXPECT_EQ(caches[l].values().dtype(), layout[l].dtype);
+    EXPECT_TRUE(caches[l].keys().same_storage(caches[0].keys()));
+    EXPECT_EQ(max_abs(caches[l].keys()) + max_abs(caches[l].values()), 0.0);  // starts zeroed
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(caches[l].values().raw_data()) % 64, 0u);
+    ks.push_back(Tensor::randn({b, max_len, layout[l].kv_heads, d}, 10 + l).to(layout[l].dtype).to(DType::F32));
+    vs.push_back(Tensor::randn({b, max_len, layout[l].kv_heads, d}, 20 + l).to(layout[l].dtype).to(DType::F32));
+    caches[l].append(ks[l], vs[l]);
+  }
+  for (size_t l = 0; l < layout.size(); ++l) {
+    EXPECT_TRUE(equal(caches[l].keys().to(DType::F32), ks[l])) << "layer " << l;
+    EXPECT_TRUE(equal(caches[l].values().to(DType::F32), vs[l])) << "layer " << l;
+    EXPECT_EQ(caches[l].lengths(), (std::vector<int64_t>{max_len, max_len}));
+  }
+  // A block of 2 MiB or more starts on a huge-page boundary (the point of one block).
+  std::vector<ops::KVCache> big = ops::KVCache::for_layers(1, 1024, 128, {{8, DType::BF16}, {8, DType::BF16}});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big[0].keys().raw_data()) % (uintptr_t{2} << 20), 0u);
+  expect_error([&] { ops::KVCache::for_layers(1, 4, 8, {{2, DType::F32}, {0, DType::F32}}); },
+               {"kv_heads 0", "head_dim 8"});
+  expect_error([&] { ops::KVCache::for_layers(1, 4, 8, {{2, DType::I64}}); }, {"f32 or bf16", "i64"});
+}
+
 TEST(VecKernels, BothIsaPathsMatchNaive) {
   for (const auto& k : {ops::detail::vec_kernels(), ops::detail::vec_kernels_avx2()}) {
     for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 128, 130}) {

@@ -217,15 +217,14 @@ std::map<std::string, std::string> LlamaForCausalLM::tied_parameters() const {
 }
 
 KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
-  KVState state;
+  std::vector<ops::KVCache::Layer> layers;
   for (const LlamaDecoderLayer* layer : model.layers) {
     const nn::Linear& k_proj = layer->self_attn.k_proj;
     int64_t rows = nn::local_shape(k_proj.weight)[0];
     // The cache keeps the model's dtype, as in Transformers: bf16 weights, bf16 keys and values.
-    state.layers.emplace_back(batch, max_len, rows / config_.head_dim, config_.head_dim,
-                              k_proj.weight_dtype() == DType::BF16 ? DType::BF16 : DType::F32);
+    layers.push_back({rows / config_.head_dim, k_proj.weight_dtype() == DType::BF16 ? DType::BF16 : DType::F32});
   }
-  return state;
+  return KVState{ops::KVCache::for_layers(batch, max_len, config_.head_dim, layers)};
 }
 
 Tensor LlamaForCausalLM::forward_ids(const Tensor& ids_in, KVState* state, const std::vector<int64_t>& logit_positions,

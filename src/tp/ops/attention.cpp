@@ -274,15 +274,52 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 
 // ---- KV cache
 
-KVCache::KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype) {
+namespace {
+
+void check_cache_sizes(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype) {
   TP_CHECK(batch >= 0 && max_len >= 0 && kv_heads > 0 && head_dim > 0,
            "KVCache: invalid sizes batch {}, max_len {}, kv_heads {}, head_dim {}", batch, max_len, kv_heads,
            head_dim);
   TP_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KVCache: dtype must be f32 or bf16, got {}",
            dtype_name(dtype));
+}
+
+}  // namespace
+
+KVCache::KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype) {
+  check_cache_sizes(batch, max_len, kv_heads, head_dim, dtype);
   keys_ = Tensor::zeros({batch, max_len, kv_heads, head_dim}, dtype);
   values_ = Tensor::zeros({batch, max_len, kv_heads, head_dim}, dtype);
   lengths_.assign(static_cast<size_t>(batch), 0);
+}
+
+KVCache::KVCache(Tensor keys, Tensor values) : keys_(std::move(keys)), values_(std::move(values)) {
+  lengths_.assign(static_cast<size_t>(keys_.size(0)), 0);
+}
+
+std::vector<KVCache> KVCache::for_layers(int64_t batch, int64_t max_len, int64_t head_dim,
+                                         const std::vector<Layer>& layers) {
+  // Each tensor starts on a 64-byte boundary of the one block.
+  auto aligned_bytes = [&](const Layer& l) {
+    return (static_cast<size_t>(batch * max_len * l.kv_heads * head_dim) * dtype_size(l.dtype) + 63) / 64 * 64;
+  };
+  size_t total = 0;
+  for (const Layer& l : layers) {
+    check_cache_sizes(batch, max_len, l.kv_heads, head_dim, l.dtype);
+    total += 2 * aligned_bytes(l);
+  }
+  std::shared_ptr<Storage> block = Storage::allocate_exact(total);
+  std::memset(block->data(), 0, total);
+  std::vector<KVCache> caches;
+  size_t offset = 0;
+  for (const Layer& l : layers) {
+    const Shape shape{batch, max_len, l.kv_heads, head_dim};
+    Tensor keys = Tensor::wrap(block, offset, shape, l.dtype);
+    Tensor values = Tensor::wrap(block, offset + aligned_bytes(l), shape, l.dtype);
+    offset += 2 * aligned_bytes(l);
+    caches.push_back(KVCache(std::move(keys), std::move(values)));
+  }
+  return caches;
 }
 
 void KVCache::append(const Tensor& k, const Tensor& v) {
