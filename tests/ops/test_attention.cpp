@@ -238,6 +238,24 @@ TEST(VecKernels, BothIsaPathsMatchNaive) {
   }
 }
 
+TEST(VecKernels, SwigluMatchesNaive) {
+  for (const auto& k : {ops::detail::vec_kernels(), ops::detail::vec_kernels_avx2()}) {
+    for (int64_t n : {0, 1, 15, 16, 17, 100}) {
+      // Gate values spread wide, plus the ends of exp's range and beyond.
+      std::vector<float> a = Tensor::randn({n}, 8, 0, 10.f).to_vector(), b = Tensor::randn({n}, 9).to_vector();
+      const float ends[] = {0.f, -87.f, 88.f, -100.f, 100.f, -1e30f};
+      for (int64_t i = 0; i < std::min<int64_t>(n, 6); ++i) a[i * n / 6] = ends[i];
+      std::vector<float> out(static_cast<size_t>(n) + 1, -7.f);
+      k.swiglu(a.data(), b.data(), out.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        double want = a[i] / (1.0 + std::exp(-static_cast<double>(a[i]))) * b[i];
+        EXPECT_NEAR(out[i], want, 1e-6 * std::abs(want) + 1e-30) << k.isa << " n=" << n << " a=" << a[i];
+      }
+      EXPECT_EQ(out[n], -7.f) << k.isa << ": swiglu wrote past n";
+    }
+  }
+}
+
 TEST(VecKernels, SoftmaxDotsAxpysMatchNaive) {
   for (const auto& k : {ops::detail::vec_kernels(), ops::detail::vec_kernels_avx2()}) {
     for (int64_t n : {1, 7, 16, 17, 33, 130}) {

@@ -1,9 +1,11 @@
 #include "tp/ops/activation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/util.h"
+#include "tp/ops/vec.h"
 
 namespace tp::ops {
 
@@ -66,7 +68,14 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
   check_f32(b, "swiglu", "up input b");
   TP_CHECK(a.shape() == b.shape(), "swiglu: gate shape {} and up shape {} differ", shape_str(a.shape()),
            shape_str(b.shape()));
-  Tensor out = zip_f32(a, b, [](float u, float v) { return silu_f(u) * v; });
+  Tensor out = Tensor::empty(a.shape());
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  float* o = out.data<float>();
+  const auto& vk = detail::vec_kernels();
+  const int64_t n = a.numel(), chunk = 16384;
+#pragma omp parallel for schedule(static) if (n > 4 * chunk)
+  for (int64_t i = 0; i < n; i += chunk) vk.swiglu(x + i, y + i, o + i, std::min(chunk, n - i));
   if (autograd::needs_grad({a, b})) {
     autograd::record("swiglu", {a, b}, {out}, [a, b](const std::vector<Tensor>& g) {
       Tensor da, db;

@@ -74,6 +74,18 @@ __attribute__((target("avx512f"))) void softmax_avx512(float* p, int64_t n, floa
     _mm512_mask_storeu_ps(p + i, tail_mask(n - i), _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), p + i), inv));
 }
 
+__attribute__((target("avx512f"))) void swiglu_avx512(const float* a, const float* b, float* out, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 u = _mm512_maskz_loadu_ps(k, a + i);
+    __m512 silu = _mm512_div_ps(u, _mm512_add_ps(one, exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), u))));
+    // Below -88, e^-u passes f32's range (exp_avx512 clamps it) and silu(u) < 1e-36.
+    silu = _mm512_mask_mov_ps(silu, _mm512_cmp_ps_mask(u, _mm512_set1_ps(-88.f), _CMP_LT_OQ), _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(k, b + i)));
+  }
+}
+
 // The cache rows a few keys ahead: the kernels read one kv head's slice of each
 // key (a short run at a long stride), which the hardware prefetchers follow late.
 constexpr int64_t kPrefetchKeys = 16;
@@ -175,6 +187,10 @@ void softmax_scalar(float* p, int64_t n, float scale) {
   for (int64_t j = 0; j < n; ++j) p[j] *= inv;
 }
 
+void swiglu_scalar(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] / (1.f + std::exp(-a[i])) * b[i];
+}
+
 void dots_avx2(const float* q, int64_t rows, const float* k, int64_t key_stride, int64_t n, int64_t d, float* out,
                int64_t out_stride) {
   for (int64_t j = 0; j < n; ++j)
@@ -209,7 +225,8 @@ void axpys_bf16_avx2(const float* p, int64_t p_stride, int64_t rows, const bf16*
 }  // namespace
 
 VecKernels vec_kernels_avx2() {
-  return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, dots_bf16_avx2, axpys_bf16_avx2, "avx2"};
+  return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, dots_bf16_avx2, axpys_bf16_avx2,
+          swiglu_scalar, "avx2"};
 }
 
 const VecKernels& vec_kernels() {
@@ -217,7 +234,7 @@ const VecKernels& vec_kernels() {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
           ? VecKernels{dot_row<float>,     axpy_avx512,        softmax_avx512,
                        dots_avx512<float>, axpys_avx512<float>, dots_avx512<bf16>,
-                       axpys_avx512<bf16>, "avx512"}
+                       axpys_avx512<bf16>, swiglu_avx512,      "avx512"}
           : vec_kernels_avx2();
   return k;
 }

@@ -1,8 +1,9 @@
 #pragma once
-// The inner loops of attention over f32 rows: dot, axpy, an in-place softmax, and
-// their blocked forms over the keys of one kv head (rows of q or p against n
-// key/value rows `key_stride` floats apart). AVX-512 when the CPU has it (chosen
-// once, at run time), AVX2 otherwise.
+// Vectorized inner loops. Attention's over f32 rows: dot, axpy, an in-place
+// softmax, and their blocked forms over the keys of one kv head (rows of q or p
+// against n key/value rows `key_stride` floats apart); and the SwiGLU activation,
+// which shares softmax's exp. AVX-512 when the CPU has it (chosen once, at run
+// time), AVX2 (or scalar) otherwise.
 #include <cstdint>
 
 #include "tp/tensor/dtype.h"
@@ -26,6 +27,9 @@ using DotsBf16Fn = void (*)(const float* q, int64_t rows, const bf16* k, int64_t
 using AxpysBf16Fn = void (*)(const float* p, int64_t p_stride, int64_t rows, const bf16* v, int64_t key_stride,
                              int64_t n, int64_t d, float* o);
 
+// out[i] = silu(a[i]) * b[i] = a[i] / (1 + e^-a[i]) * b[i]   (i < n)
+using SwigluFn = void (*)(const float* a, const float* b, float* out, int64_t n);
+
 struct VecKernels {
   DotFn dot;
   AxpyFn axpy;
@@ -34,6 +38,7 @@ struct VecKernels {
   AxpysFn axpys;
   DotsBf16Fn dots_bf16;
   AxpysBf16Fn axpys_bf16;
+  SwigluFn swiglu;
   const char* isa;  // "avx512" or "avx2"
 };
 
