@@ -124,6 +124,23 @@ TEST(Linear, PackedWithoutOriginalWeightIsInferenceOnly) {
   }
 }
 
+TEST(Linear, Bf16InputIntoPackedBf16WeightEqualsRoundingF32Input) {
+  // A packed bf16 weight rounds an f32 input to bf16 before the GEMM; handing it
+  // the bf16 input directly must give bitwise the same output.
+  Tensor w = Tensor::randn({24, 40}, 40).to(DType::BF16), b = Tensor::randn({24}, 41);
+  ops::PackedLinear p(w);
+  autograd::NoGradGuard no_grad;
+  for (int64_t m : {1, 5, 70}) {
+    Tensor x = Tensor::randn({m, 40}, 42);
+    EXPECT_TRUE(equal(ops::linear(x.to(DType::BF16), p, b), ops::linear(x, p, b))) << "m=" << m;
+  }
+  // Only a packed bf16 weight takes it: f32 weights and the unpacked path say what they accept.
+  Tensor xb = Tensor::randn({2, 40}, 43).to(DType::BF16);
+  expect_error([&] { ops::linear(xb, ops::PackedLinear(w.to(DType::F32))); },
+               {"input must be f32 (or bf16 into a packed bf16 weight)", "got bf16", "weight f32"});
+  expect_error([&] { ops::linear(xb, w); }, {"input must be f32", "got bf16"});
+}
+
 TEST(Linear, LinearIntoWritesPreallocated) {
   Tensor w = Tensor::randn({16, 32}, 12).to(DType::BF16), b = Tensor::randn({16}, 13);
   ops::PackedLinear p(w);

@@ -1,10 +1,13 @@
 // RMSNorm, RoPE (golden values from PyTorch, see rope_golden.py) and embedding.
+#include <omp.h>
+
 #include <cmath>
 #include <fstream>
 #include <map>
 
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/elementwise.h"
 #include "tp/ops/embedding.h"
 #include "tp/ops/norm.h"
 #include "tp/ops/rope.h"
@@ -53,6 +56,36 @@ std::map<std::string, std::vector<double>> load_golden() {
 }
 
 }  // namespace
+
+TEST(RmsNorm, InferenceFormsAreBitwiseTheDifferentiableOnes) {
+  // The decoder layer's no-grad path swaps add + rms_norm (+ the projection's
+  // rounding to bf16) for these; the numbers must not move at all.
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (DType wd : {DType::F32, DType::BF16}) {
+      Tensor x = Tensor::randn({3, 70, 96}, 1, 0.f, 3.f), d = Tensor::randn({3, 70, 96}, 2);
+      Tensor w = Tensor::randn({96}, 3).to(wd);
+      autograd::NoGradGuard no_grad;
+      Tensor want = ops::rms_norm(x, w, 1e-6);
+      EXPECT_TRUE(equal(ops::rms_norm(x, w, 1e-6, DType::F32), want));
+      EXPECT_TRUE(equal(ops::rms_norm(x, w, 1e-6, DType::BF16), want.to(DType::BF16)));
+      Tensor sum = ops::add(x, d);
+      for (DType out : {DType::F32, DType::BF16}) {
+        ops::AddRmsNorm r = ops::add_rms_norm(x, d, w, 1e-5, out);
+        EXPECT_TRUE(equal(r.sum, sum)) << threads << " threads";
+        EXPECT_TRUE(equal(r.normed, ops::rms_norm(sum, w, 1e-5).to(out))) << threads << " threads";
+      }
+    }
+  }
+  omp_set_num_threads(1);
+  Tensor x = Tensor::randn({2, 8}, 4).set_requires_grad(true), w = Tensor::randn({8}, 5);
+  expect_error([&] { ops::rms_norm(x, w, 1e-6, DType::BF16); }, {"rms_norm", "without gradients"});
+  expect_error([&] { ops::add_rms_norm(x, x, w, 1e-6, DType::F32); }, {"add_rms_norm", "without gradients"});
+  autograd::NoGradGuard no_grad;
+  expect_error([&] { ops::rms_norm(x, w, 1e-6, DType::I64); }, {"out_dtype must be f32 or bf16", "i64"});
+  expect_error([&] { ops::add_rms_norm(x, Tensor::randn({2, 7}, 6), Tensor::randn({7}, 7), 1e-6, DType::F32); },
+               {"[2, 8]"});
+}
 
 TEST(Rope, InvFreqMatchesTorchGolden) {
   auto golden = load_golden();

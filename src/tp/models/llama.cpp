@@ -3,9 +3,11 @@
 
 #include <cmath>
 
+#include "tp/autograd/tape.h"
 #include "tp/ops/activation.h"
 #include "tp/ops/attention.h"
 #include "tp/ops/elementwise.h"
+#include "tp/ops/norm.h"
 #include "tp/ops/rope.h"
 #include "tp/ops/shape.h"
 #include "tp/parallel/colwise.h"
@@ -31,6 +33,10 @@ LlamaAttention::LlamaAttention(const std::string& name, const ModelConfig& c, co
     q_norm = &add_module(std::make_unique<nn::RMSNorm>(child_name("q_norm"), c.head_dim, c.rms_norm_eps));
     k_norm = &add_module(std::make_unique<nn::RMSNorm>(child_name("k_norm"), c.head_dim, c.rms_norm_eps));
   }
+}
+
+bool LlamaAttention::takes_bf16_input() const {
+  return q_proj.takes_bf16_input() && k_proj.takes_bf16_input() && v_proj.takes_bf16_input();
 }
 
 Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
@@ -98,10 +104,21 @@ LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, con
 
 Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);
-  // Self attention
-  Tensor h = ops::add(x, self_attn(input_layernorm(x)));
-  // Fully connected
-  return ops::add(h, mlp(post_attention_layernorm(h)));
+  const Tensor& w1 = input_layernorm.weight.data;
+  const Tensor& w2 = post_attention_layernorm.weight.data;
+  if (autograd::needs_grad({x, w1, w2}) || input_layernorm.style() != nullptr ||
+      post_attention_layernorm.style() != nullptr) {
+    Tensor h = ops::add(x, self_attn(input_layernorm(x)));  // self attention
+    return ops::add(h, mlp(post_attention_layernorm(h)));   // fully connected
+  }
+  // Inference, the same numbers in fewer passes over the activations (which
+  // every rank repeats at tp > 1): the norms write bf16 straight for bf16
+  // projections, and the residual add after attention is fused with the next norm.
+  auto dtype_for = [](bool bf16_in) { return bf16_in ? DType::BF16 : DType::F32; };
+  Tensor a = ops::rms_norm(x, w1, input_layernorm.eps, dtype_for(self_attn.takes_bf16_input()));
+  ops::AddRmsNorm h =
+      ops::add_rms_norm(x, self_attn(a), w2, post_attention_layernorm.eps, dtype_for(mlp.takes_bf16_input()));
+  return ops::add(h.sum, mlp(h.normed));
 }
 
 // ---------------------------------------------------------------- model

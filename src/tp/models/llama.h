@@ -40,6 +40,8 @@ class LlamaAttention : public nn::Module {
   nn::RMSNorm* k_norm = nullptr;
   int64_t layer_index;
   const AttentionContext* context = nullptr;
+  // q, k and v all take a bf16 input as is (see nn::Linear::takes_bf16_input).
+  bool takes_bf16_input() const;
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // x [B, T, H] -> [B, T, H]
@@ -55,6 +57,7 @@ class LlamaMLP : public nn::Module {
   nn::Linear& gate_proj;
   nn::Linear& up_proj;
   nn::Linear& down_proj;
+  bool takes_bf16_input() const { return gate_proj.takes_bf16_input() && up_proj.takes_bf16_input(); }
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // down(silu(gate(x)) * up(x))

@@ -33,10 +33,13 @@ void Linear::finalize_weights(bool inference_only) {
 Tensor Linear::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = single_input(inputs, name());
   Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();
-  if (packed_valid_ && !autograd::needs_grad({x, weight.data, b})) return ops::linear(x, packed_, b);
+  const bool packed = packed_valid_ && !autograd::needs_grad({x, weight.data, b});
+  if (packed && (x.dtype() != DType::BF16 || takes_bf16_input())) return ops::linear(x, packed_, b);
+  const Tensor xf = x.dtype() == DType::BF16 ? x.to(DType::F32) : x;
+  if (packed) return ops::linear(xf, packed_, b);
   TP_CHECK(weight.data.defined(), "{}: the weight was released after packing for inference; load the model with "
            "inference_only = false to compute gradients", name());
-  return ops::linear(x, weight.data, b);
+  return ops::linear(xf, weight.data, b);
 }
 
 Embedding::Embedding(std::string name, int64_t num_embeddings, int64_t dim)

@@ -20,6 +20,9 @@ class Linear : public Module {
   void finalize_weights(bool inference_only) override;
   // The matrix's dtype (also after the plain copy was released); f32 before loading.
   DType weight_dtype() const;
+  // Packed in bf16: a bf16 input goes to the GEMM as is (it would round an f32
+  // input to bf16 first). Any other path widens a bf16 input to f32, exactly.
+  bool takes_bf16_input() const { return packed_valid_ && packed_.dtype() == DType::BF16; }
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;

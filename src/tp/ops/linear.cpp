@@ -24,14 +24,16 @@ int64_t rows_of(const Tensor& x) {
 }
 
 // Checks x [..., K] against a weight of shape w [N, K] (and b [N]); returns the row count M.
-int64_t check_linear_args(const Tensor& x, const Shape& w, DType w_dtype, const Tensor& b) {
+// A bf16 x is taken (as is, no rounding pass) only by a bf16 packed weight.
+int64_t check_linear_args(const Tensor& x, const Shape& w, DType w_dtype, const Tensor& b, bool bf16_x_ok = false) {
   TP_CHECK(x.defined(), "linear: input must be defined");
   TP_CHECK(w.size() == 2, "linear: weight must be 2-D [out, in], got shape {}", shape_str(w));
   TP_CHECK(x.dim() >= 1 && x.size(-1) == w[1],
            "linear: input shape {} does not match weight shape {} (input's last dim must equal weight's dim 1)",
            shape_str(x.shape()), shape_str(w));
-  TP_CHECK(x.dtype() == DType::F32, "linear: input must be f32, got {} (weight {})", dtype_name(x.dtype()),
-           dtype_name(w_dtype));
+  TP_CHECK(x.dtype() == DType::F32 || (bf16_x_ok && x.dtype() == DType::BF16 && w_dtype == DType::BF16),
+           "linear: input must be f32 (or bf16 into a packed bf16 weight), got {} (weight {})",
+           dtype_name(x.dtype()), dtype_name(w_dtype));
   TP_CHECK(w_dtype == DType::F32 || w_dtype == DType::BF16, "linear: weight must be f32 or bf16, got {}",
            dtype_name(w_dtype));
   if (b.defined()) {
@@ -240,7 +242,7 @@ void PackedLinear::repack() {
 
 void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b) {
   TP_CHECK(w.defined(), "linear_into: the PackedLinear is empty (default-constructed)");
-  int64_t m = check_linear_args(x, w.shape_, w.dtype_, b);
+  int64_t m = check_linear_args(x, w.shape_, w.dtype_, b, /*bf16_x_ok=*/true);
   int64_t n = w.out_features(), k = w.in_features();
   Shape want = linear_out_shape(x, n);
   TP_CHECK(out.defined() && out.shape() == want && out.dtype() == DType::F32,
@@ -260,7 +262,7 @@ void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tens
   Tensor bias = f32_bias(b);
   PackedLinear::State& s = *w.state_;
   const void* src = x.raw_data();
-  if (w.dtype_ == DType::BF16) {
+  if (w.dtype_ == DType::BF16 && x.dtype() == DType::F32) {
     bf16* buf = detail::bf16_scratch(static_cast<size_t>(m * k));
     detail::to_bf16_parallel(x.data<float>(), buf, static_cast<size_t>(m * k));
     src = buf;
@@ -292,6 +294,9 @@ Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b) {
            "linear: a gradient was requested through a PackedLinear {} whose original weight was released "
            "(keep_weight = false); keep it, or run under NoGradGuard",
            shape_str(Shape{w.out_features(), w.in_features()}));
+  TP_CHECK(x.dtype() != DType::BF16 || !autograd::needs_grad({w.weight(), b}),
+           "linear: a bf16 input {} is for inference; gradients through weight {} need an f32 input",
+           shape_str(x.shape()), shape_str(Shape{w.out_features(), w.in_features()}));
   Tensor y = Tensor::empty(linear_out_shape(x, w.out_features()));
   linear_into(y, x, w, b);
   maybe_record_linear(y, x, w.weight(), b);
