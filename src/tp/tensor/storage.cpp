@@ -70,15 +70,59 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   return s;
 }
 
+namespace {
+
+// Slabs for allocate_exact: 2 MiB aligned, advised to use huge pages, filled
+// back to back. A slab is freed with its last buffer (each buffer owns it),
+// and, for the one being filled, once the arena has moved on to the next.
+constexpr size_t kSlab = size_t{32} << 20;
+
+struct SlabArena {
+  std::mutex mutex;
+  std::shared_ptr<char> current;  // the slab new small buffers go into
+  size_t used = 0;
+};
+
+SlabArena& slab_arena() {
+  static auto* a = new SlabArena();  // never destroyed, like the block cache
+  return *a;
+}
+
+std::shared_ptr<char> new_slab(size_t bytes) {
+  return std::shared_ptr<char>(static_cast<char*>(system_allocate(bytes)), [](char* p) { std::free(p); });
+}
+
+}  // namespace
+
 std::shared_ptr<Storage> Storage::allocate_exact(size_t bytes) {
   auto s = std::shared_ptr<Storage>(new Storage());
-  s->capacity_ = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  s->data_ = system_allocate(s->capacity_);
+  const size_t need = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  bool fresh = false;
+  if (need > kSlab / 2) {
+    // A slab of its own, whole huge pages (< 2 MiB over on > 16 MiB), which
+    // goes with the buffer rather than lingering as the arena's current slab.
+    std::shared_ptr<char> slab = new_slab(round_capacity(std::max(need, kHugePage)));
+    s->data_ = slab.get();
+    s->owner_ = std::move(slab);
+    fresh = true;
+  } else {
+    SlabArena& a = slab_arena();
+    std::lock_guard<std::mutex> lock(a.mutex);
+    if (a.current == nullptr || a.used + need > kSlab) {
+      a.current = new_slab(kSlab);
+      a.used = 0;
+      fresh = true;
+    }
+    s->data_ = a.current.get() + a.used;
+    s->owner_ = a.current;
+    a.used += need;
+  }
   s->bytes_ = bytes;
+  s->exact_ = need;
   BlockCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  ++c.stats.system_allocations;
-  c.stats.live_bytes += s->capacity_;
+  if (fresh) ++c.stats.system_allocations;
+  c.stats.live_bytes += need;
   return s;
 }
 
@@ -91,6 +135,12 @@ std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, std::shared_ptr
 }
 
 Storage::~Storage() {
+  if (exact_ != 0) {  // a slab piece: the slab goes when its last piece does (owner_)
+    BlockCache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.stats.live_bytes -= exact_;
+    return;
+  }
   if (capacity_ == 0) return;
   BlockCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);

@@ -14,10 +14,14 @@ class Storage {
   // Uninitialized, 64-byte aligned; buffers >= 2 MiB are 2 MiB aligned and
   // advised to use huge pages.
   static std::shared_ptr<Storage> allocate(size_t bytes);
-  // For buffers that live as long as the model (packed weights): exactly `bytes`
-  // (64-byte multiple), fresh from the system rather than a cached block up to
-  // twice as large, and not rounded to whole huge pages (at tp = 2, qwen3-0.6b's
-  // 1-3 MB shards wasted ~5 MB per layer that way). Aligned and advised as above.
+  // For buffers that live as long as the model (packed weights, KV caches):
+  // exactly `bytes` (64-byte multiple), not a cached block up to twice as large
+  // nor rounded to whole huge pages (at tp = 2, qwen3-0.6b's 1-3 MB shards wasted
+  // ~5 MB per layer that way), yet on huge pages: buffers up to 16 MiB are carved
+  // back to back from 32 MiB slabs, 2 MiB aligned and advised (a 1 MB k_proj
+  // shard of its own sat on 4 KiB pages, and its decode GEMV missed the TLB every
+  // 4 KiB); larger ones get their own slab. A slab is freed with its last buffer
+  // (the one being filled stays until the next is begun).
   static std::shared_ptr<Storage> allocate_exact(size_t bytes);
   // Wraps external memory; `owner` is kept alive as long as the storage is.
   static std::shared_ptr<Storage> wrap(void* data, size_t bytes, std::shared_ptr<void> owner);
@@ -34,6 +38,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   size_t capacity_ = 0;  // allocated size of a cached block (0: external)
+  size_t exact_ = 0;     // bytes an allocate_exact piece takes of its slab (owner_)
   std::shared_ptr<void> owner_;
 };
 
