@@ -63,6 +63,14 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return g;
 }
 
+// This thread's probabilities, kept between calls: decode calls attention once
+// per layer, and a fresh vector each time was a 40 KB malloc and free per call.
+float* probability_scratch(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
 // The kernels for cache elements of type T (f32, or a bf16 KV cache).
 template <typename T>
 auto dots_for(const detail::VecKernels& vk) {
@@ -96,7 +104,7 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
   int64_t blocks = (g.tq + kQueryBlock - 1) / kQueryBlock;
 #pragma omp parallel
   {
-    std::vector<float> p(static_cast<size_t>(kQueryBlock * g.tk));
+    float* p = probability_scratch(static_cast<size_t>(kQueryBlock * g.tk));
     const auto& vk = detail::vec_kernels();
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t s = 0; s < g.b; ++s) {
@@ -113,14 +121,14 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
           const float* kb = k + g.kv_index(s, 0, kh);
           const float* vb = v + g.kv_index(s, 0, kh);
           detail::gemm({rows, n, g.d, false, true, DType::F32, DType::F32, g.hq * g.d, g.hkv * g.d, n},
-                       g.q_row(q, s, i0, h), kb, nullptr, p.data());
+                       g.q_row(q, s, i0, h), kb, nullptr, p);
           for (int64_t i = 0; i < rows; ++i) {
-            float* pr = p.data() + i * n;
+            float* pr = p + i * n;
             int64_t vis = g.visible(s, i0 + i);
             if (vis > 0) vk.softmax(pr, vis, g.scale);
             for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
           }
-          detail::gemm({rows, g.d, n, false, false, DType::F32, DType::F32, n, g.hkv * g.d, g.hq * g.d}, p.data(),
+          detail::gemm({rows, g.d, n, false, false, DType::F32, DType::F32, n, g.hkv * g.d, g.hq * g.d}, p,
                        vb, nullptr, o);
         }
       }
@@ -138,7 +146,7 @@ template <typename T>
 void attention_forward_rows(const Geometry& g, const float* q, const T* k, const T* v, float* out) {
 #pragma omp parallel
   {
-    std::vector<float> p(static_cast<size_t>(g.hq * g.tk));
+    float* p = probability_scratch(static_cast<size_t>(g.hq * g.tk));
     const auto& vk = detail::vec_kernels();
     const int64_t stride = g.hkv * g.d;
 #pragma omp for collapse(2) schedule(static)
@@ -152,13 +160,13 @@ void attention_forward_rows(const Geometry& g, const float* q, const T* k, const
           int64_t nb = std::min(kKeyBlock, n - j0);
           for (int64_t kh = 0; kh < g.hkv; ++kh)
             dots_for<T>(vk)(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, j0, kh), stride, nb, g.d,
-                    p.data() + kh * g.group * g.tk + j0, g.tk);
+                    p + kh * g.group * g.tk + j0, g.tk);
         }
-        for (int64_t h = 0; h < g.hq; ++h) vk.softmax(p.data() + h * g.tk, n, g.scale);
+        for (int64_t h = 0; h < g.hq; ++h) vk.softmax(p + h * g.tk, n, g.scale);
         for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
           int64_t nb = std::min(kKeyBlock, n - j0);
           for (int64_t kh = 0; kh < g.hkv; ++kh)
-            axpys_for<T>(vk)(p.data() + kh * g.group * g.tk + j0, g.tk, g.group, v + g.kv_index(s, j0, kh), stride, nb,
+            axpys_for<T>(vk)(p + kh * g.group * g.tk + j0, g.tk, g.group, v + g.kv_index(s, j0, kh), stride, nb,
                      g.d, o + kh * g.group * g.d);
         }
       }
@@ -172,7 +180,7 @@ template <typename T>
 void attention_forward_heads(const Geometry& g, const float* q, const T* k, const T* v, float* out) {
 #pragma omp parallel
   {
-    std::vector<float> p(static_cast<size_t>(g.group * g.tk));
+    float* p = probability_scratch(static_cast<size_t>(g.group * g.tk));
     const auto& vk = detail::vec_kernels();
 #pragma omp for collapse(3) schedule(static)
     for (int64_t s = 0; s < g.b; ++s) {
@@ -182,8 +190,8 @@ void attention_forward_heads(const Geometry& g, const float* q, const T* k, cons
           std::memset(o0, 0, sizeof(float) * g.group * g.d);
           int64_t n = g.visible(s, i);
           if (n == 0) continue;
-          group_probabilities(g, q, k, s, kh, i, n, p.data());
-          axpys_for<T>(vk)(p.data(), g.tk, g.group, v + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, o0);
+          group_probabilities(g, q, k, s, kh, i, n, p);
+          axpys_for<T>(vk)(p, g.tk, g.group, v + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, o0);
         }
       }
     }
