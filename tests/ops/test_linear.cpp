@@ -1,5 +1,6 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
+#include "tp/nn/layers.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
 
@@ -139,6 +140,23 @@ TEST(Linear, Bf16InputIntoPackedBf16WeightEqualsRoundingF32Input) {
   expect_error([&] { ops::linear(xb, ops::PackedLinear(w.to(DType::F32))); },
                {"input must be f32 (or bf16 into a packed bf16 weight)", "got bf16", "weight f32"});
   expect_error([&] { ops::linear(xb, w); }, {"input must be f32", "got bf16"});
+}
+
+TEST(Linear, ModuleTakesBf16InputOnEveryPath) {
+  // The decoder layer hands nn::Linear a bf16 input when its weight is packed
+  // bf16; any other path (unpacked, f32 packed) widens it, exactly.
+  autograd::NoGradGuard no_grad;
+  Tensor x = Tensor::randn({3, 40}, 44), xb = x.to(DType::BF16), xr = xb.to(DType::F32);
+  for (DType wd : {DType::BF16, DType::F32}) {
+    nn::Linear lin("proj", 40, 24, false);
+    lin.weight.data = Tensor::randn({24, 40}, 45).to(wd);
+    EXPECT_FALSE(lin.takes_bf16_input());
+    EXPECT_TRUE(equal(lin(xb), lin(xr))) << "unpacked " << dtype_name(wd);
+    lin.finalize_weights(/*inference_only=*/true);
+    EXPECT_EQ(lin.takes_bf16_input(), wd == DType::BF16);
+    EXPECT_TRUE(equal(lin(xb), lin(xr))) << "packed " << dtype_name(wd);
+    if (wd == DType::BF16) EXPECT_TRUE(equal(lin(xb), lin(x)));  // it rounds an f32 input the same way
+  }
 }
 
 TEST(Linear, LinearIntoWritesPreallocated) {
