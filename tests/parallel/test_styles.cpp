@@ -51,11 +51,12 @@ Tensor rank_piece(const Tensor& full, int64_t dim, int64_t groups = 1) {
 
 // Applies `style` to `module` through the real plan machinery, then loads each
 // parameter's slice from the full weights in `reference`.
-void parallelize(nn::Module& module, nn::Module& reference, const std::string& style) {
+void parallelize(nn::Module& module, nn::Module& reference, const std::string& style,
+                 const parallel::StyleOverrides& overrides = {}) {
   std::vector<parallel::ParamRef> refs;
   for (nn::Parameter* p : module.own_parameters()) refs.push_back({p->name, module.name(), p->global_shape});
   parallel::ResolvedPlan plan = parallel::resolve_plan({{module.name(), style}}, {}, refs, {module.name()});
-  parallel::apply_plan(module, plan, tp_rank(), &mesh());
+  parallel::apply_plan(module, plan, tp_rank(), &mesh(), overrides);
   auto ref_params = reference.own_parameters();
   auto params = module.own_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -115,6 +116,37 @@ void check_linear(const LinearCase& c, int x_layout, int y_layout, int64_t group
 }  // namespace
 
 TEST(Styles, Colwise) { check_linear({"colwise"}, 0, -1); }
+
+TEST(Styles, ColwiseWithReplicatedKvHeadsSumsTheReplicasGradients) {
+  // tp > kv heads (the models' k/v_proj): each kv head's rows sit on `replicas`
+  // consecutive ranks, and each rank's own query heads weigh its copy of the
+  // output differently, so the slice's true gradient is the sum over those ranks.
+  const int tp = dist::world_size(), rank = dist::world_rank();
+  if (tp < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  const int64_t replicas = tp % 2 == 0 ? 2 : tp, heads = tp / replicas, head_dim = 3, in = 8;
+  nn::Linear ref("k_proj", in, heads * head_dim, true), par("k_proj", in, heads * head_dim, true);
+  init_params(ref, 21);
+  // The module keeps a pointer to its style: the override lives as long as the test.
+  const parallel::StyleOverrides kv_style{
+      {"k_proj", std::make_shared<parallel::ColwiseParallel>(parallel::ColwiseParallel::Options{.kv_replicas = replicas})}};
+  parallelize(par, ref, "colwise", kv_style);
+  Tensor x = Tensor::randn({2, 3, in}, 5), x_ref = leaf(x), x_par = leaf(x);
+  // Rank r's downstream weights for its copy of head r / replicas; the reference
+  // sums every rank's term over the whole output.
+  auto weights_of = [&](int r) { return Tensor::randn({2, 3, head_dim}, 100 + r); };
+  Tensor y_ref = ref(x_ref);
+  Tensor loss_ref;
+  for (int r = 0; r < tp; ++r) {
+    Tensor term = weighted_loss(ops::narrow(y_ref, -1, (r / replicas) * head_dim, head_dim), weights_of(r));
+    loss_ref = r == 0 ? term : ops::add(loss_ref, term);
+  }
+  autograd::backward(loss_ref);
+  autograd::backward(weighted_loss(par(x_par), weights_of(rank)));
+  expect_close(x_par.grad(), x_ref.grad(), kTol, "input grad");
+  auto pr = ref.own_parameters(), pp = par.own_parameters();
+  for (size_t i = 0; i < pr.size(); ++i)
+    expect_close(pp[i]->data.grad(), take_shard(pr[i]->data.grad(), pp[i]->shard), kTol, "grad of " + pp[i]->name);
+}
 
 TEST(Styles, ColwiseGatherOutput) {
   check_linear({"colwise_gather_output", 8, 12}, 0, 0);

@@ -4,8 +4,11 @@
 //   rank r computes Y_r = X A_r + b_r, a Shard(-1) piece of Y.
 // fwd: input identity (X replicated)   bwd: all-reduce dX (each rank holds a partial sum)
 // colwise_gather_output also all-gathers Y (bwd: keeps the local slice of dY).
+// With KV heads replicated (tp > kv heads), a slice's ranks also sum its
+// parameters' gradients, each having seen only its own query heads' part.
 // packed_colwise cuts a fused weight (e.g. gate_up_proj) into split_factor groups
 // first, so rank r holds matching slices of every group: StridedShard.
+#include "tp/autograd/tape.h"
 #include "tp/dist/functional.h"
 #include "tp/parallel/colwise.h"
 #include "tp/parallel/style_util.h"
@@ -56,6 +59,25 @@ std::vector<Tensor> ColwiseParallel::transform_inputs_pre_forward(nn::Module& mo
                                                                   const dist::DeviceMesh& mesh) const {
   for (Tensor& x : inputs) x = dist::copy_to_region(x, mesh.group(0));
   return inputs;
+}
+
+dist::ProcessGroup& ColwiseParallel::replica_group(const dist::DeviceMesh& mesh) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<dist::ProcessGroup>& g = replica_groups_[&mesh];
+  if (g == nullptr) {
+    dist::ProcessGroup& tp = mesh.group(0);
+    g = tp.split(static_cast<int>(tp.rank() / options_.kv_replicas), tp.rank());
+  }
+  return *g;
+}
+
+Tensor ColwiseParallel::context_around_forward(nn::Module& module, const std::function<Tensor()>& forward,
+                                               const dist::DeviceMesh& mesh) const {
+  std::vector<Tensor> params;
+  for (nn::Parameter* p : module.own_parameters()) params.push_back(p->data);
+  // Every rank of a model agrees on whether gradients are on, so the split stays collective.
+  if (options_.kv_replicas <= 1 || !autograd::needs_grad(params)) return forward();
+  return with_grad_allreduced_params(module, forward, replica_group(mesh));
 }
 
 Tensor ColwiseParallel::transform_output_post_forward(nn::Module& module, Tensor output,

@@ -1,6 +1,10 @@
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 
+#include "tp/dist/process_group.h"
 #include "tp/parallel/layer.h"
 
 namespace tp::parallel {
@@ -23,12 +27,24 @@ class ColwiseParallel : public TensorParallelLayer {
                          const TpRank& tp) const override;
   std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                    const dist::DeviceMesh& mesh) const override;
+  // With kv_replicas > 1 and gradients on: the ranks holding one slice each see
+  // only their own query heads' part of its gradient, so the parameters'
+  // gradients are summed over those ranks (fwd identity).
+  Tensor context_around_forward(nn::Module& module, const std::function<Tensor()>& forward,
+                                const dist::DeviceMesh& mesh) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
   std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
 
  protected:
   dist::Placement placement_for(const Shape& global_shape) const;
   Options options_;
+
+ private:
+  // The ranks that hold this rank's slice (kv_replicas consecutive ranks), made
+  // on first use (a collective split of the mesh's group) and kept.
+  dist::ProcessGroup& replica_group(const dist::DeviceMesh& mesh) const;
+  mutable std::mutex mutex_;
+  mutable std::map<const dist::DeviceMesh*, std::shared_ptr<dist::ProcessGroup>> replica_groups_;
 };
 
 }  // namespace tp::parallel

@@ -7,7 +7,7 @@ namespace tp::parallel {
 
 Tensor ReplicatedWithGradAllreduce::context_around_forward(nn::Module& module, const std::function<Tensor()>& forward,
                                                            const dist::DeviceMesh& mesh) const {
-  return with_grad_allreduced_params(module, forward, mesh);
+  return with_grad_allreduced_params(module, forward, mesh.group(0));
 }
 
 std::vector<Tensor> SequenceParallel::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
@@ -18,7 +18,7 @@ std::vector<Tensor> SequenceParallel::transform_inputs_pre_forward(nn::Module& m
 
 Tensor SequenceParallel::context_around_forward(nn::Module& module, const std::function<Tensor()>& forward,
                                                 const dist::DeviceMesh& mesh) const {
-  return with_grad_allreduced_params(module, forward, mesh);
+  return with_grad_allreduced_params(module, forward, mesh.group(0));
 }
 
 Tensor AllReduceOutput::transform_output_post_forward(nn::Module& module, Tensor output,

@@ -44,12 +44,12 @@ int64_t output_features(const nn::Module& module) {
 }
 
 Tensor with_grad_allreduced_params(nn::Module& module, const std::function<Tensor()>& forward,
-                                   const dist::DeviceMesh& mesh) {
+                                   dist::ProcessGroup& group) {
   std::vector<nn::Parameter*> params = module.own_parameters();
   std::vector<Tensor> saved;
   for (nn::Parameter* p : params) {
     saved.push_back(p->data);
-    p->data = dist::copy_to_region(p->data, mesh.group(0));
+    p->data = dist::copy_to_region(p->data, group);
   }
   Tensor out;
   try {

@@ -20,9 +20,9 @@ nn::Embedding& as_embedding(nn::Module& module, const char* style);
 // Output width of a Linear or Embedding (0 for other modules), for cost estimates.
 int64_t output_features(const nn::Module& module);
 
-// fwd identity / bwd all-reduce of each parameter's gradient, for styles whose
-// replicated parameters see only part of the data on each rank.
+// fwd identity / bwd all-reduce over `group` of each parameter's gradient, for
+// styles whose replicated parameters see only part of the data on each rank.
 Tensor with_grad_allreduced_params(nn::Module& module, const std::function<Tensor()>& forward,
-                                   const dist::DeviceMesh& mesh);
+                                   dist::ProcessGroup& group);
 
 }  // namespace tp::parallel
