@@ -213,6 +213,16 @@ TEST(KVCache, ForLayersShareOneBlockYetStayApart) {
     EXPECT_TRUE(equal(caches[l].values().to(DType::F32), vs[l])) << "layer " << l;
     EXPECT_EQ(caches[l].lengths(), (std::vector<int64_t>{max_len, max_len}));
   }
+  // A block of 2 MiB or more starts on a huge-page boundary (the point of one
+  // block), and the next generation's caches reuse it: no fresh pages to fault in.
+  const std::vector<ops::KVCache::Layer> two_layers{{8, DType::BF16}, {8, DType::BF16}};
+  {
+    std::vector<ops::KVCache> big = ops::KVCache::for_layers(1, 1024, 128, two_layers);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(big[0].keys().raw_data()) % (uintptr_t{2} << 20), 0u);
+  }
+  size_t system_allocations = allocator_stats().system_allocations;
+  std::vector<ops::KVCache> again = ops::KVCache::for_layers(1, 1024, 128, two_layers);
+  EXPECT_EQ(allocator_stats().system_allocations, system_allocations);
   expect_error([&] { ops::KVCache::for_layers(1, 4, 8, {{2, DType::F32}, {0, DType::F32}}); },
                {"kv_heads 0", "head_dim 8"});
   expect_error([&] { ops::KVCache::for_layers(1, 4, 8, {{2, DType::I64}}); }, {"f32 or bf16", "i64"});

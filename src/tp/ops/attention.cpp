@@ -316,7 +316,9 @@ std::vector<KVCache> KVCache::for_layers(int64_t batch, int64_t max_len, int64_t
     check_cache_sizes(batch, max_len, l.kv_heads, head_dim, l.dtype);
     total += 2 * aligned_bytes(l);
   }
-  std::shared_ptr<Storage> block = Storage::allocate_exact(total);
+  // From the block cache: a block of 2 MiB or more is on huge pages, and the next
+  // generation reuses it instead of faulting in fresh pages.
+  std::shared_ptr<Storage> block = Storage::allocate(total);
   std::memset(block->data(), 0, total);
   std::vector<KVCache> caches;
   size_t offset = 0;

@@ -30,8 +30,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 class KVCache {
  public:
   KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype = DType::F32);
-  // One cache per entry of `layers` ({kv_heads, dtype}), all in one zeroed block
-  // from Storage::allocate_exact, which keeps it on huge pages.
+  // One cache per entry of `layers` ({kv_heads, dtype}), all in one zeroed block.
   // Why: a layer's cache is often under 2 MiB (qwen3-0.6b: 1.3 MB at 640 tokens)
   // and alone would sit on 4 KiB pages; decode attention then missed the TLB every
   // 4 KiB and ran ~2.5x slower than over the huge pages a shared block gets.

@@ -27,6 +27,7 @@ std::vector<float> row_rstd(const float* x, int64_t rows, int64_t h, double eps)
   return rstd;
 }
 
+// o = w * (x * rstd); not inlined, for the same reason as rstd_of.
 __attribute__((noinline)) void scale_row(const float* x, const float* w, float rstd, int64_t h, float* o) {
 #pragma omp simd
   for (int64_t i = 0; i < h; ++i) o[i] = w[i] * (x[i] * rstd);
