@@ -14,7 +14,7 @@ class Storage {
   // Uninitialized, 64-byte aligned; buffers >= 2 MiB are 2 MiB aligned and
   // advised to use huge pages.
   static std::shared_ptr<Storage> allocate(size_t bytes);
-  // For buffers that live as long as the model (packed weights, KV caches):
+  // For buffers that live as long as the model (packed weights):
   // exactly `bytes` (64-byte multiple), not a cached block up to twice as large
   // nor rounded to whole huge pages (at tp = 2, qwen3-0.6b's 1-3 MB shards wasted
   // ~5 MB per layer that way), yet on huge pages: buffers up to 16 MiB are carved
