@@ -130,6 +130,10 @@ TEST(Linear, Bf16InputIntoPackedBf16WeightEqualsRoundingF32Input) {
   // the bf16 input directly must give bitwise the same output.
   Tensor w = Tensor::randn({24, 40}, 40).to(DType::BF16), b = Tensor::randn({24}, 41);
   ops::PackedLinear p(w);
+  // Gradients through the weight need the f32 input the backward multiplies by.
+  Tensor wg = Tensor::randn({24, 40}, 46).to(DType::BF16).set_requires_grad(true);
+  expect_error([&] { ops::linear(Tensor::randn({2, 40}, 47).to(DType::BF16), ops::PackedLinear(wg)); },
+               {"bf16 input [2, 40] is for inference", "[24, 40]"});
   autograd::NoGradGuard no_grad;
   for (int64_t m : {1, 5, 70}) {
     Tensor x = Tensor::randn({m, 40}, 42);
@@ -155,7 +159,9 @@ TEST(Linear, ModuleTakesBf16InputOnEveryPath) {
     lin.finalize_weights(/*inference_only=*/true);
     EXPECT_EQ(lin.takes_bf16_input(), wd == DType::BF16);
     EXPECT_TRUE(equal(lin(xb), lin(xr))) << "packed " << dtype_name(wd);
-    if (wd == DType::BF16) EXPECT_TRUE(equal(lin(xb), lin(x)));  // it rounds an f32 input the same way
+    if (wd == DType::BF16) {
+      EXPECT_TRUE(equal(lin(xb), lin(x)));  // it rounds an f32 input the same way
+    }
   }
 }
 

@@ -282,24 +282,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 
 // ---- KV cache
 
-namespace {
-
-void check_cache_sizes(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype) {
-  TP_CHECK(batch >= 0 && max_len >= 0 && kv_heads > 0 && head_dim > 0,
-           "KVCache: invalid sizes batch {}, max_len {}, kv_heads {}, head_dim {}", batch, max_len, kv_heads,
-           head_dim);
-  TP_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KVCache: dtype must be f32 or bf16, got {}",
-           dtype_name(dtype));
-}
-
-}  // namespace
-
-KVCache::KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype) {
-  check_cache_sizes(batch, max_len, kv_heads, head_dim, dtype);
-  keys_ = Tensor::zeros({batch, max_len, kv_heads, head_dim}, dtype);
-  values_ = Tensor::zeros({batch, max_len, kv_heads, head_dim}, dtype);
-  lengths_.assign(static_cast<size_t>(batch), 0);
-}
+KVCache::KVCache(int64_t batch, int64_t max_len, int64_t kv_heads, int64_t head_dim, DType dtype)
+    : KVCache(std::move(for_layers(batch, max_len, head_dim, {{kv_heads, dtype}}).front())) {}
 
 KVCache::KVCache(Tensor keys, Tensor values) : keys_(std::move(keys)), values_(std::move(values)) {
   lengths_.assign(static_cast<size_t>(keys_.size(0)), 0);
@@ -313,7 +297,11 @@ std::vector<KVCache> KVCache::for_layers(int64_t batch, int64_t max_len, int64_t
   };
   size_t total = 0;
   for (const Layer& l : layers) {
-    check_cache_sizes(batch, max_len, l.kv_heads, head_dim, l.dtype);
+    TP_CHECK(batch >= 0 && max_len >= 0 && l.kv_heads > 0 && head_dim > 0,
+             "KVCache: invalid sizes batch {}, max_len {}, kv_heads {}, head_dim {}", batch, max_len, l.kv_heads,
+             head_dim);
+    TP_CHECK(l.dtype == DType::F32 || l.dtype == DType::BF16, "KVCache: dtype must be f32 or bf16, got {}",
+             dtype_name(l.dtype));
     total += 2 * aligned_bytes(l);
   }
   // From the block cache: a block of 2 MiB or more is on huge pages, and the next

@@ -10,9 +10,8 @@ namespace tp::ops {
 
 namespace {
 
-// 1 / sqrt(mean(row^2) + eps). Not inlined: one machine code for every caller,
-// so the fused inference forms below give bitwise the results rms_norm gives.
-__attribute__((noinline)) float rstd_of(const float* row, int64_t h, double eps) {
+// 1 / sqrt(mean(row^2) + eps).
+float rstd_of(const float* row, int64_t h, double eps) {
   float ss = 0;
 #pragma omp simd reduction(+ : ss)
   for (int64_t i = 0; i < h; ++i) ss += row[i] * row[i];
@@ -27,12 +26,6 @@ std::vector<float> row_rstd(const float* x, int64_t rows, int64_t h, double eps)
   return rstd;
 }
 
-// o = w * (x * rstd); not inlined, for the same reason as rstd_of.
-__attribute__((noinline)) void scale_row(const float* x, const float* w, float rstd, int64_t h, float* o) {
-#pragma omp simd
-  for (int64_t i = 0; i < h; ++i) o[i] = w[i] * (x[i] * rstd);
-}
-
 void check_norm_args(const Tensor& x, const Tensor& w, const char* what) {
   check_f32(x, what, "input");
   check_floating(w, what);
@@ -41,9 +34,9 @@ void check_norm_args(const Tensor& x, const Tensor& w, const char* what) {
            shape_str(w.shape()), shape_str(x.shape()));
 }
 
-// The rows of x normalized into `out` (f32 or bf16), a row at a time. With
-// `delta`, each row is first summed into `sum` (x + delta), and the sum is
-// normalized while it is still in L1.
+// The rows of x normalized into `out` (f32 or bf16), a row at a time: every
+// form of the norm goes through here, so they agree bitwise. With `delta`, each
+// row is first summed into `sum` (x + delta), and normalized while still in L1.
 void norm_rows(const float* x, const float* delta, float* sum, const float* w, int64_t rows, int64_t h, double eps,
                Tensor& out) {
   const bool to_bf16 = out.dtype() == DType::BF16;
@@ -60,7 +53,9 @@ void norm_rows(const float* x, const float* delta, float* sum, const float* w, i
         in = s;
       }
       float* o = to_bf16 ? row.data() : out.data<float>() + r * h;
-      scale_row(in, w, rstd_of(in, h, eps), h, o);
+      const float rstd = rstd_of(in, h, eps);
+#pragma omp simd
+      for (int64_t i = 0; i < h; ++i) o[i] = w[i] * (in[i] * rstd);
       if (to_bf16) convert_f32_to_bf16(o, out.data<bf16>() + r * h, static_cast<size_t>(h));
     }
   }
@@ -73,12 +68,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
   int64_t h = w.size(0), rows = h == 0 ? 0 : x.numel() / h;
   Tensor w32 = w.to(DType::F32);
   Tensor out = Tensor::empty(x.shape());
-  const float* xs = x.data<float>();
-  const float* ws = w32.data<float>();
-  float* o = out.data<float>();
-  std::vector<float> rstd = row_rstd(xs, rows, h, eps);
-#pragma omp parallel for schedule(static) if (rows * h > 65536)
-  for (int64_t r = 0; r < rows; ++r) scale_row(xs + r * h, ws, rstd[r], h, o + r * h);
+  norm_rows(x.data<float>(), nullptr, nullptr, w32.data<float>(), rows, h, eps, out);
   if (autograd::needs_grad({x, w})) {
     autograd::record("rms_norm", {x, w}, {out}, [x, w, w32, eps, rows, h](const std::vector<Tensor>& g) {
       // xhat = x * rstd; dx = rstd * (w*g - xhat * mean(w*g*xhat)); dw = sum_rows g * xhat.

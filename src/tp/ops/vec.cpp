@@ -203,23 +203,23 @@ void axpys_avx2(const float* p, int64_t p_stride, int64_t rows, const float* v, 
     for (int64_t r = 0; r < rows; ++r) axpy_avx2(p[r * p_stride + j], v + j * key_stride, o + r * d, d);
 }
 
-// bf16 rows widened one at a time into a small buffer, then the f32 kernels.
+// bf16 rows widened one at a time into this thread's row buffer, then the f32
+// kernels. The buffer is kept: the kernels run per block of keys per kv head.
+float* widened_row(const bf16* src, int64_t d) {
+  thread_local std::vector<float> row;
+  if (row.size() < static_cast<size_t>(d)) row.resize(static_cast<size_t>(d));
+  convert_bf16_to_f32(src, row.data(), static_cast<size_t>(d));
+  return row.data();
+}
+
 void dots_bf16_avx2(const float* q, int64_t rows, const bf16* k, int64_t key_stride, int64_t n, int64_t d, float* out,
                     int64_t out_stride) {
-  std::vector<float> row(static_cast<size_t>(d));
-  for (int64_t j = 0; j < n; ++j) {
-    convert_bf16_to_f32(k + j * key_stride, row.data(), static_cast<size_t>(d));
-    dots_avx2(q, rows, row.data(), 0, 1, d, out + j, out_stride);
-  }
+  for (int64_t j = 0; j < n; ++j) dots_avx2(q, rows, widened_row(k + j * key_stride, d), 0, 1, d, out + j, out_stride);
 }
 
 void axpys_bf16_avx2(const float* p, int64_t p_stride, int64_t rows, const bf16* v, int64_t key_stride, int64_t n,
                      int64_t d, float* o) {
-  std::vector<float> row(static_cast<size_t>(d));
-  for (int64_t j = 0; j < n; ++j) {
-    convert_bf16_to_f32(v + j * key_stride, row.data(), static_cast<size_t>(d));
-    axpys_avx2(p + j, p_stride, rows, row.data(), 0, 1, d, o);
-  }
+  for (int64_t j = 0; j < n; ++j) axpys_avx2(p + j, p_stride, rows, widened_row(v + j * key_stride, d), 0, 1, d, o);
 }
 
 }  // namespace

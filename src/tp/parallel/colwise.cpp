@@ -73,10 +73,11 @@ dist::ProcessGroup& ColwiseParallel::replica_group(const dist::DeviceMesh& mesh)
 
 Tensor ColwiseParallel::context_around_forward(nn::Module& module, const std::function<Tensor()>& forward,
                                                const dist::DeviceMesh& mesh) const {
+  if (options_.kv_replicas <= 1) return forward();
   std::vector<Tensor> params;
   for (nn::Parameter* p : module.own_parameters()) params.push_back(p->data);
   // Every rank of a model agrees on whether gradients are on, so the split stays collective.
-  if (options_.kv_replicas <= 1 || !autograd::needs_grad(params)) return forward();
+  if (!autograd::needs_grad(params)) return forward();
   return with_grad_allreduced_params(module, forward, replica_group(mesh));
 }
 

@@ -101,7 +101,7 @@ std::shared_ptr<Storage> Storage::allocate_exact(size_t bytes) {
   if (need > kSlab / 2) {
     // A slab of its own, whole huge pages (< 2 MiB over on > 16 MiB), which
     // goes with the buffer rather than lingering as the arena's current slab.
-    std::shared_ptr<char> slab = new_slab(round_capacity(std::max(need, kHugePage)));
+    std::shared_ptr<char> slab = new_slab(round_capacity(need));
     s->data_ = slab.get();
     s->owner_ = std::move(slab);
     fresh = true;
