@@ -3,7 +3,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "tp/io/writer.h"
+#include "tp/models/checkpoint.h"
 #include "tp/models/presets.h"
 
 namespace tp::io::testing {

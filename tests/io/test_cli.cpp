@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "io/bad_checkpoints.h"
-#include "tp/io/checkpoint.h"
+#include "tp/models/checkpoint.h"
 #include "tp/models/presets.h"
 
 namespace tp::io {

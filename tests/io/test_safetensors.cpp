@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "io/bad_checkpoints.h"
-#include "tp/io/checkpoint.h"
+#include "tp/models/checkpoint.h"
 #include "tp/io/safetensors.h"
 #include "tp/io/writer.h"
 #include "tp/models/presets.h"

@@ -23,10 +23,13 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-const dist::DeviceMesh& mesh() {
+const dist::DeviceMesh& tp_only_mesh() {
   static const dist::DeviceMesh m = dist::DeviceMesh::tp_mesh(dist::world_size());
   return m;
 }
+// The mesh styles are applied on; a test may point it at a mesh with more dims.
+const dist::DeviceMesh* current_mesh = nullptr;
+const dist::DeviceMesh& mesh() { return current_mesh ? *current_mesh : tp_only_mesh(); }
 parallel::TpRank tp_rank() { return {dist::world_size(), dist::world_rank()}; }
 
 // This rank's piece of `full` as a style's shard describes it.
@@ -146,6 +149,17 @@ TEST(Styles, ColwiseWithReplicatedKvHeadsSumsTheReplicasGradients) {
   auto pr = ref.own_parameters(), pp = par.own_parameters();
   for (size_t i = 0; i < pr.size(); ++i)
     expect_close(pp[i]->data.grad(), take_shard(pr[i]->data.grad(), pp[i]->shard), kTol, "grad of " + pp[i]->name);
+}
+
+TEST(Styles, StylesUseTheMeshsTpDimWhereverItIs) {
+  // "tp" second, after a data-parallel dim of size 1: a style that took the
+  // mesh's first group would communicate over a group of one and be wrong.
+  static const dist::DeviceMesh two_d({1, dist::world_size()}, {"dp", "tp"});
+  current_mesh = &two_d;
+  check_linear({"colwise"}, 0, -1);
+  check_linear({"rowwise"}, -1, 0);
+  check_linear({"colwise_gather_output", 8, 12}, 0, 0);
+  current_mesh = nullptr;
 }
 
 TEST(Styles, ColwiseGatherOutput) {

@@ -71,7 +71,7 @@ int run_generate(const GenerateFlags& f) {
 
   // Peak memory of every rank, gathered to all (rank 0 reports).
   Tensor rss = Tensor::from_ints({peak_rss_bytes()}, {1});
-  Tensor all_rss = model.mesh().group(0).all_gather(rss, 0);
+  Tensor all_rss = model.mesh().group("tp").all_gather(rss, 0);
   if (!rank0) return 0;
   if (stream) {
     if (streamer) std::fputs(streamer->flush().c_str(), stdout);

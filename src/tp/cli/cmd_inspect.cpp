@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "tp/cli/command.h"
-#include "tp/io/checkpoint.h"
+#include "tp/models/checkpoint.h"
 
 namespace tp::cli {
 
@@ -60,7 +60,7 @@ std::string rope_summary(const RopeScalingConfig& r) {
 }
 
 int run(const Options& o) {
-  io::Checkpoint ckpt = io::Checkpoint::open(o.model);
+  Checkpoint ckpt = Checkpoint::open(o.model);
   const ModelConfig& c = ckpt.config();
   std::vector<std::string> names = ckpt.tensor_names();
   size_t total = 0;

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "tp/cli/command.h"
-#include "tp/io/writer.h"
+#include "tp/models/checkpoint.h"
 #include "tp/models/presets.h"
 
 namespace tp::cli {
@@ -87,8 +87,8 @@ int run(const Options& o) {
   } catch (const Error& e) {
     throw UsageError(fmt::format("--max-shard-size: {}", e.what()));
   }
-  io::save_checkpoint(out, config, sources, max_shard);
-  io::save_generation_config(out, config);
+  save_checkpoint(out, config, sources, max_shard);
+  save_generation_config(out, config);
   if (!o.tokenizer.empty()) copy_tokenizer(o.tokenizer, out);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("wrote %s: %s %s, %lld layers, %zu tensors, %.1f MB %s, seed %llu (%.1f s)\n", out.c_str(),

@@ -32,6 +32,10 @@ class DeviceMesh {
   int64_t numel() const;  // all ranks of the mesh
   int coordinate(int64_t dim) const;
   ProcessGroup& group(int64_t dim = 0) const;
+  // By dim name: styles ask for mesh.group("tp"), so they work on any mesh that has a "tp" dim.
+  ProcessGroup& group(const std::string& name) const { return group(dim_index(name)); }
+  int64_t size(const std::string& name) const { return size(dim_index(name)); }
+  int coordinate(const std::string& name) const { return coordinate(dim_index(name)); }
   const std::vector<std::string>& dim_names() const { return names_; }
   const std::vector<int64_t>& sizes() const { return sizes_; }
   int64_t dim_index(const std::string& name) const;  // error lists the valid names

@@ -52,7 +52,7 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   result.tokens.resize(static_cast<size_t>(B));
   if (options.max_new_tokens == 0) return result;
   CausalLM& lm = model.lm();
-  dist::ProcessGroup& group = model.mesh().group(0);
+  dist::ProcessGroup& group = model.mesh().group("tp");
   KVState state = lm.make_kv_state(B, max_len);
 
   // Prefill: prompts right-padded with id 0; row b keeps its first lengths[b] tokens.

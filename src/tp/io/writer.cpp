@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 
+#include "tp/io/json_file.h"
 #include "tp/io/safetensors_header.h"
 
 namespace tp::io {
@@ -29,17 +30,6 @@ void write_all(int fd, const void* data, size_t n, const fs::path& file) {
   }
 }
 
-void write_text(const fs::path& file, const std::string& text) {
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  TP_CHECK(out, "cannot create {}: {}", file.string(), std::strerror(errno));
-  out << text;
-  out.close();
-  TP_CHECK(out, "writing {} failed", file.string());
-}
-
-// Transformers writes its JSON files with indent=2 and sorted keys (nlohmann's
-// default order), plus a final newline.
-std::string dump_json(const json& j) { return j.dump(2) + "\n"; }
 
 }  // namespace
 
@@ -110,19 +100,16 @@ void save_safetensors(const fs::path& file, const std::vector<std::pair<std::str
   write_safetensors(file, sources, metadata);
 }
 
-void save_checkpoint(const fs::path& dir, const ModelConfig& config, const std::vector<TensorSource>& tensors,
-                     size_t max_shard_bytes) {
+void write_weight_files(const fs::path& dir, const std::vector<TensorSource>& tensors, size_t max_shard_bytes,
+                        const std::string& prefix) {
   TP_CHECK(max_shard_bytes > 0, "max shard size must be positive");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  TP_CHECK(!ec, "cannot create directory {}: {}", dir.string(), ec.message());
-  static const std::regex shard_name(R"(model-\d+-of-\d+\.safetensors)");
+  TP_CHECK(fs::is_directory(dir), "cannot write weights into {}: not a directory", dir.string());
+  const std::regex shard_name(prefix + R"(-\d+-of-\d+\.safetensors)");
+  const std::string single = prefix + ".safetensors", index = prefix + ".safetensors.index.json";
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string n = e.path().filename().string();
-    if (n == "model.safetensors" || n == "model.safetensors.index.json" || std::regex_match(n, shard_name))
-      fs::remove(e.path());
+    if (n == single || n == index || std::regex_match(n, shard_name)) fs::remove(e.path());
   }
-  write_text(dir / "config.json", dump_json(config.to_json()));
 
   // Transformers' greedy rule: start a new shard when the next tensor would
   // push the current one past the limit (a tensor larger than the limit gets its own).
@@ -138,12 +125,12 @@ void save_checkpoint(const fs::path& dir, const ModelConfig& config, const std::
     total += t.nbytes();
   }
   if (shards.size() == 1) {
-    write_safetensors(dir / "model.safetensors", tensors);
+    write_safetensors(dir / single, tensors);
     return;
   }
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
-    std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+    std::string name = fmt::format("{}-{:05d}-of-{:05d}.safetensors", prefix, i + 1, shards.size());
     std::vector<TensorSource> part;
     for (const TensorSource* t : shards[i]) {
       part.push_back(*t);
@@ -151,25 +138,8 @@ void save_checkpoint(const fs::path& dir, const ModelConfig& config, const std::
     }
     write_safetensors(dir / name, part);
   }
-  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_text(dir / "model.safetensors.index.json", dump_json(index));
-}
-
-void save_checkpoint(const fs::path& dir, const ModelConfig& config,
-                     const std::vector<std::pair<std::string, Tensor>>& tensors, size_t max_shard_bytes) {
-  std::vector<TensorSource> sources;
-  for (auto& [name, t] : tensors) sources.push_back(TensorSource::of(name, t));
-  save_checkpoint(dir, config, sources, max_shard_bytes);
-}
-
-void save_generation_config(const fs::path& dir, const ModelConfig& config) {
-  json g = {{"_from_model_config", true}, {"transformers_version", config.raw.value("transformers_version", "4.51.0")}};
-  if (config.bos_token_id) g["bos_token_id"] = *config.bos_token_id;
-  if (config.eos_token_ids.size() == 1)
-    g["eos_token_id"] = config.eos_token_ids[0];
-  else if (!config.eos_token_ids.empty())
-    g["eos_token_id"] = config.eos_token_ids;
-  write_text(dir / "generation_config.json", dump_json(g));
+  json index_json = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_json_file(dir / index, index_json);
 }
 
 size_t parse_size(const std::string& text) {

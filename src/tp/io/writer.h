@@ -1,7 +1,8 @@
 #pragma once
-// Writes safetensors files and Hugging Face model directories that Transformers
-// loads: single model.safetensors, or model-0000i-of-0000n.safetensors shards
-// plus model.safetensors.index.json above a size limit (Transformers' rule).
+// Writes safetensors files, and the weight files of a directory as Transformers
+// lays them out: a single model.safetensors, or model-0000i-of-0000n.safetensors
+// shards plus model.safetensors.index.json above a size limit (Transformers' rule).
+// Each file is written under a temporary name and renamed: whole or not at all.
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -10,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "tp/models/config.h"
 #include "tp/tensor/tensor.h"
 
 namespace tp::io {
@@ -34,16 +34,11 @@ void write_safetensors(const std::filesystem::path& file, const std::vector<Tens
 void save_safetensors(const std::filesystem::path& file, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
-// Writes config.json and the weights into `dir` (created if needed; weight files
-// of an earlier save there are removed first). Single file when the total is
-// <= max_shard_bytes, else shards filled greedily in the given order.
-void save_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
-                     const std::vector<TensorSource>& tensors, size_t max_shard_bytes = 5ull << 30);
-void save_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
-                     const std::vector<std::pair<std::string, Tensor>>& tensors, size_t max_shard_bytes = 5ull << 30);
-
-// generation_config.json as Transformers derives it from the model config.
-void save_generation_config(const std::filesystem::path& dir, const ModelConfig& config);
+// Writes the weights into `dir` (which must exist) as <prefix>.safetensors when the
+// total is <= max_shard_bytes, else shards filled greedily in the given order plus
+// the index; weight files of an earlier save under the same prefix are removed first.
+void write_weight_files(const std::filesystem::path& dir, const std::vector<TensorSource>& tensors,
+                        size_t max_shard_bytes = 5ull << 30, const std::string& prefix = "model");
 
 // "5GB" (10^9), "2GiB" (2^30), "500MB", "64KiB", "1000" (bytes): Transformers' spelling.
 size_t parse_size(const std::string& text);

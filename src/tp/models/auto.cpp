@@ -6,7 +6,7 @@
 
 #include "tp/autograd/tape.h"
 #include "tp/dist/process_group.h"
-#include "tp/io/checkpoint.h"
+#include "tp/models/checkpoint.h"
 #include "tp/models/loader.h"
 #include "tp/models/variants.h"
 #include "tp/parallel/apply.h"
@@ -75,18 +75,19 @@ parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const Distribut
 
 PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::path& dir, const LoadOptions& options) {
   dist::init();
-  io::Checkpoint ckpt = io::Checkpoint::open(dir);
+  Checkpoint ckpt = Checkpoint::open(dir);
   PretrainedModel m;
   m.lm_ = from_config(ckpt.config());
   if (options.mesh) {
-    TP_CHECK(options.mesh->ndim() == 1, "from_pretrained: the mesh must be 1-D (tp), got {}", options.mesh->to_string());
+    // Styles and the loader use the mesh's "tp" dimension only; other dims (data parallel) are the caller's.
+    (void)options.mesh->dim_index("tp");
     m.mesh_ = options.mesh;
   } else {
     m.mesh_ = std::make_shared<dist::DeviceMesh>(dist::DeviceMesh::tp_mesh(dist::world_size()));
   }
-  int64_t tp = resolve_tp_size(options.distributed_config, m.mesh_->size(0));
+  int64_t tp = resolve_tp_size(options.distributed_config, m.mesh_->size("tp"));
   m.resolved_ = resolve_model_plan(*m.lm_, options.distributed_config, tp, &m.overrides_);
-  parallel::TpRank rank{tp, m.mesh_->coordinate(0)};
+  parallel::TpRank rank{tp, m.mesh_->coordinate("tp")};
   parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), m.overrides_);
   if (options.verbose && rank.rank == 0)
     for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";

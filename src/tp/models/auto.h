@@ -26,7 +26,7 @@ struct LoadOptions {
   DistributedConfig distributed_config;
   bool verbose = true;          // rank 0 prints warnings
   bool inference_only = true;   // release unpacked weights after packing (no gradients then)
-  // The tensor-parallel mesh to load onto (1-D); unset: every rank of the world.
+  // The mesh to load onto; styles use its "tp" dim. Unset: a 1-D "tp" mesh of every rank of the world.
   std::shared_ptr<const dist::DeviceMesh> mesh;
 };
 
@@ -39,8 +39,8 @@ class PretrainedModel {
   const parallel::ResolvedPlan& resolved_plan() const { return resolved_; }
   bool supports_tp_plan() const { return !lm_->shipped_plan().empty(); }
   const dist::DeviceMesh& mesh() const { return *mesh_; }
-  int64_t tp_size() const { return mesh_->size(0); }
-  int tp_rank() const { return mesh_->coordinate(0); }
+  int64_t tp_size() const { return mesh_->size("tp"); }
+  int tp_rank() const { return mesh_->coordinate("tp"); }
 
   // ids [B, T] or [T] -> logits [B, T, V] (f32, full vocabulary on every rank). No grad.
   Tensor forward(const Tensor& ids);

@@ -11,7 +11,7 @@ bool same_slice(const parallel::ParamShard& a, const parallel::ParamShard& b) {
   return true;
 }
 
-void load_own_parameters(nn::Module& module, const io::Checkpoint& ckpt, DType dtype,
+void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype,
                          const std::map<std::string, std::string>& tied,
                          const std::map<std::string, nn::Parameter*>& by_name) {
   for (nn::Parameter* p : module.own_parameters()) {
@@ -39,7 +39,7 @@ void load_own_parameters(nn::Module& module, const io::Checkpoint& ckpt, DType d
 
 }  // namespace
 
-void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
+void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
                      const std::map<std::string, std::string>& tied, bool inference_only) {
   std::map<std::string, nn::Parameter*> by_name;
   for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;

@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "tp/io/checkpoint.h"
+#include "tp/models/checkpoint.h"
 #include "tp/nn/module.h"
 
 namespace tp {
@@ -14,7 +14,7 @@ namespace tp {
 // name is absent); a tied parameter with the same slice shares the tensor.
 // Each module is finalized (weights packed) as soon as its own parameters are
 // in, so the peak memory is the model plus one layer, not two copies of it.
-void load_parameters(nn::Module& root, const io::Checkpoint& ckpt, DType dtype,
+void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
                      const std::map<std::string, std::string>& tied = {}, bool inference_only = false);
 
 }  // namespace tp

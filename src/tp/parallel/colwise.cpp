@@ -57,7 +57,7 @@ ParamShard ColwiseParallel::shard_param(const nn::Module& module, const std::str
 
 std::vector<Tensor> ColwiseParallel::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                                   const dist::DeviceMesh& mesh) const {
-  for (Tensor& x : inputs) x = dist::copy_to_region(x, mesh.group(0));
+  for (Tensor& x : inputs) x = dist::copy_to_region(x, mesh.group("tp"));
   return inputs;
 }
 
@@ -65,7 +65,7 @@ dist::ProcessGroup& ColwiseParallel::replica_group(const dist::DeviceMesh& mesh)
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<dist::ProcessGroup>& g = replica_groups_[&mesh];
   if (g == nullptr) {
-    dist::ProcessGroup& tp = mesh.group(0);
+    dist::ProcessGroup& tp = mesh.group("tp");
     g = tp.split(static_cast<int>(tp.rank() / options_.kv_replicas), tp.rank());
   }
   return *g;
@@ -84,7 +84,7 @@ Tensor ColwiseParallel::context_around_forward(nn::Module& module, const std::fu
 Tensor ColwiseParallel::transform_output_post_forward(nn::Module& module, Tensor output,
                                                       const dist::DeviceMesh& mesh) const {
   if (!options_.gather_output) return output;
-  return dist::gather_from_region(output, -1, mesh.group(0));
+  return dist::gather_from_region(output, -1, mesh.group("tp"));
 }
 
 std::vector<CollectiveCost> ColwiseParallel::forward_collectives(const nn::Module& module,

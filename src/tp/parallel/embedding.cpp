@@ -17,7 +17,7 @@ void EmbeddingRowwise::install_forward(nn::Module& module, const TpRank& tp) con
 
 Tensor EmbeddingRowwise::transform_output_post_forward(nn::Module& module, Tensor output,
                                                        const dist::DeviceMesh& mesh) const {
-  return dist::reduce_from_region(output, mesh.group(0));
+  return dist::reduce_from_region(output, mesh.group("tp"));
 }
 
 std::vector<CollectiveCost> EmbeddingRowwise::forward_collectives(const nn::Module& module,
@@ -32,7 +32,7 @@ ParamShard EmbeddingColwise::shard_param(const nn::Module& module, const std::st
 
 Tensor EmbeddingColwise::transform_output_post_forward(nn::Module& module, Tensor output,
                                                        const dist::DeviceMesh& mesh) const {
-  return dist::gather_from_region(output, -1, mesh.group(0));
+  return dist::gather_from_region(output, -1, mesh.group("tp"));
 }
 
 std::vector<CollectiveCost> EmbeddingColwise::forward_collectives(const nn::Module& module,

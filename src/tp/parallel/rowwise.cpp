@@ -38,13 +38,13 @@ void RowwiseParallel::install_forward(nn::Module& module, const TpRank& tp) cons
 std::vector<Tensor> RowwiseParallel::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                                   const dist::DeviceMesh& mesh) const {
   if (!options_.split_input) return inputs;
-  for (Tensor& x : inputs) x = dist::scatter_to_region(x, -1, mesh.group(0));
+  for (Tensor& x : inputs) x = dist::scatter_to_region(x, -1, mesh.group("tp"));
   return inputs;
 }
 
 Tensor RowwiseParallel::transform_output_post_forward(nn::Module& module, Tensor output,
                                                       const dist::DeviceMesh& mesh) const {
-  Tensor y = dist::reduce_from_region(output, mesh.group(0));
+  Tensor y = dist::reduce_from_region(output, mesh.group("tp"));
   auto* linear = dynamic_cast<nn::Linear*>(&module);
   if (linear != nullptr && linear->bias != nullptr) y = ops::add(y, linear->bias->data);
   return y;

@@ -1,45 +1,17 @@
-#include "tp/io/checkpoint.h"
+#include "tp/io/tensor_store.h"
 
-#include <fstream>
-#include <set>
-#include <sstream>
-
-#include "tp/models/presets.h"
+#include "tp/io/json_file.h"
 
 namespace tp::io {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-json read_json_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  TP_CHECK(in, "cannot open {}: {}", file.string(), std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", file.string(), e.what());
-  }
-}
-
-bool is_known_layout(const std::string& model_type) {
-  return model_type == "llama" || model_type == "mistral" || model_type == "qwen3";
-}
-
-}  // namespace
-
-Checkpoint Checkpoint::open(const fs::path& dir) {
+TensorStore TensorStore::open(const fs::path& dir, const std::string& prefix) {
   TP_CHECK(fs::is_directory(dir), "model directory {} does not exist or is not a directory", dir.string());
-  Checkpoint c;
+  TensorStore c;
   c.dir_ = dir;
-  TP_CHECK(fs::exists(dir / "config.json"), "{}: no config.json (a Hugging Face model directory needs one)",
-           dir.string());
-  c.config_ = ModelConfig::load(dir / "config.json");
-
-  const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+  const fs::path single = dir / (prefix + ".safetensors"), index = dir / (prefix + ".safetensors.index.json");
   if (fs::exists(single)) {
     // Transformers prefers the single file when both exist; so do we.
     c.files_.push_back(SafetensorsFile::open(single));
@@ -71,13 +43,12 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
       c.where_[name] = {fit->second, info};
     }
   } else {
-    fail("{}: no model.safetensors or model.safetensors.index.json", dir.string());
+    fail("{}: no {} or {}", dir.string(), single.filename().string(), index.filename().string());
   }
-  validate_against_config(c);
   return c;
 }
 
-std::vector<std::string> Checkpoint::tensor_names() const {
+std::vector<std::string> TensorStore::tensor_names() const {
   std::vector<std::string> out;
   for (size_t f = 0; f < files_.size(); ++f)
     for (const TensorInfo& t : files_[f]->tensors()) {
@@ -87,38 +58,23 @@ std::vector<std::string> Checkpoint::tensor_names() const {
   return out;
 }
 
-const Checkpoint::Location& Checkpoint::locate(const std::string& name) const {
+const TensorStore::Location& TensorStore::locate(const std::string& name) const {
   auto it = where_.find(name);
   TP_CHECK(it != where_.end(), "{}: checkpoint has no tensor '{}'", dir_.string(), name);
   return it->second;
 }
 
-const TensorInfo& Checkpoint::info(const std::string& name) const { return *locate(name).info; }
-const SafetensorsFile& Checkpoint::file_of(const std::string& name) const { return *files_[locate(name).file]; }
+const TensorInfo& TensorStore::info(const std::string& name) const { return *locate(name).info; }
+const SafetensorsFile& TensorStore::file_of(const std::string& name) const { return *files_[locate(name).file]; }
 
-Tensor Checkpoint::read(const std::string& name, std::optional<DType> as) const {
+Tensor TensorStore::read(const std::string& name, std::optional<DType> as) const {
   return files_[locate(name).file]->read(name, as);
 }
 
-Tensor Checkpoint::read_slice(const std::string& name, int64_t dim, const std::vector<ChunkSpan>& spans,
-                              std::optional<DType> as) const {
+Tensor TensorStore::read_slice(const std::string& name, int64_t dim, const std::vector<ChunkSpan>& spans,
+                               std::optional<DType> as) const {
   const Location& l = locate(name);
   return files_[l.file]->read_slice(*l.info, dim, spans, as);
-}
-
-void validate_against_config(const Checkpoint& ckpt) {
-  const ModelConfig& c = ckpt.config();
-  if (!is_known_layout(c.model_type)) return;
-  const std::string cfg = (ckpt.dir() / "config.json").string();
-  for (const ParamSpec& p : checkpoint_layout(c)) {
-    TP_CHECK(ckpt.has(p.name), "{}: tensor '{}' {} required by {} (model_type {}, {} layers) is missing",
-             ckpt.dir().string(), p.name, shape_str(p.shape), cfg, c.model_type, c.num_hidden_layers);
-    const TensorInfo& t = ckpt.info(p.name);
-    TP_CHECK(t.shape == p.shape, "{}: tensor '{}' has shape {} but {} implies {}", t.file.string(), p.name,
-             shape_str(t.shape), cfg, shape_str(p.shape));
-    TP_CHECK(is_floating(t.dtype), "{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", t.file.string(),
-             p.name, safetensors_dtype_name(t.dtype));
-  }
 }
 
 }  // namespace tp::io

@@ -1,8 +1,8 @@
 #pragma once
-// A Hugging Face model directory: config.json plus model.safetensors, or shards
-// listed in model.safetensors.index.json. Opening validates every header, the
-// index, and the weights' shapes against the config (for architectures whose
-// layout tp knows), before any tensor data is read.
+// The weight files of a directory: model.safetensors, or the shards listed in
+// model.safetensors.index.json. Opening validates every header and the index
+// before any tensor data is read. What the tensors mean (config.json, the
+// architecture) is the models layer's business (tp/models/checkpoint.h).
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -11,16 +11,15 @@
 #include <vector>
 
 #include "tp/io/safetensors.h"
-#include "tp/models/config.h"
 
 namespace tp::io {
 
-class Checkpoint {
+class TensorStore {
  public:
-  static Checkpoint open(const std::filesystem::path& dir);
+  // `prefix` names the files: "model" reads model.safetensors or model.safetensors.index.json.
+  static TensorStore open(const std::filesystem::path& dir, const std::string& prefix = "model");
 
   const std::filesystem::path& dir() const { return dir_; }
-  const ModelConfig& config() const { return config_; }
   std::vector<std::string> tensor_names() const;  // file by file, in file order
   bool has(const std::string& name) const { return where_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;  // error names dir + tensor
@@ -40,14 +39,9 @@ class Checkpoint {
   const Location& locate(const std::string& name) const;
 
   std::filesystem::path dir_;
-  ModelConfig config_;
   bool sharded_ = false;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::unordered_map<std::string, Location> where_;
 };
-
-// Checks the weights against the config: every tensor the architecture needs is
-// present with the shape the config implies. Unknown model types are not checked.
-void validate_against_config(const Checkpoint& ckpt);
 
 }  // namespace tp::io
