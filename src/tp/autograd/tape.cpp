@@ -34,6 +34,17 @@ void Tensor::zero_grad() {
   if (state) state->grad = Tensor();
 }
 
+void Tensor::set_grad(const Tensor& buffer) {
+  TP_CHECK(requires_grad(), "set_grad on a tensor that does not require grad");
+  auto& state = impl()->grad_state;
+  TP_CHECK(state->is_leaf, "set_grad on a tensor produced by a recorded op (only leaves keep gradients)");
+  TP_CHECK(!buffer.defined() || buffer.shape() == shape(), "set_grad: buffer shape {} differs from the tensor's {}",
+           shape_str(buffer.shape()), shape_str(shape()));
+  TP_CHECK(!buffer.defined() || is_floating(buffer.dtype()), "set_grad: the buffer must be floating point, not {}",
+           dtype_name(buffer.dtype()));
+  state->grad = buffer;
+}
+
 namespace autograd {
 namespace {
 
@@ -56,6 +67,14 @@ bool is_grad_enabled() { return grad_enabled; }
 
 NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+Tensor leaf_grad_buffer(const Tensor& t) {
+  if (!t.defined()) return Tensor();
+  const auto& state = t.impl()->grad_state;
+  if (!state || !state->is_leaf || !state->requires_grad || !state->grad.defined()) return Tensor();
+  if (state->grad.dtype() != DType::F32 || state->grad.shape() != t.shape()) return Tensor();
+  return state->grad;
+}
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
   if (!grad_enabled) return false;

@@ -52,6 +52,13 @@ void backward(const Tensor& root, const Tensor& grad_root = Tensor());
 size_t tape_size();
 void clear_tape();
 
+// The f32 buffer a leaf's gradient accumulates into, when it has one (see
+// Tensor::set_grad), else undefined. A backward closure may add its gradient for
+// that input straight into the buffer (e.g. a GEMM that accumulates) and return
+// an undefined gradient for it: no temporary of the parameter's size, no extra
+// pass over it. Only for leaves: anything else flows through the engine.
+Tensor leaf_grad_buffer(const Tensor& t);
+
 // Adds `src` into `dst` elementwise (same shape), in f32 arithmetic.
 void accumulate_into(Tensor& dst, const Tensor& src);
 

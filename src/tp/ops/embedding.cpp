@@ -32,11 +32,13 @@ Tensor embedding(const Tensor& ids, const Tensor& w, int64_t vocab_start) {
     }
   }
   if (autograd::needs_grad({w})) {
-    Shape w_shape = w.shape();
-    autograd::record("embedding", {ids, w}, {out}, [id, w_shape, vocab_start](const std::vector<Tensor>& g) {
-      int64_t v = w_shape[0], h = w_shape[1];
-      Tensor dw = Tensor::zeros(w_shape);
-      float* d = dw.data<float>();
+    autograd::record("embedding", {ids, w}, {out}, [id, w, vocab_start](const std::vector<Tensor>& g) {
+      int64_t v = w.size(0), h = w.size(1);
+      // Scatter-added straight into the weight's gradient buffer when it has one
+      // (a vocabulary-sized table: no zeroed temporary, no pass to add it).
+      Tensor buffer = autograd::leaf_grad_buffer(w);
+      Tensor dw = buffer.defined() ? Tensor() : Tensor::zeros(w.shape());
+      float* d = buffer.defined() ? buffer.data<float>() : dw.data<float>();
       const float* gs = g[0].data<float>();
       // Columns split over threads, so rows hit by repeated ids never race.
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(id.size()) * h > 65536)

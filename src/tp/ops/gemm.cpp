@@ -18,7 +18,7 @@ namespace tp::ops::detail {
 namespace {
 
 using dnnl::memory;
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, bool, int64_t, int64_t, int64_t>;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, bool, int64_t, int64_t, int64_t, bool>;
 
 memory::data_type dnnl_type(DType t) { return t == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32; }
 
@@ -31,7 +31,7 @@ std::mutex cache_mutex;
 std::map<Key, Entry> cache;
 
 const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
-  Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.a_dtype, has_bias, s.lda, s.ldb, s.ldc};
+  Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.a_dtype, has_bias, s.lda, s.ldb, s.ldc, s.accumulate};
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -46,7 +46,13 @@ const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
   memory::desc bias_md = has_bias ? memory::desc({1, s.n}, memory::data_type::f32, memory::format_tag::ab)
                                   : memory::desc();
   memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::dims{ldc, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), dnnl_engine());
+  dnnl::primitive_attr attr;
+  if (s.accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.f);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, dnnl_engine());
   Entry e{dnnl::matmul(pd), a_md, b_md, bias_md, c_md};
   return cache.emplace(key, std::move(e)).first->second;
 }
@@ -81,7 +87,10 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
   if (s.k == 0) {
     // oneDNN rejects empty reductions; the product of nothing is zero (+ bias).
     for (int64_t i = 0; i < s.m; ++i)
-      for (int64_t j = 0; j < s.n; ++j) c[i * (s.ldc ? s.ldc : s.n) + j] = bias ? bias[j] : 0.f;
+      for (int64_t j = 0; j < s.n; ++j) {
+        float& x = c[i * (s.ldc ? s.ldc : s.n) + j];
+        x = (s.accumulate ? x : 0.f) + (bias ? bias[j] : 0.f);
+      }
     return;
   }
   TP_CHECK(s.a_dtype == DType::F32 || s.a_dtype == DType::BF16, "gemm: A must be f32 or bf16, not {}",

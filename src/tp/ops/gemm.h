@@ -21,6 +21,8 @@ struct GemmSpec {
   DType a_dtype = DType::F32, b_dtype = DType::F32;
   // Row strides in elements of A, B and C as stored; 0 means dense (the stored row length).
   int64_t lda = 0, ldb = 0, ldc = 0;
+  // C += op(A)·op(B) instead of C = ... (gradients accumulating into their buffer).
+  bool accumulate = false;
 };
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c);

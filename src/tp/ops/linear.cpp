@@ -50,19 +50,34 @@ Shape linear_out_shape(const Tensor& x, int64_t n) {
   return s;
 }
 
+Tensor bf16_copy(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape(), DType::BF16);
+  detail::to_bf16_parallel(x.data<float>(), out.data<bf16>(), static_cast<size_t>(x.numel()));
+  return out;
+}
+
 // dx [M, K] = dy [M, N] · w [N, K];  dw [N, K] = dy^T · x;  db [N] = column sums of dy.
+// A bf16 weight means bf16 compute, as under torch.autocast: both products take
+// bf16 operands (dy rounded once for the two) and accumulate in f32. dw goes
+// straight into the weight's gradient buffer when it has one (see
+// autograd::leaf_grad_buffer): no [N, K] temporary and no pass to add it.
 std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& b) {
   int64_t n = w.size(0), k = w.size(1), m = rows_of(x);
+  const DType compute = w.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+  const Tensor dy_c = compute == DType::BF16 ? bf16_copy(dy) : dy;
   Tensor dx, dw, db;
   if (x.requires_grad()) {
     dx = Tensor::empty(x.shape());
-    detail::gemm({m, k, n, false, false, DType::F32, w.dtype()}, dy.raw_data(), w.raw_data(), nullptr,
+    detail::gemm({m, k, n, false, false, compute, w.dtype()}, dy_c.raw_data(), w.raw_data(), nullptr,
                  dx.data<float>());
   }
   if (w.requires_grad()) {
-    dw = Tensor::empty({n, k});
-    detail::gemm({n, k, m, true, false, DType::F32, DType::F32}, dy.raw_data(), x.raw_data(), nullptr,
-                 dw.data<float>());
+    const Tensor x_c = compute == DType::BF16 && x.dtype() == DType::F32 ? bf16_copy(x) : x;
+    Tensor buffer = autograd::leaf_grad_buffer(w);
+    detail::GemmSpec spec{n, k, m, true, false, compute, x_c.dtype()};
+    spec.accumulate = buffer.defined();
+    if (!buffer.defined()) dw = buffer = Tensor::empty({n, k});
+    detail::gemm(spec, dy_c.raw_data(), x_c.raw_data(), nullptr, buffer.data<float>());
   }
   if (b.defined() && b.requires_grad()) {
     db = Tensor::zeros({n});

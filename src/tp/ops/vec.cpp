@@ -86,6 +86,30 @@ __attribute__((target("avx512f"))) void swiglu_avx512(const float* a, const floa
   }
 }
 
+__attribute__((target("avx512f"))) float max_avx512(const float* x, int64_t n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) mx = _mm512_mask_max_ps(mx, tail_mask(n - i), mx, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
+  return _mm512_reduce_max_ps(mx);
+}
+
+__attribute__((target("avx512f"))) float exp_sum_avx512(const float* x, int64_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    total = _mm512_mask_add_ps(total, k, total, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), s)));
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+__attribute__((target("avx512f"))) void exp_scale_avx512(const float* x, int64_t n, float shift, float scale, float* out) {
+  const __m512 s = _mm512_set1_ps(shift), c = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(c, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), s))));
+  }
+}
+
 // The cache rows a few keys ahead: the kernels read one kv head's slice of each
 // key (a short run at a long stride), which the hardware prefetchers follow late.
 constexpr int64_t kPrefetchKeys = 16;
@@ -191,6 +215,22 @@ void swiglu_scalar(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] / (1.f + std::exp(-a[i])) * b[i];
 }
 
+float max_scalar(const float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  return mx;
+}
+
+float exp_sum_scalar(const float* x, int64_t n, float shift) {
+  float total = 0;
+  for (int64_t i = 0; i < n; ++i) total += std::exp(x[i] - shift);
+  return total;
+}
+
+void exp_scale_scalar(const float* x, int64_t n, float shift, float scale, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = scale * std::exp(x[i] - shift);
+}
+
 void dots_avx2(const float* q, int64_t rows, const float* k, int64_t key_stride, int64_t n, int64_t d, float* out,
                int64_t out_stride) {
   for (int64_t j = 0; j < n; ++j)
@@ -226,7 +266,7 @@ void axpys_bf16_avx2(const float* p, int64_t p_stride, int64_t rows, const bf16*
 
 VecKernels vec_kernels_avx2() {
   return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, dots_bf16_avx2, axpys_bf16_avx2,
-          swiglu_scalar, "avx2"};
+          swiglu_scalar, max_scalar, exp_sum_scalar, exp_scale_scalar, "avx2"};
 }
 
 const VecKernels& vec_kernels() {
@@ -234,7 +274,8 @@ const VecKernels& vec_kernels() {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
           ? VecKernels{dot_row<float>,     axpy_avx512,        softmax_avx512,
                        dots_avx512<float>, axpys_avx512<float>, dots_avx512<bf16>,
-                       axpys_avx512<bf16>, swiglu_avx512,      "avx512"}
+                       axpys_avx512<bf16>, swiglu_avx512,      max_avx512,
+                       exp_sum_avx512,     exp_scale_avx512,   "avx512"}
           : vec_kernels_avx2();
   return k;
 }

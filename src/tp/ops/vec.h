@@ -2,7 +2,7 @@
 // Vectorized inner loops. Attention's over f32 rows: dot, axpy, an in-place
 // softmax, and their blocked forms over the keys of one kv head (rows of q or p
 // against n key/value rows `key_stride` floats apart); and the SwiGLU activation,
-// which shares softmax's exp. AVX-512 when the CPU has it (chosen once, at run
+// which shares softmax's exp; and cross-entropy's passes over a row of logits. AVX-512 when the CPU has it (chosen once, at run
 // time), AVX2 (or scalar) otherwise.
 #include <cstdint>
 
@@ -30,6 +30,12 @@ using AxpysBf16Fn = void (*)(const float* p, int64_t p_stride, int64_t rows, con
 // out[i] = silu(a[i]) * b[i] = a[i] / (1 + e^-a[i]) * b[i]   (i < n)
 using SwigluFn = void (*)(const float* a, const float* b, float* out, int64_t n);
 
+// Cross-entropy's passes over a row of logits.
+using MaxFn = float (*)(const float* x, int64_t n);                    // max of x[0..n), -inf for n = 0
+using ExpSumFn = float (*)(const float* x, int64_t n, float shift);    // sum of e^(x[i] - shift)
+// out[i] = scale * e^(x[i] - shift)
+using ExpScaleFn = void (*)(const float* x, int64_t n, float shift, float scale, float* out);
+
 struct VecKernels {
   DotFn dot;
   AxpyFn axpy;
@@ -39,6 +45,9 @@ struct VecKernels {
   DotsBf16Fn dots_bf16;
   AxpysBf16Fn axpys_bf16;
   SwigluFn swiglu;
+  MaxFn max;
+  ExpSumFn exp_sum;
+  ExpScaleFn exp_scale;
   const char* isa;  // "avx512" or "avx2"
 };
 

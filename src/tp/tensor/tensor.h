@@ -101,6 +101,10 @@ class Tensor {
   // Accumulated gradient of a leaf; undefined until a backward reaches it.
   Tensor grad() const;
   void zero_grad();
+  // Gives a leaf that requires grad the buffer its gradients accumulate into
+  // (same shape; f32 for a bf16 weight whose gradients must not be rounded).
+  // A trainer preallocates them once, so no step allocates or faults in pages.
+  void set_grad(const Tensor& buffer);
 
   std::string to_string(int64_t max_elements = 16) const;  // for errors and debugging
 
