@@ -92,8 +92,44 @@ PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::pat
   if (options.verbose && rank.rank == 0)
     for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";
   load_parameters(*m.lm_, ckpt, options.dtype.value_or(default_dtype(ckpt.config())), m.lm_->tied_parameters(),
-                  options.inference_only);
+                  options.inference_only, options.pack_weights);
+  m.source_dir_ = dir;
+  for (const std::string& name : ckpt.tensor_names()) {
+    const io::TensorInfo& info = ckpt.info(name);
+    m.source_tensors_.push_back({name, info.dtype, info.shape});
+  }
   return m;
+}
+
+nn::Module* PretrainedModel::lm_head_module() const {
+  for (nn::Module* m : lm_->modules())
+    if (m->name() == "lm_head") return m;
+  return nullptr;
+}
+
+bool PretrainedModel::can_shard_logits() const {
+  if (tp_size() == 1) return lm_head_module() != nullptr;
+  auto it = resolved_.module_style.find("lm_head");
+  if (it == resolved_.module_style.end()) return false;
+  return it->second == "colwise_gather_output" || it->second == "colwise_rep" || it->second == "colwise";
+}
+
+void PretrainedModel::set_sharded_logits(bool on) {
+  if (on == sharded_logits_) return;
+  TP_CHECK(!on || can_shard_logits(), "vocab-parallel logits need a column-parallel lm_head; this plan has '{}'",
+           resolved_.module_style.count("lm_head") ? resolved_.module_style.at("lm_head") : "no style");
+  sharded_logits_ = on;
+  if (tp_size() == 1) return;
+  nn::Module* head = lm_head_module();
+  const std::string& planned = resolved_.module_style.at("lm_head");
+  // colwise keeps the output Shard(-1): the same slices as the planned style, without the gather.
+  head->set_style(&parallel::style_for("lm_head", on ? "colwise" : planned, overrides_), mesh_.get());
+}
+
+int64_t PretrainedModel::logits_vocab_start() const {
+  if (!sharded_logits_ || tp_size() == 1) return 0;
+  const nn::Parameter* w = lm_head_module()->own_parameters().at(0);
+  return w->shard.replicated() ? 0 : w->shard.spans.at(0).offset;
 }
 
 Tensor PretrainedModel::forward(const Tensor& ids) {

@@ -26,8 +26,27 @@ struct LoadOptions {
   DistributedConfig distributed_config;
   bool verbose = true;          // rank 0 prints warnings
   bool inference_only = true;   // release unpacked weights after packing (no gradients then)
+  bool pack_weights = true;     // pack matrices for inference GEMMs (training updates them in place: no)
   // The mesh to load onto; styles use its "tp" dim. Unset: a 1-D "tp" mesh of every rank of the world.
   std::shared_ptr<const dist::DeviceMesh> mesh;
+
+  // What training wants: f32 weights (the optimizer's masters; bf16 compute copies
+  // are made from them), plain tensors, nothing packed.
+  static LoadOptions for_training(DistributedConfig dc = {}) {
+    LoadOptions o;
+    o.dtype = DType::F32;
+    o.distributed_config = std::move(dc);
+    o.inference_only = false;
+    o.pack_weights = false;
+    return o;
+  }
+};
+
+// A tensor of the checkpoint a model was loaded from, as it was on disk.
+struct SourceTensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
 };
 
 // A loaded model: the module tree with this rank's weights, its mesh and plan.
@@ -45,12 +64,29 @@ class PretrainedModel {
   // ids [B, T] or [T] -> logits [B, T, V] (f32, full vocabulary on every rank). No grad.
   Tensor forward(const Tensor& ids);
 
+  // Where the weights came from: save_pretrained writes the same names, dtypes and files.
+  const std::filesystem::path& source_dir() const { return source_dir_; }
+  const std::vector<SourceTensor>& source_tensors() const { return source_tensors_; }
+
+  // Vocab-parallel logits for training: lm_head keeps this rank's vocabulary slice
+  // [logits_vocab_start(), + local size) instead of all-gathering the logits.
+  // Possible when lm_head is column-parallel (colwise_gather_output / colwise_rep /
+  // colwise); with one rank the slice is the whole vocabulary.
+  bool can_shard_logits() const;
+  void set_sharded_logits(bool on);  // error when !can_shard_logits()
+  bool sharded_logits() const { return sharded_logits_; }
+  int64_t logits_vocab_start() const;
+
  private:
   friend class AutoModelForCausalLM;
   std::unique_ptr<CausalLM> lm_;
   std::shared_ptr<const dist::DeviceMesh> mesh_;
   parallel::ResolvedPlan resolved_;
   parallel::StyleOverrides overrides_;  // modules point at these styles: they live as long as the model
+  std::filesystem::path source_dir_;
+  std::vector<SourceTensor> source_tensors_;
+  bool sharded_logits_ = false;
+  nn::Module* lm_head_module() const;
 };
 
 class AutoModelForCausalLM {

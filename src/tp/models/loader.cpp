@@ -40,12 +40,12 @@ void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype
 }  // namespace
 
 void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
-                     const std::map<std::string, std::string>& tied, bool inference_only) {
+                     const std::map<std::string, std::string>& tied, bool inference_only, bool pack) {
   std::map<std::string, nn::Parameter*> by_name;
   for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;
   for (nn::Module* m : root.modules()) {
     load_own_parameters(*m, ckpt, dtype, tied, by_name);
-    m->finalize_weights(inference_only);
+    if (pack) m->finalize_weights(inference_only);
   }
 }
 

@@ -14,7 +14,9 @@ namespace tp {
 // name is absent); a tied parameter with the same slice shares the tensor.
 // Each module is finalized (weights packed) as soon as its own parameters are
 // in, so the peak memory is the model plus one layer, not two copies of it.
+// Without `pack`, modules are not finalized (weights stay plain tensors: training).
 void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
-                     const std::map<std::string, std::string>& tied = {}, bool inference_only = false);
+                     const std::map<std::string, std::string>& tied = {}, bool inference_only = false,
+                     bool pack = true);
 
 }  // namespace tp

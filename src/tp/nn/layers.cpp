@@ -30,6 +30,11 @@ void Linear::finalize_weights(bool inference_only) {
   packed_valid_ = true;
 }
 
+void Linear::release_packed_weights() {
+  packed_ = ops::PackedLinear();
+  packed_valid_ = false;
+}
+
 Tensor Linear::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = single_input(inputs, name());
   Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();

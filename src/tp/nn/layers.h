@@ -18,6 +18,7 @@ class Linear : public Module {
   // so the optimizer's updates are seen without repacking. For inference only,
   // the plain copy is released unless another module shares it (tied lm_head).
   void finalize_weights(bool inference_only) override;
+  void release_packed_weights() override;
   // The matrix's dtype (also after the plain copy was released); f32 before loading.
   DType weight_dtype() const;
   // Packed in bf16: a bf16 input goes to the GEMM as is (it would round an f32

@@ -52,6 +52,9 @@ class Module {
   // for GEMM). With `inference_only`, a module may release what only training
   // needs (the unpacked copy of a weight nobody else shares).
   virtual void finalize_weights(bool inference_only) {}
+  // Before weights change in place (training): drop what finalize_weights derived
+  // from them (a packed copy would go stale).
+  virtual void release_packed_weights() {}
 
  protected:
   virtual Tensor forward(const std::vector<Tensor>& inputs) = 0;
