@@ -18,3 +18,10 @@ llama3_rope='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hig
 "$tp" make-model --arch mistral --preset tiny "${std[@]}" --set num_key_value_heads=1 --out "$out/mistral"
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" --out "$out/qwen3"
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" --set num_key_value_heads=2 --out "$out/qwen3-kv2"
+# Small models for the training oracle (tests/reference/reference_training.py); mistral-train
+# takes another seed, or its weights (and so its golden) would be llama-train's.
+train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_attention_heads=4
+  --set num_key_value_heads=2 --set head_dim=8 --set vocab_size=128 "${std[@]}")
+"$tp" make-model --arch llama "${train[@]}" --out "$out/llama-train"
+"$tp" make-model --arch mistral "${train[@]}" --seed 2 --out "$out/mistral-train"
+"$tp" make-model --arch qwen3 "${train[@]}" --out "$out/qwen3-train"

@@ -6,28 +6,17 @@
 #include <cstdlib>
 
 #include "dist/dist_test_util.h"
+#include "models/model_test_util.h"
 #include "tp/dist/device_mesh.h"
 #include "tp/dist/process_group.h"
 #include "tp/generation/generate.h"
 #include "tp/models/auto.h"
 
 using namespace tp;
+using tp::testing::model_dir;
+using tp::testing::solo_mesh;
 
 namespace {
-
-std::string model_dir(const std::string& name) {
-  const char* root = std::getenv("TP_TEST_MODELS");
-  if (root == nullptr) throw Error("TP_TEST_MODELS is not set (CTest's make_test_models fixture writes the models)");
-  return std::string(root) + "/" + name;
-}
-
-// A mesh holding only this rank: the tp = 1 reference, computed on every rank.
-std::shared_ptr<const dist::DeviceMesh> solo_mesh() {
-  static std::shared_ptr<dist::ProcessGroup> group = dist::world().split(dist::world_rank(), 0);
-  static auto mesh = std::make_shared<const dist::DeviceMesh>(*group, std::vector<int64_t>{1},
-                                                              std::vector<std::string>{"tp"});
-  return mesh;
-}
 
 PretrainedModel load(const std::string& name, bool whole) {
   LoadOptions o;

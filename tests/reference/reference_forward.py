@@ -84,35 +84,42 @@ def rotate_half(x):
     return torch.cat((-b, a), dim=-1)
 
 
-def forward(model_dir, ids):
+def load_model(model_dir):
+    """config.json and the checkpoint's tensors as float32, in the file's order."""
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     w = {k: v.float() for k, v in read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
+    return cfg, w
+
+
+def forward_batch(cfg, w, ids):
+    """Logits [B, T, V] of int64 ids [B, T] (causal, positions 0..T-1 in every row). The
+    tensors in w may be autograd leaves (the training oracle passes nn.Parameters)."""
     H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     D = cfg.get("head_dim") or H // nh
     eps = cfg["rms_norm_eps"]
-    T = len(ids)
+    B, T = ids.shape
     pos = torch.arange(T).float()
     ang = torch.outer(pos, inv_freq(cfg, D))
     emb = torch.cat((ang, ang), dim=-1)
     cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
     mask = torch.full((T, T), float("-inf")).triu(1)
 
-    x = w["model.embed_tokens.weight"][torch.tensor(ids)]
+    x = w["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(T, nh, D)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(T, nkv, D)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(T, nkv, D)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, nh, D)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, nkv, D)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, nkv, D)
         if cfg["model_type"] == "qwen3":
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(nh // nkv, dim=1)
-        v = v.repeat_interleave(nh // nkv, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(D) + mask
-        att = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(T, nh * D)
+        k = k.repeat_interleave(nh // nkv, dim=2)
+        v = v.repeat_interleave(nh // nkv, dim=2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D) + mask
+        att = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * D)
         x = x + att @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         gate = h @ w[p + "mlp.gate_proj.weight"].T
@@ -121,6 +128,11 @@ def forward(model_dir, ids):
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.T
+
+
+def forward(model_dir, ids):
+    cfg, w = load_model(model_dir)
+    return forward_batch(cfg, w, torch.tensor([ids]))[0]
 
 
 def main():

@@ -1,0 +1,83 @@
+#pragma once
+// The trainable state of a tensor-parallel model on one rank. Every parameter's
+// local piece appears once (tied names share it) in flat f32 slabs that live for
+// the whole run: master weights and gradients. The model computes with the
+// masters themselves in f32 training, or, under mixed precision (Transformers'
+// bf16=True), with a bf16 copy of each matrix refreshed after every update;
+// vectors (norms, biases) compute in f32 either way. Gradients accumulate
+// straight into their slab (Tensor::set_grad), so a step allocates nothing for them.
+//
+// Replicated parameters sit first in the slabs, so one broadcast covers them all.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tp/dist/process_group.h"
+#include "tp/nn/module.h"
+
+namespace tp::training {
+
+// Transformers' no-decay rule: lowercased names matching bias, layernorm,
+// rmsnorm, ".norm" or "_norm" get no weight decay (embeddings do).
+bool decays(const std::string& name);
+
+struct TrainableParam {
+  std::string name;                  // the checkpoint name (the first of tied names)
+  std::vector<nn::Parameter*> refs;  // every module parameter that shares it
+  Shape global_shape;
+  std::vector<parallel::ParamShard> shards;  // every tp rank's slice
+  Tensor master;                     // f32 view into the master slab
+  Tensor compute;                    // what the model runs with (master, or its bf16 copy)
+  Tensor grad;                       // f32 view into the gradient slab
+  int64_t offset = 0;                // into the slabs, in elements
+  bool decay = true;
+  bool replicated = false;           // every tp rank holds all of it
+  bool counted = true;               // this rank's slice counts toward the global norm
+};
+
+class ModelParameters {
+ public:
+  // Takes over `model`'s parameters: their values move into the slabs and the
+  // model's tensors become the compute weights. `trainable` picks the parameters
+  // that get gradients (all by default); the others stay as they are, frozen.
+  // Collective over `tp_group` (each rank learns every rank's slices).
+  ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
+                  const std::function<bool(const std::string&)>& trainable = {});
+  ModelParameters(const ModelParameters&) = delete;
+  ModelParameters& operator=(const ModelParameters&) = delete;
+
+  std::vector<TrainableParam>& params() { return params_; }
+  const std::vector<TrainableParam>& params() const { return params_; }
+  const TrainableParam& find(const std::string& name) const;  // error lists nothing, names the parameter
+  Tensor& master_slab() { return master_; }
+  Tensor& grad_slab() { return grad_; }
+  int64_t numel() const { return numel_; }              // local elements, padding included
+  int64_t replicated_numel() const { return replicated_end_; }
+  bool bf16_compute() const { return bf16_; }
+  dist::ProcessGroup& group() const { return group_; }
+
+  void zero_grad();
+  // After the masters changed (an optimizer step, a resume): rounds them into the bf16 compute copies.
+  void refresh_compute_weights();
+  // Makes every rank's gradients of replicated parameters bitwise those of tp
+  // rank 0: MPI does not promise that a reduction gives every rank the same bits,
+  // and replicas must not drift apart over a run. Collective.
+  void sync_replicated_grads();
+  // The L2 norm of the whole model's gradient: each slice counted once (sharded
+  // squares summed over ranks, replicated and tied parameters once), the same
+  // value on every rank. Collective.
+  double global_grad_norm() const;
+  void scale_grads(float factor);
+
+  // The full tensor of a parameter's master weights (collective).
+  Tensor gather_master(const TrainableParam& p) const;
+
+ private:
+  dist::ProcessGroup& group_;
+  bool bf16_;
+  std::vector<TrainableParam> params_;
+  Tensor master_, grad_, compute_bf16_;
+  int64_t numel_ = 0, replicated_end_ = 0;
+};
+
+}  // namespace tp::training

@@ -1,0 +1,494 @@
+#include "tp/training/trainer.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tp/autograd/tape.h"
+#include "tp/io/json_file.h"
+#include "tp/io/safetensors.h"
+#include "tp/io/writer.h"
+#include "tp/models/save_pretrained.h"
+#include "tp/training/checkpoint.h"
+#include "tp/training/loss.h"
+
+namespace tp::training {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------- arguments
+
+void TrainingArguments::validate() const {
+  TP_CHECK(!output_dir.empty(), "output_dir must not be empty");
+  TP_CHECK(learning_rate > 0 && std::isfinite(learning_rate), "learning_rate must be > 0, got {}", learning_rate);
+  TP_CHECK(max_steps > 0 || (max_steps == -1 && num_train_epochs > 0),
+           "max_steps must be > 0 (or -1 to use num_train_epochs, which must then be > 0); got max_steps {} and "
+           "num_train_epochs {}", max_steps, num_train_epochs);
+  TP_CHECK(per_device_train_batch_size >= 1, "per_device_train_batch_size must be >= 1, got {}",
+           per_device_train_batch_size);
+  TP_CHECK(per_device_eval_batch_size >= 1, "per_device_eval_batch_size must be >= 1, got {}",
+           per_device_eval_batch_size);
+  TP_CHECK(gradient_accumulation_steps >= 1, "gradient_accumulation_steps must be >= 1, got {}",
+           gradient_accumulation_steps);
+  TP_CHECK(weight_decay >= 0, "weight_decay must be >= 0, got {}", weight_decay);
+  TP_CHECK(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
+           "adam_beta1 and adam_beta2 must be in [0, 1), got {} and {}", adam_beta1, adam_beta2);
+  TP_CHECK(adam_epsilon >= 0, "adam_epsilon must be >= 0, got {}", adam_epsilon);
+  TP_CHECK(max_grad_norm >= 0, "max_grad_norm must be >= 0 (0 disables clipping), got {}", max_grad_norm);
+  TP_CHECK(warmup_steps >= 0, "warmup_steps must be >= 0, got {}", warmup_steps);
+  parse_schedule(lr_scheduler_type);
+  TP_CHECK(optim == "adamw_torch" || optim == "adamw_torch_fused" || optim == "sgd",
+           "optim '{}' is not supported; supported: adamw_torch, adamw_torch_fused (the same here), sgd", optim);
+  TP_CHECK(logging_steps >= 1, "logging_steps must be >= 1, got {}", logging_steps);
+  TP_CHECK(eval_strategy == "no" || eval_strategy == "steps", "eval_strategy '{}' is not supported; supported: no, steps",
+           eval_strategy);
+  TP_CHECK(save_strategy == "no" || save_strategy == "steps", "save_strategy '{}' is not supported; supported: no, steps",
+           save_strategy);
+  TP_CHECK(!eval_steps || *eval_steps >= 1, "eval_steps must be >= 1, got {}", eval_steps.value_or(0));
+  TP_CHECK(save_steps >= 1, "save_steps must be >= 1, got {}", save_steps);
+  TP_CHECK(!save_total_limit || *save_total_limit >= 1, "save_total_limit must be >= 1, got {}",
+           save_total_limit.value_or(0));
+}
+
+json TrainingArguments::to_json() const {
+  json j = {{"output_dir", output_dir},
+            {"num_train_epochs", num_train_epochs},
+            {"max_steps", max_steps},
+            {"per_device_train_batch_size", per_device_train_batch_size},
+            {"per_device_eval_batch_size", per_device_eval_batch_size},
+            {"gradient_accumulation_steps", gradient_accumulation_steps},
+            {"learning_rate", learning_rate},
+            {"weight_decay", weight_decay},
+            {"adam_beta1", adam_beta1},
+            {"adam_beta2", adam_beta2},
+            {"adam_epsilon", adam_epsilon},
+            {"max_grad_norm", max_grad_norm},
+            {"lr_scheduler_type", lr_scheduler_type},
+            {"warmup_steps", warmup_steps},
+            {"optim", optim},
+            {"optim_args", optim_args},
+            {"logging_steps", logging_steps},
+            {"logging_first_step", logging_first_step},
+            {"eval_strategy", eval_strategy},
+            {"save_strategy", save_strategy},
+            {"save_steps", save_steps},
+            {"seed", seed},
+            {"bf16", bf16},
+            {"loss_parallel", loss_parallel}};
+  j["eval_steps"] = eval_steps ? json(*eval_steps) : json(nullptr);
+  j["save_total_limit"] = save_total_limit ? json(*save_total_limit) : json(nullptr);
+  j["data_seed"] = data_seed ? json(*data_seed) : json(nullptr);
+  return j;
+}
+
+json TrainerState::to_json() const {
+  return {{"best_global_step", nullptr},
+          {"best_metric", nullptr},
+          {"best_model_checkpoint", nullptr},
+          {"epoch", epoch},
+          {"eval_steps", eval_steps},
+          {"global_step", global_step},
+          {"is_hyper_param_search", false},
+          {"is_local_process_zero", true},
+          {"is_world_process_zero", true},
+          {"log_history", log_history},
+          {"logging_steps", logging_steps},
+          {"max_steps", max_steps},
+          {"num_input_tokens_seen", num_input_tokens_seen},
+          {"num_train_epochs", num_train_epochs},
+          {"save_steps", save_steps},
+          {"stateful_callbacks", json::object()},
+          {"total_flos", 0},
+          {"train_batch_size", train_batch_size},
+          {"trial_name", nullptr},
+          {"trial_params", nullptr}};
+}
+
+TrainerState TrainerState::from_json(const json& j) {
+  TrainerState s;
+  s.global_step = j.at("global_step").get<int64_t>();
+  s.epoch = j.at("epoch").get<double>();
+  s.max_steps = j.at("max_steps").get<int64_t>();
+  s.num_train_epochs = j.at("num_train_epochs").get<double>();
+  s.logging_steps = j.at("logging_steps").get<int64_t>();
+  s.eval_steps = j.at("eval_steps").get<int64_t>();
+  s.save_steps = j.at("save_steps").get<int64_t>();
+  s.train_batch_size = j.at("train_batch_size").get<int64_t>();
+  s.num_input_tokens_seen = j.value("num_input_tokens_seen", int64_t{0});
+  for (const json& e : j.at("log_history")) s.log_history.push_back(e);
+  return s;
+}
+
+// ---------------------------------------------------------------- setup
+
+namespace {
+
+// "momentum=0.9,weight_decay=..." (Transformers' optim_args) -> key -> value.
+std::map<std::string, double> parse_optim_args(const std::string& text) {
+  std::map<std::string, double> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.find_first_not_of(' ') == std::string::npos) continue;
+    const size_t eq = item.find('=');
+    TP_CHECK(eq != std::string::npos, "optim_args item '{}' is not key=value", item);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    try {
+      out[key] = std::stod(value);
+    } catch (const std::exception&) {
+      fail("optim_args: '{}' is not a number (in '{}')", value, item);
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainingArguments& a, ModelParameters& params) {
+  std::map<std::string, double> extra = parse_optim_args(a.optim_args);
+  if (a.optim == "sgd") {
+    SGDOptions o{.momentum = 0, .weight_decay = a.weight_decay};
+    for (const auto& [k, v] : extra) {
+      TP_CHECK(k == "momentum", "optim_args '{}' is not supported by sgd; supported: momentum", k);
+      o.momentum = v;
+    }
+    return std::make_unique<SGD>(params, o);
+  }
+  TP_CHECK(extra.empty(), "optim_args are not used by {} (set adam_beta1, adam_beta2, adam_epsilon instead)", a.optim);
+  return std::make_unique<AdamW>(params, AdamWOptions{a.adam_beta1, a.adam_beta2, a.adam_epsilon, a.weight_decay});
+}
+
+// Every rank of the group must hold the same value (data, arguments): a rank
+// that read another file would silently train on other batches.
+void check_same_on_all_ranks(uint64_t value, dist::ProcessGroup& group, const std::string& what) {
+  std::vector<int64_t> all =
+      group.all_gather(Tensor::from_ints({static_cast<int64_t>(value)}, {1}), 0).to_int_vector();
+  for (size_t r = 1; r < all.size(); ++r)
+    TP_CHECK(all[r] == all[0], "rank {} and rank 0 disagree on {}: every rank must be given the same", r, what);
+}
+
+// Rank 0 creates output_dir and proves it can write there; every rank learns the outcome.
+void prepare_output_dir(const fs::path& dir, dist::ProcessGroup& group) {
+  std::string error;
+  if (group.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path probe = dir / ".tp-write-test";
+    std::ofstream out(probe);
+    if (ec || !out) {
+      error = fmt::format("output_dir {} is not writable{}", dir.string(), ec ? ": " + ec.message() : "");
+    } else {
+      out.close();
+      fs::remove(probe, ec);
+      remove_partial_checkpoints(dir);
+    }
+  }
+  Tensor failed = Tensor::from_ints({error.empty() ? 0 : 1}, {1});
+  group.broadcast(failed, 0);
+  if (failed.to_int_vector()[0] != 0) fail("{}", error.empty() ? "rank 0 could not prepare output_dir" : error);
+}
+
+bool finite(double x) { return std::isfinite(x); }
+
+}  // namespace
+
+Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr<const TokenBlocks> train,
+                 std::shared_ptr<const TokenBlocks> eval)
+    : model_(model), args_(std::move(args)), train_(std::move(train)), eval_(std::move(eval)) {
+  args_.validate();
+  TP_CHECK(train_ != nullptr && train_->size() > 0, "the Trainer needs training data (at least one block)");
+  const ModelConfig& c = model_.config();
+  for (const TokenBlocks* d : {train_.get(), eval_.get()}) {
+    if (d == nullptr) continue;
+    TP_CHECK(c.max_position_embeddings <= 0 || d->seq_len() <= c.max_position_embeddings,
+             "seq_len {} is above the model's max_position_embeddings {} ({})", d->seq_len(),
+             c.max_position_embeddings, model_.source_dir().string());
+  }
+  TP_CHECK(args_.eval_strategy == "no" || eval_ != nullptr, "eval_strategy 'steps' needs eval data");
+  schedule_ = parse_schedule(args_.lr_scheduler_type);
+  const int64_t B = args_.per_device_train_batch_size, K = args_.gradient_accumulation_steps;
+  const int64_t batches = (train_->size() + B - 1) / B;
+  steps_per_epoch_ = batches / K;
+  TP_CHECK(steps_per_epoch_ >= 1,
+           "{} holds {} blocks of {} tokens: fewer than one optimizer step needs ({} micro-batches of {} blocks); "
+           "add data, or lower the batch size, gradient accumulation or seq_len", train_->source(), train_->size(),
+           train_->seq_len(), K, B);
+  total_steps_ = args_.max_steps > 0
+                     ? args_.max_steps
+                     : static_cast<int64_t>(std::ceil(args_.num_train_epochs * static_cast<double>(steps_per_epoch_)));
+  warmup_ = args_.warmup_steps >= 1 ? static_cast<int64_t>(args_.warmup_steps)
+                                    : static_cast<int64_t>(std::ceil(args_.warmup_steps * total_steps_));
+
+  dist::ProcessGroup& group = model_.mesh().group("tp");
+  check_same_on_all_ranks(train_->fingerprint(), group, "the training data");
+  if (eval_) check_same_on_all_ranks(eval_->fingerprint(), group, "the eval data");
+  prepare_output_dir(args_.output_dir, group);
+
+  if (args_.loss_parallel && model_.can_shard_logits()) model_.set_sharded_logits(true);
+  params_ = std::make_unique<ModelParameters>(model_.lm(), group, args_.bf16);
+  optimizer_ = make_optimizer(args_, *params_);
+
+  state_.max_steps = total_steps_;
+  state_.num_train_epochs = std::ceil(static_cast<double>(total_steps_) / static_cast<double>(steps_per_epoch_));
+  state_.logging_steps = args_.logging_steps;
+  state_.eval_steps = args_.eval_steps.value_or(args_.logging_steps);
+  state_.save_steps = args_.save_steps;
+  state_.train_batch_size = B;
+}
+
+Trainer::~Trainer() {
+  // The model outlives the trainer: give it back its planned lm_head.
+  if (model_.sharded_logits()) model_.set_sharded_logits(false);
+}
+
+double Trainer::lr_at(int64_t step) const {
+  return args_.learning_rate * lr_factor(schedule_, step, warmup_, total_steps_);
+}
+
+// ---------------------------------------------------------------- steps
+
+std::vector<MicroBatch> Trainer::micro_batches_for(int64_t step) const {
+  const int64_t epoch = step / steps_per_epoch_, within = step % steps_per_epoch_;
+  const int64_t B = args_.per_device_train_batch_size, K = args_.gradient_accumulation_steps;
+  const std::vector<int64_t> order =
+      epoch_order(train_->size(), static_cast<uint64_t>(args_.data_seed.value_or(args_.seed)), epoch);
+  std::vector<MicroBatch> out;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t first = (within * K + k) * B, last = std::min<int64_t>(first + B, train_->size());
+    std::vector<int64_t> blocks(order.begin() + first, order.begin() + last);
+    Tensor ids = train_->batch(blocks);
+    out.push_back({ids, ids});
+  }
+  return out;
+}
+
+Tensor Trainer::forward_logits(const Tensor& ids) { return model_.lm().forward_ids(ids); }
+
+StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) {
+  TP_CHECK(!micro_batches.empty(), "training_step needs at least one micro-batch");
+  autograd::clear_tape();  // nothing of an earlier failed step may take part
+  StepResult r;
+  for (const MicroBatch& mb : micro_batches) r.targets += count_targets(mb.labels);
+  const int64_t step = state_.global_step;
+  TP_CHECK(r.targets > 0, "step {}: its micro-batches have no target to predict (every label is -100)", step + 1);
+  const VocabSlice vocab{model_.logits_vocab_start(), model_.config().vocab_size,
+                         model_.sharded_logits() ? &model_.mesh().group("tp") : nullptr};
+  params_->zero_grad();
+  for (const MicroBatch& mb : micro_batches) {
+    Tensor loss = causal_lm_loss(forward_logits(mb.input_ids), mb.labels, static_cast<double>(r.targets), vocab);
+    r.loss += loss.item();
+    autograd::backward(loss);
+    state_.num_input_tokens_seen += mb.input_ids.numel();
+  }
+  // Nothing has touched the weights yet: a bad step leaves the model (and the last checkpoint) as they were.
+  TP_CHECK(finite(r.loss), "step {}: the loss is {}; stopping before the update (lower the learning rate, or check "
+           "the data)", step + 1, r.loss);
+  params_->sync_replicated_grads();
+  r.grad_norm = params_->global_grad_norm();
+  TP_CHECK(finite(r.grad_norm), "step {}: the gradient norm is {} (loss {}); stopping before the update", step + 1,
+           r.grad_norm, r.loss);
+  if (args_.max_grad_norm > 0) {
+    const double coef = args_.max_grad_norm / (r.grad_norm + 1e-6);
+    if (coef < 1) params_->scale_grads(static_cast<float>(coef));
+  }
+  r.learning_rate = lr_at(step);
+  optimizer_->step(r.learning_rate);
+  ++state_.global_step;
+  state_.epoch = static_cast<double>(state_.global_step) / static_cast<double>(steps_per_epoch_);
+  return r;
+}
+
+// ---------------------------------------------------------------- loop
+
+void Trainer::log(json logs) {
+  logs["epoch"] = state_.epoch;
+  logs["step"] = state_.global_step;
+  state_.log_history.push_back(logs);
+  for (auto& cb : callbacks_) cb->on_log(args_, state_, logs);
+}
+
+void Trainer::maybe_log_save_evaluate(const StepResult& r, double step_seconds) {
+  const int64_t step = state_.global_step;
+  if (step % args_.logging_steps == 0 || (args_.logging_first_step && step == 1)) {
+    // Transformers' keys: the mean loss since the last log, the last gradient
+    // norm (before clipping), and the learning rate the scheduler now holds.
+    log({{"loss", window_loss_ / static_cast<double>(window_steps_)},
+         {"grad_norm", r.grad_norm},
+         {"learning_rate", lr_at(step)}});
+    window_loss_ = 0;
+    window_steps_ = 0;
+  }
+  if (args_.eval_strategy == "steps" && eval_ && step % state_.eval_steps == 0) evaluate();
+  if (args_.save_strategy == "steps" && step % args_.save_steps == 0) save_checkpoint();
+}
+
+TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
+  if (!resume_from_checkpoint.empty()) {
+    fs::path dir = resume_from_checkpoint;
+    if (resume_from_checkpoint == "last") {
+      auto last = latest_checkpoint(args_.output_dir);
+      TP_CHECK(last.has_value(), "resume_from_checkpoint 'last': {} holds no checkpoint-<step> directory",
+               args_.output_dir);
+      dir = *last;
+    }
+    load_checkpoint(dir);
+  }
+  for (auto& cb : callbacks_) cb->on_train_begin(args_, state_);
+  const auto start = Clock::now();
+  const int64_t first_step = state_.global_step;
+  while (state_.global_step < total_steps_) {
+    const auto t0 = Clock::now();
+    StepResult r = training_step(micro_batches_for(state_.global_step));
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    window_loss_ += r.loss;
+    ++window_steps_;
+    run_loss_ += r.loss;
+    ++run_steps_;
+    for (auto& cb : callbacks_) cb->on_step_end(args_, state_);
+    maybe_log_save_evaluate(r, seconds);
+  }
+  const double runtime = std::chrono::duration<double>(Clock::now() - start).count();
+  const int64_t steps = state_.global_step - first_step;
+  TrainOutput out;
+  out.global_step = state_.global_step;
+  out.training_loss = run_steps_ > 0 ? run_loss_ / static_cast<double>(run_steps_) : 0.0;
+  const double samples = static_cast<double>(steps * args_.per_device_train_batch_size *
+                                             args_.gradient_accumulation_steps);
+  out.metrics = {{"train_runtime", runtime},
+                 {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
+                 {"train_steps_per_second", runtime > 0 ? static_cast<double>(steps) / runtime : 0.0},
+                 {"train_tokens_per_second", runtime > 0 ? samples * static_cast<double>(train_->seq_len()) / runtime : 0.0},
+                 {"train_loss", out.training_loss},
+                 {"total_flos", 0}};
+  log(out.metrics);
+  for (auto& cb : callbacks_) cb->on_train_end(args_, state_);
+  return out;
+}
+
+json Trainer::evaluate() {
+  TP_CHECK(eval_ != nullptr, "evaluate: the Trainer was given no eval data");
+  autograd::NoGradGuard no_grad;
+  const auto start = Clock::now();
+  const VocabSlice vocab{model_.logits_vocab_start(), model_.config().vocab_size,
+                         model_.sharded_logits() ? &model_.mesh().group("tp") : nullptr};
+  double loss_sum = 0;
+  int64_t targets = 0, batches = 0;
+  const int64_t B = args_.per_device_eval_batch_size;
+  for (int64_t first = 0; first < eval_->size(); first += B, ++batches) {
+    std::vector<int64_t> blocks;
+    for (int64_t i = first; i < std::min(first + B, eval_->size()); ++i) blocks.push_back(i);
+    Tensor ids = eval_->batch(blocks);
+    loss_sum += causal_lm_loss(forward_logits(ids), ids, 1.0, vocab).item();  // normalizer 1: the sum
+    targets += count_targets(ids);
+  }
+  const double runtime = std::chrono::duration<double>(Clock::now() - start).count();
+  const double loss = loss_sum / static_cast<double>(std::max<int64_t>(targets, 1));
+  json logs = {{"eval_loss", loss},
+               {"eval_perplexity", std::exp(loss)},
+               {"eval_runtime", runtime},
+               {"eval_samples_per_second", runtime > 0 ? static_cast<double>(eval_->size()) / runtime : 0.0},
+               {"eval_steps_per_second", runtime > 0 ? static_cast<double>(batches) / runtime : 0.0}};
+  log(logs);
+  return logs;
+}
+
+// ---------------------------------------------------------------- saving
+
+void Trainer::save_model(const fs::path& dir) {
+  SaveOptions o;
+  std::map<const nn::Parameter*, Tensor> masters;
+  for (const TrainableParam& p : params_->params())
+    for (const nn::Parameter* ref : p.refs) masters[ref] = p.master;
+  o.values = [&masters](const nn::Parameter& p) {
+    auto it = masters.find(&p);
+    return it == masters.end() ? p.data : it->second;
+  };
+  save_pretrained(model_, dir.empty() ? fs::path(args_.output_dir) : dir, o);
+}
+
+json Trainer::checkpoint_identity() const {
+  json params = json::array();
+  for (const TrainableParam& p : params_->params()) params.push_back({p.name, p.global_shape});
+  json plan = json::object();
+  for (const auto& [k, v] : model_.tp_plan()) plan[k] = v;
+  return {{"tp_size", model_.tp_size()},
+          {"tp_plan", plan},
+          {"model_type", model_.config().model_type},
+          {"parameters", params},
+          {"bf16", args_.bf16},
+          {"optimizer", optimizer_->name()},
+          {"train_data", {{"fingerprint", std::to_string(train_->fingerprint())},
+                          {"seq_len", train_->seq_len()},
+                          {"blocks", train_->size()}}},
+          {"per_device_train_batch_size", args_.per_device_train_batch_size},
+          {"gradient_accumulation_steps", args_.gradient_accumulation_steps}};
+}
+
+fs::path Trainer::save_checkpoint() {
+  dist::ProcessGroup& group = model_.mesh().group("tp");
+  const int rank = group.rank();
+  fs::path dir = write_checkpoint_dir(args_.output_dir, state_.global_step, group, [&](const fs::path& tmp) {
+    std::vector<std::pair<std::string, Tensor>> masters;
+    for (const TrainableParam& p : params_->params()) masters.emplace_back(p.name, p.master);
+    io::save_safetensors(tmp / rank_file("model", rank), masters);
+    io::save_safetensors(tmp / rank_file("optimizer", rank), optimizer_->state(),
+                         {{"format", "pt"}, {"optimizer", optimizer_->name()},
+                          {"steps", std::to_string(optimizer_->steps())}});
+    if (rank != 0) return;
+    io::write_json_file(tmp / "trainer_state.json", state_.to_json());
+    json counters = {{"window_loss", window_loss_}, {"window_steps", window_steps_}};
+    io::write_json_file(tmp / "training_state.json",
+                        {{"identity", checkpoint_identity()}, {"counters", counters}, {"args", args_.to_json()}});
+    io::write_json_file(tmp / "config.json", model_.config().to_json());
+  });
+  if (rank == 0 && args_.save_total_limit) rotate_checkpoints(args_.output_dir, *args_.save_total_limit);
+  for (auto& cb : callbacks_) cb->on_save(args_, state_, dir);
+  return dir;
+}
+
+void Trainer::load_checkpoint(const fs::path& dir) {
+  TP_CHECK(fs::is_directory(dir), "resume_from_checkpoint: {} is not a directory", dir.string());
+  TP_CHECK(fs::exists(dir / "training_state.json"),
+           "resume_from_checkpoint: {} is not a tp training checkpoint (no training_state.json)", dir.string());
+  json saved = io::read_json_file(dir / "training_state.json");
+  const json now = checkpoint_identity(), then = saved.at("identity");
+  std::vector<std::string> differences;
+  for (const auto& [key, value] : now.items()) {
+    if (!then.contains(key)) {
+      differences.push_back(fmt::format("{}: absent in the checkpoint, {} now", key, value.dump()));
+    } else if (then[key] != value) {
+      std::string a = then[key].dump(), b = value.dump();
+      if (a.size() > 120) a = a.substr(0, 117) + "...";
+      if (b.size() > 120) b = b.substr(0, 117) + "...";
+      differences.push_back(fmt::format("{}: {} in the checkpoint, {} now", key, a, b));
+    }
+  }
+  TP_CHECK(differences.empty(), "cannot resume from {}: the run differs from the one that saved it ({})",
+           dir.string(), fmt::join(differences, "; "));
+
+  dist::ProcessGroup& group = model_.mesh().group("tp");
+  const int rank = group.rank();
+  auto model_file = io::SafetensorsFile::open(dir / rank_file("model", rank));
+  for (TrainableParam& p : params_->params()) {
+    const io::TensorInfo* info = model_file->find(p.name);
+    TP_CHECK(info != nullptr, "{}: no tensor '{}'", model_file->path().string(), p.name);
+    TP_CHECK(info->shape == p.master.shape(), "{}: tensor '{}' has shape {}, this rank's shard is {}",
+             model_file->path().string(), p.name, shape_str(info->shape), shape_str(p.master.shape()));
+    p.master.copy_from(model_file->read(p.name, DType::F32));
+  }
+  params_->refresh_compute_weights();
+
+  auto opt_file = io::SafetensorsFile::open(dir / rank_file("optimizer", rank));
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (const io::TensorInfo& t : opt_file->tensors()) state.emplace_back(t.name, opt_file->read(t.name, DType::F32));
+  auto steps = opt_file->metadata().find("steps");
+  TP_CHECK(steps != opt_file->metadata().end(), "{}: no 'steps' in its metadata", opt_file->path().string());
+  optimizer_->load_state(state, std::stoll(steps->second));
+
+  state_ = TrainerState::from_json(io::read_json_file(dir / "trainer_state.json"));
+  state_.max_steps = total_steps_;
+  window_loss_ = saved.at("counters").at("window_loss").get<double>();
+  window_steps_ = saved.at("counters").at("window_steps").get<int64_t>();
+}
+
+}  // namespace tp::training

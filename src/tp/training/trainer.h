@@ -1,0 +1,174 @@
+#pragma once
+// The Trainer: Hugging Face's training loop on a tensor-parallel model.
+//
+//   tp::PretrainedModel model = tp::AutoModelForCausalLM::from_pretrained(dir, tp::LoadOptions::for_training());
+//   tp::Trainer trainer(model, tp::TrainingArguments{.output_dir = "out", .max_steps = 100}, train_blocks);
+//   trainer.train();
+//   trainer.save_model();
+//
+// Names and defaults are Transformers' TrainingArguments. One optimizer step:
+// gradient_accumulation_steps micro-batches of per_device_train_batch_size
+// blocks, forward and backward each (the loss normalized by the targets of the
+// whole step), the replicated gradients made identical on every rank, the true
+// global gradient norm and clipping, the optimizer on each rank's shards, the
+// schedule. Every tp rank runs the same steps on the same batches.
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tp/models/auto.h"
+#include "tp/training/data.h"
+#include "tp/training/optimizer.h"
+#include "tp/training/parameters.h"
+#include "tp/training/schedule.h"
+
+namespace tp::training {
+
+struct TrainingArguments {
+  std::string output_dir = "trainer_output";
+  double num_train_epochs = 3.0;
+  int64_t max_steps = -1;  // > 0 overrides num_train_epochs
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;  // 0 disables clipping
+  std::string lr_scheduler_type = "linear";
+  double warmup_steps = 0;     // >= 1: steps; in (0, 1): a fraction of the total steps
+  std::string optim = "adamw_torch";  // or "sgd"
+  std::string optim_args;             // "momentum=0.9" for sgd
+  int64_t logging_steps = 500;
+  bool logging_first_step = false;
+  std::string eval_strategy = "no";   // "steps": evaluate every eval_steps
+  std::optional<int64_t> eval_steps;  // default: logging_steps
+  std::string save_strategy = "steps";  // or "no"
+  int64_t save_steps = 500;
+  std::optional<int64_t> save_total_limit;
+  int64_t seed = 42;
+  std::optional<int64_t> data_seed;   // default: seed
+  bool bf16 = false;                  // bf16 compute, f32 master weights, gradients and optimizer state
+  bool loss_parallel = true;          // vocab-parallel cross-entropy when lm_head is column-parallel
+  bool disable_tqdm = false;
+
+  // Checks every value; errors name the argument and the value.
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+// trainer_state.json's fields (Transformers' TrainerState).
+struct TrainerState {
+  int64_t global_step = 0;
+  double epoch = 0;
+  int64_t max_steps = 0;
+  double num_train_epochs = 0;
+  int64_t logging_steps = 0, eval_steps = 0, save_steps = 0;
+  int64_t train_batch_size = 0;
+  int64_t num_input_tokens_seen = 0;
+  std::vector<nlohmann::json> log_history;
+  nlohmann::json to_json() const;
+  static TrainerState from_json(const nlohmann::json& j);
+};
+
+// Hooks around the loop (Transformers' TrainerCallback); called on every rank.
+class TrainerCallback {
+ public:
+  virtual ~TrainerCallback() = default;
+  virtual void on_train_begin(const TrainingArguments&, const TrainerState&) {}
+  virtual void on_step_end(const TrainingArguments&, const TrainerState&) {}
+  virtual void on_log(const TrainingArguments&, const TrainerState&, const nlohmann::json& logs) {}
+  virtual void on_save(const TrainingArguments&, const TrainerState&, const std::filesystem::path& checkpoint) {}
+  virtual void on_train_end(const TrainingArguments&, const TrainerState&) {}
+};
+
+struct MicroBatch {
+  Tensor input_ids;  // [B, T] i64
+  Tensor labels;     // [B, T] i64 (ignore_index -100 where nothing is predicted)
+};
+
+struct StepResult {
+  double loss = 0;          // the step's loss (mean over its targets)
+  double grad_norm = 0;     // before clipping
+  double learning_rate = 0; // used by this step
+  int64_t targets = 0;
+};
+
+struct TrainOutput {
+  int64_t global_step = 0;
+  double training_loss = 0;  // mean of the step losses of this run
+  nlohmann::json metrics;
+};
+
+class Trainer {
+ public:
+  // The model must be loaded for training (LoadOptions::for_training()). `eval`
+  // is optional. Errors (arguments, data too short, an unwritable output_dir)
+  // come from here, before any step.
+  Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr<const TokenBlocks> train,
+          std::shared_ptr<const TokenBlocks> eval = nullptr);
+  ~Trainer();
+
+  // The whole run. `resume_from_checkpoint`: a checkpoint directory, "last" (the
+  // newest complete one in output_dir), or empty. Bit-exact: the rest of the run
+  // gives the losses and weights the uninterrupted run would have.
+  TrainOutput train(const std::string& resume_from_checkpoint = "");
+  // Mean loss over the eval blocks (and perplexity), logged as eval_*.
+  nlohmann::json evaluate();
+  // One optimizer step on the given micro-batches (what train() runs per step).
+  StepResult training_step(const std::vector<MicroBatch>& micro_batches);
+
+  // save_pretrained of the f32 master weights (Hugging Face files); "" = output_dir.
+  void save_model(const std::filesystem::path& dir = "");
+  // output_dir/checkpoint-<global_step>: complete or absent.
+  std::filesystem::path save_checkpoint();
+  void load_checkpoint(const std::filesystem::path& dir);
+
+  void add_callback(std::shared_ptr<TrainerCallback> callback) { callbacks_.push_back(std::move(callback)); }
+  const TrainerState& state() const { return state_; }
+  const TrainingArguments& args() const { return args_; }
+  ModelParameters& parameters() { return *params_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  PretrainedModel& model() { return model_; }
+  bool loss_parallel() const { return model_.sharded_logits(); }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t warmup() const { return warmup_; }
+  double lr_at(int64_t step) const;
+
+ private:
+  std::vector<MicroBatch> micro_batches_for(int64_t step) const;
+  void log(nlohmann::json logs);
+  void maybe_log_save_evaluate(const StepResult& r, double step_seconds);
+  Tensor forward_logits(const Tensor& ids);
+  nlohmann::json checkpoint_identity() const;
+
+  PretrainedModel& model_;
+  TrainingArguments args_;
+  std::shared_ptr<const TokenBlocks> train_, eval_;
+  std::unique_ptr<ModelParameters> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  ScheduleType schedule_;
+  int64_t steps_per_epoch_ = 1, total_steps_ = 0, warmup_ = 0;
+  TrainerState state_;
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks_;
+  // Since the last log: summed step losses and step count (part of a checkpoint,
+  // so a resumed run logs the same averages).
+  double window_loss_ = 0;
+  int64_t window_steps_ = 0;
+  double run_loss_ = 0;
+  int64_t run_steps_ = 0;
+  double window_seconds_ = 0;
+  int64_t window_tokens_ = 0;
+};
+
+}  // namespace tp::training
+
+namespace tp {
+using training::Trainer;
+using training::TrainingArguments;
+}  // namespace tp
