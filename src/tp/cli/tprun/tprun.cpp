@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
+    // The ranks' output reaches the terminal through mpirun's pipes, so they
+    // cannot see it is one: progress bars (tp train) ask this instead.
+    if (isatty(STDERR_FILENO)) setenv("TP_STDERR_IS_TTY", "1", 1);
     exec(plan.argv);
   } catch (const tp::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

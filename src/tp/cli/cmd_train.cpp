@@ -1,0 +1,170 @@
+// tp train: fine-tune a Hugging Face checkpoint with tensor parallelism.
+//   tprun --nproc-per-node N tp train --model DIR --data FILE... [--output-dir OUT] ...
+// Every rank runs the same steps on the same batches; rank 0 shows the progress,
+// writes the log history (JSON lines), the loss curve (PNG) and the trained
+// model (Hugging Face files) into the output directory.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "tp/cli/command.h"
+#include "tp/cli/common.h"
+#include "tp/training/loss_plot.h"
+#include "tp/training/progress.h"
+#include "tp/training/trainer.h"
+
+namespace tp::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using training::TrainingArguments;
+
+struct TrainFlags {
+  ModelFlags model;
+  std::vector<std::string> data, eval_data;
+  std::string sample_by = "line";
+  std::optional<int64_t> seq_len;
+  TrainingArguments args;
+  std::optional<int64_t> eval_steps;
+  std::optional<int64_t> save_total_limit;
+  std::string resume;
+  bool no_loss_parallel = false;
+  bool no_save_model = false;
+};
+
+std::shared_ptr<training::TokenBlocks> load_blocks(const std::vector<std::string>& files, const Tokenizer& tokenizer,
+                                                   const training::TextDataOptions& options) {
+  std::vector<fs::path> paths(files.begin(), files.end());
+  return std::make_shared<training::TokenBlocks>(training::TokenBlocks::from_files(paths, tokenizer, options));
+}
+
+int run_train(TrainFlags& f) {
+  const fs::path dir = f.model.model;
+  TrainingArguments& a = f.args;
+  a.eval_steps = f.eval_steps;
+  a.save_total_limit = f.save_total_limit;
+  a.loss_parallel = !f.no_loss_parallel;
+  if (!f.eval_data.empty()) a.eval_strategy = "steps";
+  std::optional<DType> dtype = parse_dtype_flag(f.model.dtype);
+  try {
+    a.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+
+  // Everything that can be checked before the model is read: config, tokenizer, data.
+  TP_CHECK(fs::is_directory(dir), "--model {} is not a directory", dir.string());
+  const ModelConfig config = ModelConfig::load(dir / "config.json");
+  TP_CHECK(fs::exists(dir / "tokenizer.json"),
+           "{} has no tokenizer.json: tp train tokenizes --data with the model's tokenizer", dir.string());
+  Tokenizer tokenizer = Tokenizer::from_model_dir(dir);
+  training::TextDataOptions data_options;
+  data_options.sample_by = f.sample_by;
+  data_options.seq_len = f.seq_len.value_or(
+      config.max_position_embeddings > 0 ? std::min<int64_t>(1024, config.max_position_embeddings) : 1024);
+  TP_CHECK(config.max_position_embeddings <= 0 || data_options.seq_len <= config.max_position_embeddings,
+           "--seq-len {} is above the model's max_position_embeddings {} ({})", data_options.seq_len,
+           config.max_position_embeddings, (dir / "config.json").string());
+  auto train = load_blocks(f.data, tokenizer, data_options);
+  std::shared_ptr<training::TokenBlocks> eval;
+  if (!f.eval_data.empty()) eval = load_blocks(f.eval_data, tokenizer, data_options);
+  if (!dtype) dtype = config.torch_dtype == "bfloat16" ? DType::BF16 : DType::F32;
+  a.bf16 = *dtype == DType::BF16;
+
+  LoadOptions load = LoadOptions::for_training();
+  load.distributed_config.tp_plan = f.model.tp_plan;
+  load.distributed_config.tp_size = f.model.tp_size;
+  PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
+  const bool rank0 = model.tp_rank() == 0;
+  training::Trainer trainer(model, a, train, eval);
+  if (rank0 && !f.model.json)
+    fmt::print(stderr,
+               "training {} ({} parameters) on {} rank(s): {} blocks of {} tokens from {} documents ({} tokens "
+               "past the last whole block dropped), {} steps, {} compute, {} loss\n",
+               dir.string(), [&] {
+                 int64_t n = 0;
+                 for (const auto& p : trainer.parameters().params()) n += numel(p.global_shape);
+                 return n;
+               }(),
+               model.tp_size(), train->size(), train->seq_len(), train->documents(), train->dropped_tokens(),
+               trainer.state().max_steps, a.bf16 ? "bf16 (f32 master weights)" : "f32",
+               trainer.loss_parallel() ? "vocab-parallel" : "gathered-logits");
+  const int64_t tokens_per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * train->seq_len();
+  trainer.add_callback(std::make_shared<training::ProgressCallback>(rank0 && !f.model.json, tokens_per_step));
+  auto logger = std::make_shared<training::JsonLinesLogger>(rank0, fs::path(a.output_dir) / "log_history.jsonl");
+  trainer.add_callback(logger);
+
+  training::TrainOutput out = trainer.train(f.resume);
+  if (!f.no_save_model) trainer.save_model();
+
+  if (!rank0) return 0;
+  const fs::path png = fs::path(a.output_dir) / "loss_curve.png";
+  std::string why_not;
+  const bool plotted =
+      training::plot_loss_curve(trainer.state().log_history, png, fmt::format("tp train: {}", dir.filename().string()),
+                                &why_not);
+  if (f.model.json) {
+    nlohmann::json j = out.metrics;
+    j["global_step"] = out.global_step;
+    j["tp_size"] = model.tp_size();
+    j["output_dir"] = a.output_dir;
+    j["log_history"] = logger->file().string();
+    j["loss_curve"] = plotted ? nlohmann::json(png.string()) : nlohmann::json(nullptr);
+    std::cout << j.dump() << "\n";
+  } else {
+    fmt::print(stderr, "trained {} steps: train_loss {:.4f}, {:.0f} tokens/s; model saved to {}\n", out.global_step,
+               out.training_loss, out.metrics["train_tokens_per_second"].get<double>(),
+               f.no_save_model ? std::string("(not saved)") : a.output_dir);
+    fmt::print(stderr, "log history: {}\n", logger->file().string());
+    if (plotted) fmt::print(stderr, "loss curve: {}\n", png.string());
+  }
+  if (!plotted) fmt::print(stderr, "warning: no loss curve: {}\n", why_not);
+  return 0;
+}
+
+Registrar reg("train", "Train (fine-tune) a model on text files with tensor parallelism", [](CLI::App& app) {
+  auto f = std::make_shared<TrainFlags>();
+  TrainingArguments& a = f->args;
+  add_model_flags(app, f->model);
+  app.add_option("--data", f->data, "training text: plain text, or JSON lines ({\"text\": ...}) for *.jsonl/*.json")
+      ->required();
+  app.add_option("--eval-data", f->eval_data, "evaluation text (eval loss and perplexity every --eval-steps)");
+  app.add_option("--sample-by", f->sample_by, "plain text documents: line, paragraph or document")
+      ->capture_default_str();
+  app.add_option("--seq-len", f->seq_len, "tokens per block (default: min(1024, max_position_embeddings))");
+  app.add_option("--output-dir", a.output_dir, "checkpoints, logs, loss curve and the trained model")
+      ->capture_default_str();
+  auto* steps = app.add_option("--max-steps", a.max_steps, "optimizer steps (overrides --num-train-epochs)");
+  app.add_option("--num-train-epochs", a.num_train_epochs, "epochs over the data")->capture_default_str()
+      ->excludes(steps);
+  app.add_option("--batch-size", a.per_device_train_batch_size, "blocks per micro-batch")->capture_default_str();
+  app.add_option("--eval-batch-size", a.per_device_eval_batch_size, "blocks per eval batch")->capture_default_str();
+  app.add_option("--grad-accum", a.gradient_accumulation_steps, "micro-batches per optimizer step")
+      ->capture_default_str();
+  app.add_option("--lr", a.learning_rate, "peak learning rate")->capture_default_str();
+  app.add_option("--lr-scheduler", a.lr_scheduler_type, "linear, cosine or constant")->capture_default_str();
+  app.add_option("--warmup-steps", a.warmup_steps, "warmup steps (a value below 1 is a fraction of the steps)")
+      ->capture_default_str();
+  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay (not on biases and norms)")
+      ->capture_default_str();
+  app.add_option("--max-grad-norm", a.max_grad_norm, "clip the global gradient norm (0: off)")->capture_default_str();
+  app.add_option("--optim", a.optim, "adamw_torch or sgd")->capture_default_str();
+  app.add_option("--optim-args", a.optim_args, "e.g. momentum=0.9 for sgd");
+  app.add_option("--adam-beta1", a.adam_beta1)->capture_default_str();
+  app.add_option("--adam-beta2", a.adam_beta2)->capture_default_str();
+  app.add_option("--adam-epsilon", a.adam_epsilon)->capture_default_str();
+  app.add_option("--seed", a.seed, "data order seed")->capture_default_str();
+  app.add_option("--logging-steps", a.logging_steps, "log every N steps")->capture_default_str();
+  app.add_flag("--logging-first-step", a.logging_first_step, "also log the first step");
+  app.add_option("--eval-steps", f->eval_steps, "evaluate every N steps (default: --logging-steps)");
+  app.add_option("--save-steps", a.save_steps, "write output-dir/checkpoint-N every N steps")->capture_default_str();
+  app.add_option("--save-total-limit", f->save_total_limit, "keep only the newest N checkpoints");
+  app.add_option("--resume-from-checkpoint", f->resume, "a checkpoint directory, or 'last'");
+  app.add_flag("--no-loss-parallel", f->no_loss_parallel, "gather the logits for the loss (as Transformers does)");
+  app.add_flag("--no-save-model", f->no_save_model, "do not write the trained model into --output-dir");
+  app.add_flag("--disable-tqdm", a.disable_tqdm, "no progress bar: one line per log");
+  return [f] { return run_train(*f); };
+});
+
+}  // namespace
+}  // namespace tp::cli
