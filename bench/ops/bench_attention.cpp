@@ -6,11 +6,11 @@
 // K and V read per second (time per call is the figure to compare across
 // dtypes: bf16 reads half the bytes).
 //
-//
 // Training attention (causal self-attention over a whole sequence, forward and
-// backward): qwen3-0.6b's heads at B = 1, T = 512, next to the same run's plain
-// GEMM rate for one [512 x 128] . [128 x 512] product (Q . K^T of one head) through
-// detail::gemm, so the ratio to what the matmul reaches is visible. GFLOP counts
+// backward, compute_dtype f32 and bf16): qwen3-0.6b's heads at B = 1, T = 512,
+// next to the same run's plain GEMM rate (f32 and bf16 operands) for one
+// [512 x 128] . [128 x 512] product (Q . K^T of one head) through detail::gemm,
+// so the ratio to what the matmul reaches is visible. GFLOP counts
 // the useful multiply-adds only: 4 B Hq D per causally visible (query, key) pair
 // for the forward (S = Q K^T and O = P V), 2.5x that for the backward (S again,
 // dP = dO V^T, dV, dK, dQ); masked work a kernel does anyway is not counted.
@@ -60,12 +60,20 @@ void set_attention_flops(benchmark::State& state, double multiple) {
       benchmark::Counter(multiple * 4.0 * kHq * kD * pairs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// range(0) of the training benchmarks: 1 for compute_dtype BF16, 0 for F32.
+ops::AttentionOptions training_options(const benchmark::State& state) {
+  ops::AttentionOptions opt;
+  opt.compute_dtype = state.range(0) ? DType::BF16 : DType::F32;
+  return opt;
+}
+
 void BM_training_attention_forward(benchmark::State& state) {
   autograd::NoGradGuard no_grad;
+  const ops::AttentionOptions opt = training_options(state);
   Tensor q = Tensor::randn({1, kT, kHq, kD}, 1), k = Tensor::randn({1, kT, kHkv, kD}, 2),
          v = Tensor::randn({1, kT, kHkv, kD}, 3);
   for (auto _ : state) {
-    Tensor out = ops::attention(q, k, v);
+    Tensor out = ops::attention(q, k, v, opt);
     benchmark::DoNotOptimize(out.raw_data());
   }
   set_attention_flops(state, 1.0);
@@ -74,12 +82,13 @@ void BM_training_attention_forward(benchmark::State& state) {
 // Times autograd::backward of one recorded attention (the op's backward plus the
 // engine's accumulation of three leaf gradients); the forward is outside the clock.
 void BM_training_attention_backward(benchmark::State& state) {
+  const ops::AttentionOptions opt = training_options(state);
   Tensor q = Tensor::randn({1, kT, kHq, kD}, 1).set_requires_grad(true),
          k = Tensor::randn({1, kT, kHkv, kD}, 2).set_requires_grad(true),
          v = Tensor::randn({1, kT, kHkv, kD}, 3).set_requires_grad(true);
   Tensor dout = Tensor::randn({1, kT, kHq, kD}, 4);
   for (auto _ : state) {
-    Tensor out = ops::attention(q, k, v);
+    Tensor out = ops::attention(q, k, v, opt);
     auto start = std::chrono::steady_clock::now();
     autograd::backward(out, dout);
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -106,8 +115,8 @@ void BM_gemm(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_training_attention_forward)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_training_attention_backward)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_training_attention_forward)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_training_attention_backward)->Arg(0)->Arg(1)->ArgName("bf16")->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gemm)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_decode_attention)
     ->ArgsProduct({{640, 4096}, {0, 1}})

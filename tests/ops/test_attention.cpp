@@ -1,5 +1,6 @@
 // Attention against a naive reference (GQA, causal offsets, per-sequence lengths),
-// its gradients (the GEMM backward against the same reference), and the KV cache (prefill + token-by-token decode == one pass).
+// its gradients (the GEMM backward against the same reference), bf16 compute
+// against f32, and the KV cache (prefill + token-by-token decode == one pass).
 #include <omp.h>
 
 #include <cmath>
@@ -102,6 +103,11 @@ NaiveGrads naive_attention_backward(const Tensor& q, const Tensor& k, const Tens
   return close(got, want, tol * scale);
 }
 
+::testing::AssertionResult close_to_scale(const Tensor& got, const Tensor& want, double tol) {
+  std::vector<float> w = want.to_vector();
+  return close_to_scale(got, std::vector<double>(w.begin(), w.end()), tol);
+}
+
 struct BackwardCase {
   const char* name;
   int64_t b, tq, tk, hq, hkv, d;
@@ -191,9 +197,17 @@ TEST(Attention, RecordedBackwardIsAttentionBackward) {
   const BackwardCase c = backward_cases()[3];
   Tensor q = param({c.b, c.tq, c.hq, c.d}, 1), k = param({c.b, c.tk, c.hkv, c.d}, 2),
          v = param({c.b, c.tk, c.hkv, c.d}, 3), dout = Tensor::randn({c.b, c.tq, c.hq, c.d}, 4);
-  autograd::backward(ops::attention(q, k, v, c.opt), dout);
-  ops::AttentionGrads want = ops::attention_backward(q, k, v, dout, c.opt);
-  EXPECT_TRUE(equal(q.grad(), want.dq) && equal(k.grad(), want.dk) && equal(v.grad(), want.dv));
+  for (DType compute : {DType::F32, DType::BF16}) {
+    ops::AttentionOptions opt = c.opt;
+    opt.compute_dtype = compute;
+    autograd::backward(ops::attention(q, k, v, opt), dout);
+    ops::AttentionGrads want = ops::attention_backward(q, k, v, dout, opt);
+    EXPECT_TRUE(equal(q.grad(), want.dq) && equal(k.grad(), want.dk) && equal(v.grad(), want.dv))
+        << dtype_name(compute);
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+  }
 }
 
 TEST(Attention, BackwardIsDeterministic) {
@@ -201,14 +215,58 @@ TEST(Attention, BackwardIsDeterministic) {
   // and for one thread as for two (a task is one thread's, in a fixed order).
   Tensor q = Tensor::randn({2, 130, 4, 32}, 1), k = Tensor::randn({2, 130, 2, 32}, 2),
          v = Tensor::randn({2, 130, 2, 32}, 3), dout = Tensor::randn({2, 130, 4, 32}, 4);
-  omp_set_num_threads(2);
-  ops::AttentionGrads a = ops::attention_backward(q, k, v, dout);
-  ops::AttentionGrads b = ops::attention_backward(q, k, v, dout);
-  omp_set_num_threads(1);
-  ops::AttentionGrads c = ops::attention_backward(q, k, v, dout);
-  for (const ops::AttentionGrads* x : {&b, &c})
-    EXPECT_TRUE(equal(a.dq, x->dq) && equal(a.dk, x->dk) && equal(a.dv, x->dv))
-        << (x == &b ? "run to run" : "1 vs 2 threads");
+  for (DType compute : {DType::F32, DType::BF16}) {
+    ops::AttentionOptions opt;
+    opt.compute_dtype = compute;
+    omp_set_num_threads(2);
+    ops::AttentionGrads a = ops::attention_backward(q, k, v, dout, opt);
+    ops::AttentionGrads b = ops::attention_backward(q, k, v, dout, opt);
+    omp_set_num_threads(1);
+    ops::AttentionGrads c = ops::attention_backward(q, k, v, dout, opt);
+    for (const ops::AttentionGrads* x : {&b, &c})
+      EXPECT_TRUE(equal(a.dq, x->dq) && equal(a.dk, x->dk) && equal(a.dv, x->dv)) << dtype_name(compute) << (x == &b ? " run to run" : " 1 vs 2 threads");
+  }
+}
+
+TEST(Attention, Bf16ComputeIsCloseToF32) {
+  // bf16 operands carry 8 bits of mantissa: products off by ~2^-9 relative, summed
+  // over D and the keys in f32. Scale-relative 2e-2 is a few times what they give.
+  for (const BackwardCase& c : backward_cases()) {
+    Tensor q = Tensor::randn({c.b, c.tq, c.hq, c.d}, 1), k = Tensor::randn({c.b, c.tk, c.hkv, c.d}, 2),
+           v = Tensor::randn({c.b, c.tk, c.hkv, c.d}, 3), dout = Tensor::randn({c.b, c.tq, c.hq, c.d}, 4);
+    ops::AttentionOptions opt = c.opt;
+    ops::AttentionGrads want = ops::attention_backward(q, k, v, dout, opt);
+    Tensor want_out = ops::attention(q, k, v, opt);
+    opt.compute_dtype = DType::BF16;
+    ops::AttentionGrads got = ops::attention_backward(q, k, v, dout, opt);
+    EXPECT_TRUE(close_to_scale(ops::attention(q, k, v, opt), want_out, 1e-2)) << c.name << ": out";
+    EXPECT_TRUE(close_to_scale(got.dq, want.dq, 2e-2)) << c.name << ": dq";
+    EXPECT_TRUE(close_to_scale(got.dk, want.dk, 2e-2)) << c.name << ": dk";
+    EXPECT_TRUE(close_to_scale(got.dv, want.dv, 2e-2)) << c.name << ": dv";
+    EXPECT_FALSE(equal(got.dq, want.dq)) << c.name << ": bf16 compute changed nothing";
+  }
+}
+
+TEST(Attention, Bf16ComputeForwardRoundsOperandsOnTheGemmPath) {
+  // The GEMM forward in bf16 equals f32 attention over q, k and v rounded to bf16,
+  // up to P's rounding; with a bf16 cache too (its keys used as they are). The
+  // decode path (Tq < 16) computes in f32 whatever compute_dtype says.
+  Tensor q = Tensor::randn({2, 40, 4, 16}, 1), k = Tensor::randn({2, 48, 2, 16}, 2), v = Tensor::randn({2, 48, 2, 16}, 3);
+  auto round = [](const Tensor& t) { return t.to(DType::BF16).to(DType::F32); };
+  ops::AttentionOptions opt;
+  opt.kv_lens = {48, 30};
+  opt.q_offsets = {8, -10};
+  Tensor want = ops::attention(round(q), round(k), round(v), opt);
+  opt.compute_dtype = DType::BF16;
+  EXPECT_TRUE(close_to_scale(ops::attention(q, k, v, opt), want, 1e-2));
+  EXPECT_TRUE(close_to_scale(ops::attention(q, k.to(DType::BF16), v.to(DType::BF16), opt), want, 1e-2));
+  EXPECT_TRUE(equal(ops::attention(q, k, v, opt), ops::attention(q, k.to(DType::BF16), v.to(DType::BF16), opt)));
+  Tensor q_decode = q.narrow(1, 0, 3);
+  ops::AttentionOptions f32_opt = opt;
+  f32_opt.compute_dtype = DType::F32;
+  EXPECT_TRUE(equal(ops::attention(q_decode, k, v, opt), ops::attention(q_decode, k, v, f32_opt)));
+  opt.compute_dtype = DType::F16;
+  expect_error([&] { ops::attention(q, k, v, opt); }, {"compute_dtype", "f16"});
 }
 
 TEST(Attention, MismatchErrorsNameShapes) {

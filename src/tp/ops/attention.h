@@ -23,6 +23,11 @@ struct AttentionOptions {
   bool causal = true;
   std::vector<int64_t> kv_lens;    // per batch: number of valid keys (empty → all Tk)
   std::vector<int64_t> q_offsets;  // per batch: absolute position of query 0 (empty → Tk - Tq)
+  // F32, or BF16: the GEMMs' operands (Q, K, V, P; in the backward also dO and dS) are
+  // rounded to bf16, as torch.autocast runs attention in bf16; accumulation, softmax
+  // and outputs stay f32. Applies where GEMMs run: the forward for Tq >= 16, and the
+  // backward. Decode-sized forwards (row kernels) compute in f32 either way.
+  DType compute_dtype = DType::F32;
 };
 
 // Differentiable w.r.t. q, k and v. k and v may be bf16 (a KV cache), without gradients.
@@ -83,6 +88,7 @@ struct AttentionGeometry {
   int64_t b, tq, tk, hq, hkv, d, group;
   float scale;
   bool causal;
+  DType compute;
   std::vector<int64_t> kv_lens, q_offsets;
 
   // Number of keys query i of sequence s may read.

@@ -13,11 +13,13 @@
 // The task owns its kv head's dK and dV rows: no two threads write one row, and
 // each row sums its blocks in the same order whatever the thread count.
 #include <cstring>
+#include <type_traits>
 
 #include "tp/ops/attention.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
 #include "tp/ops/vec.h"
+#include "tp/tensor/convert.h"
 
 namespace tp::ops {
 
@@ -29,10 +31,29 @@ using Geometry = detail::AttentionGeometry;
 // flops per element they add into dV/dK, and a block's scores fit in L2.
 constexpr int64_t kStackedRows = 128;
 
+// f32 rows into a GEMM operand of type T (float, or bf16 for compute_dtype BF16).
+template <typename T>
+void store(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+  else
+    convert_f32_to_bf16(src, dst, static_cast<size_t>(n));
+}
+
 // This thread's buffer `slot` of n elements of type E; slots 4.. (the forward's are 0-3).
 template <typename E>
 E* scratch(int slot, int64_t n) {
   return static_cast<E*>(detail::thread_scratch(4 + slot, sizeof(E) * static_cast<size_t>(n)));
+}
+
+// In f32 compute the GEMMs read P and dS where they are computed; in bf16 they
+// read rounded copies.
+template <typename T>
+T* operand(float* f32, int slot, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    return f32;
+  else
+    return scratch<bf16>(slot, n);
 }
 
 // Rows [from, to) of this task's part of dq (its group of heads) or of dk/dv (its kv head).
@@ -40,9 +61,10 @@ void zero_rows(float* base, int64_t from, int64_t to, int64_t stride, int64_t wi
   for (int64_t i = from; i < to; ++i) std::memset(base + i * stride, 0, sizeof(float) * static_cast<size_t>(width));
 }
 
+template <typename T>
 void backward_task(const Geometry& g, int64_t s, int64_t kh, const float* q, const float* k, const float* v,
                    const float* dout, float* dq, float* dk, float* dv) {
-  constexpr DType dt = DType::F32;
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
   const auto& vk = detail::vec_kernels();
   const int64_t d = g.d, group = g.group, kv_stride = g.hkv * d, q_stride = g.hq * d;
   float* dq_task = dq + g.q_index(s, 0, kh * group);
@@ -55,13 +77,30 @@ void backward_task(const Geometry& g, int64_t s, int64_t kh, const float* q, con
   zero_rows(dv_task, n_max, g.tk, kv_stride, d);
   if (n_max == 0) return zero_rows(dq_task, 0, g.tq, q_stride, group * d);
 
-  const float* kh_k = k + g.kv_index(s, 0, kh);
-  const float* kh_v = v + g.kv_index(s, 0, kh);
-  const int64_t ld_kv = kv_stride;
-  float* qs = scratch<float>(2, max_m * d);
-  float* dos = scratch<float>(3, max_m * d);
+  // K and V of this kv head: read in place in f32, rounded once per task in bf16.
+  const T* kh_k = nullptr;
+  const T* kh_v = nullptr;
+  int64_t ld_kv = kv_stride;
+  if constexpr (std::is_same_v<T, float>) {
+    kh_k = k + g.kv_index(s, 0, kh);
+    kh_v = v + g.kv_index(s, 0, kh);
+  } else {
+    bf16* kc = scratch<bf16>(0, n_max * d);
+    bf16* vc = scratch<bf16>(1, n_max * d);
+    for (int64_t j = 0; j < n_max; ++j) {
+      store(k + g.kv_index(s, j, kh), kc + j * d, d);
+      store(v + g.kv_index(s, j, kh), vc + j * d, d);
+    }
+    kh_k = kc;
+    kh_v = vc;
+    ld_kv = d;
+  }
+  T* qs = scratch<T>(2, max_m * d);
+  T* dos = scratch<T>(3, max_m * d);
   float* p = scratch<float>(4, max_m * n_max);
   float* ds = scratch<float>(5, max_m * n_max);
+  T* p_op = operand<T>(p, 6, max_m * n_max);
+  T* ds_op = operand<T>(ds, 7, max_m * n_max);
   float* tmp = scratch<float>(8, std::max(n_max, max_m) * d);
   // dK and dV summed here, contiguous, and stored once: adding into rows Hkv * D
   // apart (4 KiB for qwen3's 8 heads) thrashed L1's sets.
@@ -82,8 +121,8 @@ void backward_task(const Geometry& g, int64_t s, int64_t kh, const float* q, con
     }
     // A query's group of heads is contiguous in q and dout: one row of group * D.
     for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(qs + i * group * d, q + g.q_index(s, i0 + i, kh * group), sizeof(float) * group * d);
-      std::memcpy(dos + i * group * d, dout + g.q_index(s, i0 + i, kh * group), sizeof(float) * group * d);
+      store(q + g.q_index(s, i0 + i, kh * group), qs + i * group * d, group * d);
+      store(dout + g.q_index(s, i0 + i, kh * group), dos + i * group * d, group * d);
     }
     detail::gemm({m, n, d, false, true, dt, dt, d, ld_kv, n}, qs, kh_k, nullptr, p);
     detail::gemm({m, n, d, false, true, dt, dt, d, ld_kv, n}, dos, kh_v, nullptr, ds);
@@ -96,21 +135,25 @@ void backward_task(const Geometry& g, int64_t s, int64_t kh, const float* q, con
       const float dot = vis > 0 ? vk.dot(pr, dsr, vis) : 0.f;
       for (int64_t j = 0; j < n; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * g.scale;
     }
+    if constexpr (!std::is_same_v<T, float>) {
+      store(p, p_op, m * n);
+      store(ds, ds_op, m * n);
+    }
     // dV and dK: this block's share of every key row it sees.
     if (first) {
-      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, p, dos, nullptr, dv_sum);
-      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, ds, qs, nullptr, dk_sum);
+      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, p_op, dos, nullptr, dv_sum);
+      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, ds_op, qs, nullptr, dk_sum);
       std::memset(dv_sum + n * d, 0, sizeof(float) * static_cast<size_t>((n_max - n) * d));
       std::memset(dk_sum + n * d, 0, sizeof(float) * static_cast<size_t>((n_max - n) * d));
       first = false;
     } else {
-      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, p, dos, nullptr, tmp);
+      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, p_op, dos, nullptr, tmp);
       vk.axpy(1.f, tmp, dv_sum, n * d);
-      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, ds, qs, nullptr, tmp);
+      detail::gemm({n, d, m, true, false, dt, dt, n, d, d}, ds_op, qs, nullptr, tmp);
       vk.axpy(1.f, tmp, dk_sum, n * d);
     }
     // dQ: the block's rows are complete here (all their keys are in this block).
-    detail::gemm({m, d, n, false, false, dt, dt, n, ld_kv, d}, ds, kh_k, nullptr, tmp);
+    detail::gemm({m, d, n, false, false, dt, dt, n, ld_kv, d}, ds_op, kh_k, nullptr, tmp);
     for (int64_t i = 0; i < rows; ++i)
       std::memcpy(dq_task + (i0 + i) * q_stride, tmp + i * group * d, sizeof(float) * group * d);
   }
@@ -138,7 +181,10 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t s = 0; s < g.b; ++s) {
     for (int64_t kh = 0; kh < g.hkv; ++kh) {
-      backward_task(g, s, kh, qp, kp, vp, dop, dq, dk, dv);
+      if (g.compute == DType::BF16)
+        backward_task<bf16>(g, s, kh, qp, kp, vp, dop, dq, dk, dv);
+      else
+        backward_task<float>(g, s, kh, qp, kp, vp, dop, dq, dk, dv);
     }
   }
   return grads;
