@@ -99,6 +99,19 @@ void BM_training_attention_backward(benchmark::State& state) {
   set_attention_flops(state, 2.5);
 }
 
+// ops::attention_backward alone: the op's own time, without the engine's copies
+// of the gradients it hands to the leaves.
+void BM_training_attention_backward_op(benchmark::State& state) {
+  const ops::AttentionOptions opt = training_options(state);
+  Tensor q = Tensor::randn({1, kT, kHq, kD}, 1), k = Tensor::randn({1, kT, kHkv, kD}, 2),
+         v = Tensor::randn({1, kT, kHkv, kD}, 3), dout = Tensor::randn({1, kT, kHq, kD}, 4);
+  for (auto _ : state) {
+    ops::AttentionGrads grads = ops::attention_backward(q, k, v, dout, opt);
+    benchmark::DoNotOptimize(grads.dq.raw_data());
+  }
+  set_attention_flops(state, 2.5);
+}
+
 // range(0): 1 for bf16 operands, 0 for f32.
 void BM_gemm(benchmark::State& state) {
   const DType dtype = state.range(0) ? DType::BF16 : DType::F32;
@@ -117,6 +130,7 @@ void BM_gemm(benchmark::State& state) {
 
 BENCHMARK(BM_training_attention_forward)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_training_attention_backward)->Arg(0)->Arg(1)->ArgName("bf16")->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_training_attention_backward_op)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gemm)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_decode_attention)
     ->ArgsProduct({{640, 4096}, {0, 1}})
