@@ -6,14 +6,26 @@
 // K and V read per second (time per call is the figure to compare across
 // dtypes: bf16 reads half the bytes).
 //
+// Training attention (causal self-attention over a whole sequence, forward and
+// backward, compute_dtype f32 and bf16): qwen3-0.6b's heads at B = 1, T = 512,
+// next to the same run's plain GEMM rate (f32 and bf16 operands) for one
+// [512 x 128] . [128 x 512] product (Q . K^T of one head) through detail::gemm,
+// so the ratio to what the matmul reaches is visible. GFLOP counts
+// the useful multiply-adds only: 4 B Hq D per causally visible (query, key) pair
+// for the forward (S = Q K^T and O = P V), 2.5x that for the backward (S again,
+// dP = dO V^T, dV, dK, dQ); masked work a kernel does anyway is not counted.
+//
 //   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
+//   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_filter='training|gemm'
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <vector>
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/attention.h"
+#include "tp/ops/gemm.h"
 
 using namespace tp;
 
@@ -40,8 +52,86 @@ void BM_decode_attention(benchmark::State& state) {
   state.counters["GB"] = benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
+constexpr int64_t kT = 512, kHq = 16, kHkv = 8, kD = 128;
+
+void set_attention_flops(benchmark::State& state, double multiple) {
+  const double pairs = kT * (kT + 1) / 2.0;
+  state.counters["GFLOP"] =
+      benchmark::Counter(multiple * 4.0 * kHq * kD * pairs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// range(0) of the training benchmarks: 1 for compute_dtype BF16, 0 for F32.
+ops::AttentionOptions training_options(const benchmark::State& state) {
+  ops::AttentionOptions opt;
+  opt.compute_dtype = state.range(0) ? DType::BF16 : DType::F32;
+  return opt;
+}
+
+void BM_training_attention_forward(benchmark::State& state) {
+  autograd::NoGradGuard no_grad;
+  const ops::AttentionOptions opt = training_options(state);
+  Tensor q = Tensor::randn({1, kT, kHq, kD}, 1), k = Tensor::randn({1, kT, kHkv, kD}, 2),
+         v = Tensor::randn({1, kT, kHkv, kD}, 3);
+  for (auto _ : state) {
+    Tensor out = ops::attention(q, k, v, opt);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  set_attention_flops(state, 1.0);
+}
+
+// Times autograd::backward of one recorded attention (the op's backward plus the
+// engine's accumulation of three leaf gradients); the forward is outside the clock.
+void BM_training_attention_backward(benchmark::State& state) {
+  const ops::AttentionOptions opt = training_options(state);
+  Tensor q = Tensor::randn({1, kT, kHq, kD}, 1).set_requires_grad(true),
+         k = Tensor::randn({1, kT, kHkv, kD}, 2).set_requires_grad(true),
+         v = Tensor::randn({1, kT, kHkv, kD}, 3).set_requires_grad(true);
+  Tensor dout = Tensor::randn({1, kT, kHq, kD}, 4);
+  for (auto _ : state) {
+    Tensor out = ops::attention(q, k, v, opt);
+    auto start = std::chrono::steady_clock::now();
+    autograd::backward(out, dout);
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+  }
+  set_attention_flops(state, 2.5);
+}
+
+// ops::attention_backward alone: the op's own time, without the engine's copies
+// of the gradients it hands to the leaves.
+void BM_training_attention_backward_op(benchmark::State& state) {
+  const ops::AttentionOptions opt = training_options(state);
+  Tensor q = Tensor::randn({1, kT, kHq, kD}, 1), k = Tensor::randn({1, kT, kHkv, kD}, 2),
+         v = Tensor::randn({1, kT, kHkv, kD}, 3), dout = Tensor::randn({1, kT, kHq, kD}, 4);
+  for (auto _ : state) {
+    ops::AttentionGrads grads = ops::attention_backward(q, k, v, dout, opt);
+    benchmark::DoNotOptimize(grads.dq.raw_data());
+  }
+  set_attention_flops(state, 2.5);
+}
+
+// range(0): 1 for bf16 operands, 0 for f32.
+void BM_gemm(benchmark::State& state) {
+  const DType dtype = state.range(0) ? DType::BF16 : DType::F32;
+  Tensor a = Tensor::randn({kT, kD}, 1, 0.f, 1.f, dtype), b = Tensor::randn({kT, kD}, 2, 0.f, 1.f, dtype);
+  Tensor c = Tensor::empty({kT, kT});
+  const ops::detail::GemmSpec spec{kT, kT, kD, false, true, dtype, dtype};
+  for (auto _ : state) {
+    ops::detail::gemm(spec, a.raw_data(), b.raw_data(), nullptr, c.data<float>());
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  state.counters["GFLOP"] =
+      benchmark::Counter(2.0 * kT * kT * kD * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_training_attention_forward)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_training_attention_backward)->Arg(0)->Arg(1)->ArgName("bf16")->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_training_attention_backward_op)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_gemm)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_decode_attention)
     ->ArgsProduct({{640, 4096}, {0, 1}})
     ->ArgNames({"context", "bf16"})

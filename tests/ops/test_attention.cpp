@@ -1,5 +1,6 @@
 // Attention against a naive reference (GQA, causal offsets, per-sequence lengths),
-// its gradients, and the KV cache (prefill + token-by-token decode == one pass).
+// its gradients (the GEMM backward against the same reference), bf16 compute
+// against f32, and the KV cache (prefill + token-by-token decode == one pass).
 #include <omp.h>
 
 #include <cmath>
@@ -15,42 +16,126 @@ using namespace tp::test;
 
 namespace {
 
-// Straight from the definition, in double.
-std::vector<double> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const ops::AttentionOptions& opt) {
+// Straight from the definition, in double: calls row(qi, keys, p) for every query
+// row that sees a key, with qi its offset in q, keys the offsets in k and v of the
+// keys it sees, p their probabilities.
+template <class Row>
+void for_each_query_row(const Tensor& q, const Tensor& k, const ops::AttentionOptions& opt, Row row) {
   int64_t b = q.size(0), tq = q.size(1), hq = q.size(2), d = q.size(3), tk = k.size(1), hkv = k.size(2);
-  std::vector<float> qv = q.to_vector(), kv = k.to_vector(), vv = v.to_vector();
+  std::vector<float> qv = q.to_vector(), kv = k.to_vector();
   double scale = opt.scale != 0 ? opt.scale : 1 / std::sqrt(static_cast<double>(d));
-  std::vector<double> out(qv.size(), 0.0);
   for (int64_t s = 0; s < b; ++s) {
     int64_t len = opt.kv_lens.empty() ? tk : opt.kv_lens[s];
     int64_t off = opt.q_offsets.empty() ? tk - tq : opt.q_offsets[s];
     for (int64_t h = 0; h < hq; ++h) {
       int64_t kh = h / (hq / hkv);
       for (int64_t i = 0; i < tq; ++i) {
+        const int64_t qi = ((s * tq + i) * hq + h) * d;
+        std::vector<int64_t> keys;
         std::vector<double> p;
-        for (int64_t j = 0; j < tk; ++j) {
-          bool ok = j < len && (!opt.causal || j <= off + i);
-          double sc = -INFINITY;
-          if (ok) {
-            sc = 0;
-            for (int64_t c = 0; c < d; ++c)
-              sc += static_cast<double>(qv[((s * tq + i) * hq + h) * d + c]) * kv[((s * tk + j) * hkv + kh) * d + c];
-            sc *= scale;
-          }
-          p.push_back(sc);
+        for (int64_t j = 0; j < std::min(len, tk); ++j) {
+          if (opt.causal && j > off + i) break;
+          const int64_t kj = ((s * tk + j) * hkv + kh) * d;
+          double sc = 0;
+          for (int64_t c = 0; c < d; ++c) sc += static_cast<double>(qv[qi + c]) * kv[kj + c];
+          keys.push_back(kj);
+          p.push_back(sc * scale);
         }
+        if (keys.empty()) continue;  // no visible key: zeros
         double mx = -INFINITY, tot = 0;
         for (double x : p) mx = std::max(mx, x);
-        if (mx == -INFINITY) continue;  // no visible key: zeros
         for (double& x : p) tot += (x = std::exp(x - mx));
-        for (int64_t j = 0; j < tk; ++j)
-          for (int64_t c = 0; c < d; ++c)
-            out[((s * tq + i) * hq + h) * d + c] += p[j] / tot * vv[((s * tk + j) * hkv + kh) * d + c];
+        for (double& x : p) x /= tot;
+        row(qi, keys, p);
       }
     }
   }
+}
+
+std::vector<double> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const ops::AttentionOptions& opt) {
+  const int64_t d = q.size(3);
+  std::vector<float> vv = v.to_vector();
+  std::vector<double> out(static_cast<size_t>(q.numel()), 0.0);
+  for_each_query_row(q, k, opt, [&](int64_t qi, const std::vector<int64_t>& keys, const std::vector<double>& p) {
+    for (size_t j = 0; j < keys.size(); ++j)
+      for (int64_t c = 0; c < d; ++c) out[qi + c] += p[j] * vv[keys[j] + c];
+  });
   return out;
+}
+
+struct NaiveGrads {
+  std::vector<double> dq, dk, dv;
+};
+
+// Per query row, with P its probabilities: dP_j = dO . v_j;  dS_j = P_j (dP_j - sum_j P_j dP_j);
+// dq = scale sum_j dS_j k_j;  dk_j += scale dS_j q;  dv_j += P_j dO.
+NaiveGrads naive_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                    const ops::AttentionOptions& opt) {
+  const int64_t d = q.size(3);
+  std::vector<float> qv = q.to_vector(), kv = k.to_vector(), vv = v.to_vector(), gv = dout.to_vector();
+  double scale = opt.scale != 0 ? opt.scale : 1 / std::sqrt(static_cast<double>(d));
+  NaiveGrads r{std::vector<double>(qv.size()), std::vector<double>(kv.size()), std::vector<double>(vv.size())};
+  for_each_query_row(q, k, opt, [&](int64_t qi, const std::vector<int64_t>& keys, const std::vector<double>& p) {
+    std::vector<double> dp(keys.size());
+    double dot = 0;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      for (int64_t c = 0; c < d; ++c) dp[j] += static_cast<double>(gv[qi + c]) * vv[keys[j] + c];
+      dot += p[j] * dp[j];
+    }
+    for (size_t j = 0; j < keys.size(); ++j) {
+      double ds = p[j] * (dp[j] - dot) * scale;
+      for (int64_t c = 0; c < d; ++c) {
+        r.dq[qi + c] += ds * kv[keys[j] + c];
+        r.dk[keys[j] + c] += ds * qv[qi + c];
+        r.dv[keys[j] + c] += p[j] * gv[qi + c];
+      }
+    }
+  });
+  return r;
+}
+
+// |got - want| <= tol * max |want| everywhere: relative to the gradient's scale, as
+// a few of its elements are sums that cancel to nearly zero.
+::testing::AssertionResult close_to_scale(const Tensor& got, const std::vector<double>& want, double tol) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  return close(got, want, tol * scale);
+}
+
+::testing::AssertionResult close_to_scale(const Tensor& got, const Tensor& want, double tol) {
+  std::vector<float> w = want.to_vector();
+  return close_to_scale(got, std::vector<double>(w.begin(), w.end()), tol);
+}
+
+struct BackwardCase {
+  const char* name;
+  int64_t b, tq, tk, hq, hkv, d;
+  ops::AttentionOptions opt;
+};
+
+// GQA groups 1, 2 and 4; lengths not a multiple of a block (in stacked rows: 128 /
+// group queries); cache continuation (Tq < Tk, q_offsets); padding (kv_lens); a
+// query with no visible key; decode-sized Tq; no mask.
+std::vector<BackwardCase> backward_cases() {
+  std::vector<BackwardCase> cases{
+      {"mha, two blocks", 1, 150, 150, 3, 3, 16, {}},
+      {"group 2, training-like", 2, 70, 70, 4, 2, 32, {}},
+      {"group 4, lengths", 2, 45, 45, 8, 2, 8, {}},
+      {"continuation", 2, 20, 50, 4, 2, 16, {}},
+      {"no visible key", 2, 40, 40, 4, 1, 8, {}},
+      {"decode-sized", 2, 3, 12, 4, 2, 8, {}},
+      {"not causal", 2, 33, 40, 2, 1, 8, {}},
+  };
+  cases[2].opt.kv_lens = {45, 30};
+  cases[3].opt.q_offsets = {30, 10};
+  cases[3].opt.kv_lens = {50, 27};
+  cases[4].opt.q_offsets = {-3, 0};  // sequence 0's first three queries see nothing
+  cases[4].opt.scale = 0.3;
+  cases[5].opt.q_offsets = {9, 4};
+  cases[6].opt.causal = false;
+  cases[6].opt.kv_lens = {40, 17};
+  return cases;
 }
 
 }  // namespace
@@ -94,6 +179,94 @@ TEST(Attention, Gradcheck) {
   opt.q_offsets = {1, 0};
   auto fn = [opt](const std::vector<Tensor>& in) { return ops::attention(in[0], in[1], in[2], opt); };
   TP_EXPECT_GRADCHECK(fn, {param({2, 3, 4, 3}, 1), param({2, 4, 2, 3}, 2), param({2, 4, 2, 3}, 3)});
+}
+
+TEST(Attention, BackwardMatchesNaive) {
+  for (const BackwardCase& c : backward_cases()) {
+    Tensor q = Tensor::randn({c.b, c.tq, c.hq, c.d}, 1), k = Tensor::randn({c.b, c.tk, c.hkv, c.d}, 2),
+           v = Tensor::randn({c.b, c.tk, c.hkv, c.d}, 3), dout = Tensor::randn({c.b, c.tq, c.hq, c.d}, 4);
+    NaiveGrads want = naive_attention_backward(q, k, v, dout, c.opt);
+    ops::AttentionGrads got = ops::attention_backward(q, k, v, dout, c.opt);
+    EXPECT_TRUE(close_to_scale(got.dq, want.dq, 1e-5)) << c.name << ": dq";
+    EXPECT_TRUE(close_to_scale(got.dk, want.dk, 1e-5)) << c.name << ": dk";
+    EXPECT_TRUE(close_to_scale(got.dv, want.dv, 1e-5)) << c.name << ": dv";
+  }
+}
+
+TEST(Attention, RecordedBackwardIsAttentionBackward) {
+  const BackwardCase c = backward_cases()[3];
+  Tensor q = param({c.b, c.tq, c.hq, c.d}, 1), k = param({c.b, c.tk, c.hkv, c.d}, 2),
+         v = param({c.b, c.tk, c.hkv, c.d}, 3), dout = Tensor::randn({c.b, c.tq, c.hq, c.d}, 4);
+  for (DType compute : {DType::F32, DType::BF16}) {
+    ops::AttentionOptions opt = c.opt;
+    opt.compute_dtype = compute;
+    autograd::backward(ops::attention(q, k, v, opt), dout);
+    ops::AttentionGrads want = ops::attention_backward(q, k, v, dout, opt);
+    EXPECT_TRUE(equal(q.grad(), want.dq) && equal(k.grad(), want.dk) && equal(v.grad(), want.dv))
+        << dtype_name(compute);
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+  }
+}
+
+TEST(Attention, BackwardIsDeterministic) {
+  // Two kv heads' tasks on two threads (dynamic schedule): the same bits every run,
+  // and for one thread as for two (a task is one thread's, in a fixed order).
+  Tensor q = Tensor::randn({2, 130, 4, 32}, 1), k = Tensor::randn({2, 130, 2, 32}, 2),
+         v = Tensor::randn({2, 130, 2, 32}, 3), dout = Tensor::randn({2, 130, 4, 32}, 4);
+  for (DType compute : {DType::F32, DType::BF16}) {
+    ops::AttentionOptions opt;
+    opt.compute_dtype = compute;
+    omp_set_num_threads(2);
+    ops::AttentionGrads a = ops::attention_backward(q, k, v, dout, opt);
+    ops::AttentionGrads b = ops::attention_backward(q, k, v, dout, opt);
+    omp_set_num_threads(1);
+    ops::AttentionGrads c = ops::attention_backward(q, k, v, dout, opt);
+    for (const ops::AttentionGrads* x : {&b, &c})
+      EXPECT_TRUE(equal(a.dq, x->dq) && equal(a.dk, x->dk) && equal(a.dv, x->dv)) << dtype_name(compute) << (x == &b ? " run to run" : " 1 vs 2 threads");
+  }
+}
+
+TEST(Attention, Bf16ComputeIsCloseToF32) {
+  // bf16 operands carry 8 bits of mantissa: products off by ~2^-9 relative, summed
+  // over D and the keys in f32. Scale-relative 2e-2 is a few times what they give.
+  for (const BackwardCase& c : backward_cases()) {
+    Tensor q = Tensor::randn({c.b, c.tq, c.hq, c.d}, 1), k = Tensor::randn({c.b, c.tk, c.hkv, c.d}, 2),
+           v = Tensor::randn({c.b, c.tk, c.hkv, c.d}, 3), dout = Tensor::randn({c.b, c.tq, c.hq, c.d}, 4);
+    ops::AttentionOptions opt = c.opt;
+    ops::AttentionGrads want = ops::attention_backward(q, k, v, dout, opt);
+    Tensor want_out = ops::attention(q, k, v, opt);
+    opt.compute_dtype = DType::BF16;
+    ops::AttentionGrads got = ops::attention_backward(q, k, v, dout, opt);
+    EXPECT_TRUE(close_to_scale(ops::attention(q, k, v, opt), want_out, 1e-2)) << c.name << ": out";
+    EXPECT_TRUE(close_to_scale(got.dq, want.dq, 2e-2)) << c.name << ": dq";
+    EXPECT_TRUE(close_to_scale(got.dk, want.dk, 2e-2)) << c.name << ": dk";
+    EXPECT_TRUE(close_to_scale(got.dv, want.dv, 2e-2)) << c.name << ": dv";
+    EXPECT_FALSE(equal(got.dq, want.dq)) << c.name << ": bf16 compute changed nothing";
+  }
+}
+
+TEST(Attention, Bf16ComputeForwardRoundsOperandsOnTheGemmPath) {
+  // The GEMM forward in bf16 equals f32 attention over q, k and v rounded to bf16,
+  // up to P's rounding; with a bf16 cache too (its keys used as they are). The
+  // decode path (Tq < 16) computes in f32 whatever compute_dtype says.
+  Tensor q = Tensor::randn({2, 40, 4, 16}, 1), k = Tensor::randn({2, 48, 2, 16}, 2), v = Tensor::randn({2, 48, 2, 16}, 3);
+  auto round = [](const Tensor& t) { return t.to(DType::BF16).to(DType::F32); };
+  ops::AttentionOptions opt;
+  opt.kv_lens = {48, 30};
+  opt.q_offsets = {8, -10};
+  Tensor want = ops::attention(round(q), round(k), round(v), opt);
+  opt.compute_dtype = DType::BF16;
+  EXPECT_TRUE(close_to_scale(ops::attention(q, k, v, opt), want, 1e-2));
+  EXPECT_TRUE(close_to_scale(ops::attention(q, k.to(DType::BF16), v.to(DType::BF16), opt), want, 1e-2));
+  EXPECT_TRUE(equal(ops::attention(q, k, v, opt), ops::attention(q, k.to(DType::BF16), v.to(DType::BF16), opt)));
+  Tensor q_decode = q.narrow(1, 0, 3);
+  ops::AttentionOptions f32_opt = opt;
+  f32_opt.compute_dtype = DType::F32;
+  EXPECT_TRUE(equal(ops::attention(q_decode, k, v, opt), ops::attention(q_decode, k, v, f32_opt)));
+  opt.compute_dtype = DType::F16;
+  expect_error([&] { ops::attention(q, k, v, opt); }, {"compute_dtype", "f16"});
 }
 
 TEST(Attention, MismatchErrorsNameShapes) {

@@ -12,29 +12,13 @@
 #include "tp/ops/util.h"
 #include "tp/ops/vec.h"
 #include "tp/tensor/convert.h"
+#include "tp/tensor/storage.h"
 
 namespace tp::ops {
 
-namespace {
+namespace detail {
 
-// Sizes and per-sequence limits, shared by forward and backward.
-struct Geometry {
-  int64_t b, tq, tk, hq, hkv, d, group;
-  float scale;
-  bool causal;
-  std::vector<int64_t> kv_lens, q_offsets;
-
-  // Number of keys query i of sequence s may read.
-  int64_t visible(int64_t s, int64_t i) const {
-    int64_t n = kv_lens[s];
-    if (causal) n = std::min(n, q_offsets[s] + i + 1);
-    return std::max<int64_t>(n, 0);
-  }
-  const float* q_row(const float* q, int64_t s, int64_t i, int64_t h) const { return q + ((s * tq + i) * hq + h) * d; }
-  int64_t kv_index(int64_t s, int64_t j, int64_t kh) const { return ((s * tk + j) * hkv + kh) * d; }
-};
-
-Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
+AttentionGeometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   check_f32(q, "attention", "q");
   TP_CHECK((k.dtype() == DType::F32 || k.dtype() == DType::BF16) && v.dtype() == k.dtype(),
            "attention: k and v must both be f32 or both bf16 (a bf16 KV cache), got k {} and v {}",
@@ -49,8 +33,10 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   int64_t hq = q.size(2), hkv = k.size(2);
   TP_CHECK(hkv > 0 && hq % hkv == 0, "attention: {} query heads (q {}) are not a multiple of {} kv heads (k {})", hq,
            shape_str(q.shape()), hkv, shape_str(k.shape()));
-  Geometry g{q.size(0), q.size(1), k.size(1), hq, hkv, q.size(3), hq / hkv, 0.f, opt.causal, opt.kv_lens,
-             opt.q_offsets};
+  TP_CHECK(opt.compute_dtype == DType::F32 || opt.compute_dtype == DType::BF16,
+           "attention: compute_dtype must be f32 or bf16, got {}", dtype_name(opt.compute_dtype));
+  AttentionGeometry g{q.size(0), q.size(1), k.size(1), hq, hkv, q.size(3), hq / hkv, 0.f, opt.causal,
+                      opt.compute_dtype, opt.kv_lens, opt.q_offsets};
   g.scale = static_cast<float>(opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(g.d, 1))));
   if (g.kv_lens.empty()) g.kv_lens.assign(static_cast<size_t>(g.b), g.tk);
   if (g.q_offsets.empty()) g.q_offsets.assign(static_cast<size_t>(g.b), g.tk - g.tq);
@@ -62,6 +48,20 @@ Geometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
              g.kv_lens[s], g.tk, shape_str(k.shape()));
   return g;
 }
+
+void* thread_scratch(int slot, size_t bytes) {
+  thread_local std::shared_ptr<Storage> buffers[kThreadScratchSlots];
+  TP_CHECK(slot >= 0 && slot < kThreadScratchSlots, "attention: scratch slot {} out of range", slot);
+  std::shared_ptr<Storage>& buffer = buffers[slot];
+  if (!buffer || buffer->bytes() < bytes) buffer = Storage::allocate(std::max<size_t>(bytes, 64));
+  return buffer->data();
+}
+
+}  // namespace detail
+
+namespace {
+
+using Geometry = detail::AttentionGeometry;
 
 // This thread's probabilities, kept between calls: decode calls attention once
 // per layer, and a fresh vector each time was a 40 KB malloc and free per call.
@@ -89,7 +89,7 @@ void group_probabilities(const Geometry& g, const float* q, const T* k, int64_t 
                          float* p) {
   const auto& vk = detail::vec_kernels();
   // The group's heads are adjacent rows of q.
-  dots_for<T>(vk)(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, p, g.tk);
+  dots_for<T>(vk)(q + g.q_index(s, i, kh * g.group), g.group, k + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, p, g.tk);
   for (int64_t r = 0; r < g.group; ++r) vk.softmax(p + r * g.tk, n, g.scale);
 }
 
@@ -97,14 +97,22 @@ void group_probabilities(const Geometry& g, const float* q, const T* k, int64_t 
 //   S [rows, n] = Q_h [rows, D] · K_kh [n, D]^T      (n = keys visible to the block's last row)
 //   O_h [rows, D] = P [rows, n] · V_kh [n, D]
 // with the causal/length mask and softmax applied to S in between. Q, K, V and O
-// are read and written in place through row strides (Hq*D, Hkv*D).
+// are read and written in place through row strides (Hq*D, Hkv*D). T is the GEMMs'
+// operand type: float, or bf16 (compute_dtype BF16), when P is rounded for P · V.
 constexpr int64_t kQueryBlock = 64;
 
-void attention_forward_gemm(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
+template <typename T>
+void attention_forward_gemm(const Geometry& g, const T* q, const T* k, const T* v, float* out) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
   int64_t blocks = (g.tq + kQueryBlock - 1) / kQueryBlock;
 #pragma omp parallel
   {
     float* p = probability_scratch(static_cast<size_t>(kQueryBlock * g.tk));
+    T* p_operand = nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      p_operand = p;
+    else
+      p_operand = static_cast<bf16*>(detail::thread_scratch(0, sizeof(bf16) * kQueryBlock * g.tk));
     const auto& vk = detail::vec_kernels();
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t s = 0; s < g.b; ++s) {
@@ -113,23 +121,23 @@ void attention_forward_gemm(const Geometry& g, const float* q, const float* k, c
           int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, g.tq - i0), kh = h / g.group;
           int64_t n = 0;
           for (int64_t i = i0; i < i0 + rows; ++i) n = std::max(n, g.visible(s, i));
-          float* o = out + ((s * g.tq + i0) * g.hq + h) * g.d;
+          float* o = out + g.q_index(s, i0, h);
           if (n == 0) {
             for (int64_t i = 0; i < rows; ++i) std::memset(o + i * g.hq * g.d, 0, sizeof(float) * g.d);
             continue;
           }
-          const float* kb = k + g.kv_index(s, 0, kh);
-          const float* vb = v + g.kv_index(s, 0, kh);
-          detail::gemm({rows, n, g.d, false, true, DType::F32, DType::F32, g.hq * g.d, g.hkv * g.d, n},
-                       g.q_row(q, s, i0, h), kb, nullptr, p);
+          const T* kb = k + g.kv_index(s, 0, kh);
+          const T* vb = v + g.kv_index(s, 0, kh);
+          detail::gemm({rows, n, g.d, false, true, dt, dt, g.hq * g.d, g.hkv * g.d, n}, q + g.q_index(s, i0, h),
+                       kb, nullptr, p);
           for (int64_t i = 0; i < rows; ++i) {
             float* pr = p + i * n;
             int64_t vis = g.visible(s, i0 + i);
             if (vis > 0) vk.softmax(pr, vis, g.scale);
             for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
           }
-          detail::gemm({rows, g.d, n, false, false, DType::F32, DType::F32, n, g.hkv * g.d, g.hq * g.d}, p,
-                       vb, nullptr, o);
+          if constexpr (!std::is_same_v<T, float>) convert_f32_to_bf16(p, p_operand, static_cast<size_t>(rows * n));
+          detail::gemm({rows, g.d, n, false, false, dt, dt, n, g.hkv * g.d, g.hq * g.d}, p_operand, vb, nullptr, o);
         }
       }
     }
@@ -159,7 +167,7 @@ void attention_forward_rows(const Geometry& g, const float* q, const T* k, const
         for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
           int64_t nb = std::min(kKeyBlock, n - j0);
           for (int64_t kh = 0; kh < g.hkv; ++kh)
-            dots_for<T>(vk)(g.q_row(q, s, i, kh * g.group), g.group, k + g.kv_index(s, j0, kh), stride, nb, g.d,
+            dots_for<T>(vk)(q + g.q_index(s, i, kh * g.group), g.group, k + g.kv_index(s, j0, kh), stride, nb, g.d,
                     p + kh * g.group * g.tk + j0, g.tk);
         }
         for (int64_t h = 0; h < g.hq; ++h) vk.softmax(p + h * g.tk, n, g.scale);
@@ -198,83 +206,57 @@ void attention_forward_heads(const Geometry& g, const float* q, const T* k, cons
   }
 }
 
-void attention_forward(const Geometry& g, const float* q, const float* k, const float* v, float* out) {
-  // Many query rows: GEMMs win. Few (decode): row kernels, which create no
-  // oneDNN primitive per new length.
-  if (g.tq >= 16 && g.d > 0) return attention_forward_gemm(g, q, k, v, out);
-  if (g.b * g.tq >= omp_get_max_threads()) return attention_forward_rows(g, q, k, v, out);
-  attention_forward_heads(g, q, k, v, out);
+// The rows of `src` (f32) that the GEMM path reads, rounded to bf16 into this
+// thread's buffer `slot`, laid out as `src`: sequence s's first rows[s] rows of
+// `row` elements (a cache's unused tail is not converted).
+const bf16* rounded(int slot, const float* src, int64_t seq_len, int64_t row, const std::vector<int64_t>& rows) {
+  bf16* dst = static_cast<bf16*>(detail::thread_scratch(slot, sizeof(bf16) * rows.size() * seq_len * row));
+  for (size_t s = 0; s < rows.size(); ++s) {
+    size_t start = s * seq_len * row;
+    detail::to_bf16_parallel(src + start, dst + start, static_cast<size_t>(rows[s] * row));
+  }
+  return dst;
 }
 
-// A bf16 cache: decode reads it as it is (half the bytes of f32); prefill-sized
-// work widens the keys in use to f32 once and takes the GEMM path.
+// Many query rows: GEMMs win. Few (decode): row kernels, which create no oneDNN
+// primitive per new length; they read a bf16 cache as it is (half the bytes of f32).
 void attention_forward(Geometry g, const float* q, const Tensor& k, const Tensor& v, float* out) {
-  if (k.dtype() == DType::F32) return attention_forward(g, q, k.data<float>(), v.data<float>(), out);
   if (g.b == 0) return;
+  const bool f32_cache = k.dtype() == DType::F32;
   if (g.tq >= 16 && g.d > 0) {
+    if (g.compute == DType::BF16) {
+      const bf16* q16 = rounded(1, q, g.tq, g.hq * g.d, std::vector<int64_t>(g.b, g.tq));
+      if (!f32_cache) return attention_forward_gemm(g, q16, k.data<bf16>(), v.data<bf16>(), out);
+      const bf16* k16 = rounded(2, k.data<float>(), g.tk, g.hkv * g.d, g.kv_lens);
+      const bf16* v16 = rounded(3, v.data<float>(), g.tk, g.hkv * g.d, g.kv_lens);
+      return attention_forward_gemm(g, q16, k16, v16, out);
+    }
+    if (f32_cache) return attention_forward_gemm(g, q, k.data<float>(), v.data<float>(), out);
+    // A bf16 cache in f32 compute: the keys in use widened to f32 once.
     int64_t used = *std::max_element(g.kv_lens.begin(), g.kv_lens.end());
     Tensor kf = k.narrow(1, 0, used).to(DType::F32), vf = v.narrow(1, 0, used).to(DType::F32);
     g.tk = used;
     return attention_forward_gemm(g, q, kf.data<float>(), vf.data<float>(), out);
   }
-  if (g.b * g.tq >= omp_get_max_threads()) return attention_forward_rows(g, q, k.data<bf16>(), v.data<bf16>(), out);
+  const bool by_rows = g.b * g.tq >= omp_get_max_threads();
+  if (f32_cache && by_rows) return attention_forward_rows(g, q, k.data<float>(), v.data<float>(), out);
+  if (f32_cache) return attention_forward_heads(g, q, k.data<float>(), v.data<float>(), out);
+  if (by_rows) return attention_forward_rows(g, q, k.data<bf16>(), v.data<bf16>(), out);
   attention_forward_heads(g, q, k.data<bf16>(), v.data<bf16>(), out);
-}
-
-// dP_j = g·v_j;  dS_j = P_j (dP_j - Σ P dP);  dq = scale Σ dS_j k_j;  dk_j += scale dS_j q;  dv_j += P_j g.
-// Parallel over (sequence, kv head): the query heads of one group write the same dk/dv rows.
-void attention_backward(const Geometry& g, const float* q, const float* k, const float* v, const float* dout,
-                        float* dq, float* dk, float* dv) {
-#pragma omp parallel
-  {
-    std::vector<float> p(static_cast<size_t>(g.group * g.tk)), dp(static_cast<size_t>(g.tk));
-    const auto& vk = detail::vec_kernels();
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t s = 0; s < g.b; ++s) {
-      for (int64_t kh = 0; kh < g.hkv; ++kh) {
-        for (int64_t i = 0; i < g.tq; ++i) {
-          int64_t n = g.visible(s, i);
-          if (n == 0) continue;
-          group_probabilities(g, q, k, s, kh, i, n, p.data());
-          for (int64_t r = 0; r < g.group; ++r) {
-            int64_t h = kh * g.group + r;
-            const float* qr = g.q_row(q, s, i, h);
-            const float* gr = g.q_row(dout, s, i, h);
-            float* dqr = dq + (qr - q);
-            const float* pr = p.data() + r * g.tk;
-            float dot = 0;
-            for (int64_t j = 0; j < n; ++j) {
-              dp[j] = vk.dot(gr, v + g.kv_index(s, j, kh), g.d);
-              dot += pr[j] * dp[j];
-            }
-            for (int64_t j = 0; j < n; ++j) {
-              float ds = pr[j] * (dp[j] - dot) * g.scale;
-              int64_t idx = g.kv_index(s, j, kh);
-              vk.axpy(ds, k + idx, dqr, g.d);
-              vk.axpy(ds, qr, dk + idx, g.d);
-              vk.axpy(pr[j], gr, dv + idx, g.d);
-            }
-          }
-        }
-      }
-    }
-  }
 }
 
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
-  Geometry g = check_attention(q, k, v, opt);
+  Geometry g = detail::check_attention(q, k, v, opt);
   Tensor out = Tensor::empty(q.shape());
   attention_forward(g, q.data<float>(), k, v, out.data<float>());
   if (autograd::needs_grad({q, k, v})) {
     TP_CHECK(k.dtype() == DType::F32, "attention: gradients need f32 k and v, got {} (a bf16 KV cache is for "
              "inference)", dtype_name(k.dtype()));
-    autograd::record("attention", {q, k, v}, {out}, [g, q, k, v](const std::vector<Tensor>& grad) {
-      Tensor dq = Tensor::zeros(q.shape()), dk = Tensor::zeros(k.shape()), dv = Tensor::zeros(v.shape());
-      attention_backward(g, q.data<float>(), k.data<float>(), v.data<float>(), grad[0].data<float>(),
-                         dq.data<float>(), dk.data<float>(), dv.data<float>());
-      return std::vector<Tensor>{dq, dk, dv};
+    autograd::record("attention", {q, k, v}, {out}, [opt, q, k, v](const std::vector<Tensor>& grad) {
+      AttentionGrads d = attention_backward(q, k, v, grad[0], opt);
+      return std::vector<Tensor>{d.dq, d.dk, d.dv};
     });
   }
   return out;

@@ -6,6 +6,11 @@
 //   Query i of sequence b sits at absolute position q_offsets[b] + i and (causal)
 //   attends keys j <= that position; only keys j < kv_lens[b] are valid (padding).
 //   A query with no valid key outputs zeros.
+//
+// Backward: per (sequence, kv head) task, flash-attention style: each block of query
+// rows recomputes its scores and probabilities and sends them through GEMMs (see
+// attention_backward.cpp); nothing of size Tq x Tk is kept from the forward.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -18,10 +23,24 @@ struct AttentionOptions {
   bool causal = true;
   std::vector<int64_t> kv_lens;    // per batch: number of valid keys (empty → all Tk)
   std::vector<int64_t> q_offsets;  // per batch: absolute position of query 0 (empty → Tk - Tq)
+  // F32, or BF16: the GEMMs' operands (Q, K, V, P; in the backward also dO and dS) are
+  // rounded to bf16, as torch.autocast runs attention in bf16; accumulation, softmax
+  // and outputs stay f32. Applies where GEMMs run: the forward for Tq >= 16, and the
+  // backward. Decode-sized forwards (row kernels) compute in f32 either way.
+  DType compute_dtype = DType::F32;
 };
 
 // Differentiable w.r.t. q, k and v. k and v may be bf16 (a KV cache), without gradients.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt = {});
+
+// The gradients of attention(q, k, v, opt) for the output gradient dout (f32, q's
+// shape): what the op's recorded backward computes, without the tape. Deterministic:
+// each kv head's dk/dv rows are written by one thread, in a fixed order.
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                  const AttentionOptions& opt = {});
 
 // Preallocated keys/values [B, max_len, Hkv, D] for one layer, f32 or bf16 (as
 // Transformers keeps the cache in the model's dtype; half the bytes a decode step
@@ -60,5 +79,37 @@ class KVCache {
 // at position old_length[b] + i) attend causally over everything cached. No grad.
 Tensor attention_with_cache(const Tensor& q, KVCache& cache, const Tensor& k_new, const Tensor& v_new,
                             double scale = 0);
+
+namespace detail {
+
+// One call's sizes and per-sequence limits, checked; shared by the forward
+// (attention.cpp) and the backward (attention_backward.cpp).
+struct AttentionGeometry {
+  int64_t b, tq, tk, hq, hkv, d, group;
+  float scale;
+  bool causal;
+  DType compute;
+  std::vector<int64_t> kv_lens, q_offsets;
+
+  // Number of keys query i of sequence s may read.
+  int64_t visible(int64_t s, int64_t i) const {
+    int64_t n = kv_lens[s];
+    if (causal) n = std::min(n, q_offsets[s] + i + 1);
+    return std::max<int64_t>(n, 0);
+  }
+  // Offsets in elements of query row (s, i, h) and of key/value row (s, j, kh).
+  int64_t q_index(int64_t s, int64_t i, int64_t h) const { return ((s * tq + i) * hq + h) * d; }
+  int64_t kv_index(int64_t s, int64_t j, int64_t kh) const { return ((s * tk + j) * hkv + kh) * d; }
+};
+
+AttentionGeometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt);
+
+// This thread's buffer number `slot` of at least `bytes` (64-byte aligned), kept
+// between calls and only grown: page faults cost ~10 us per 4 KiB page here, and
+// attention runs once per layer.
+constexpr int kThreadScratchSlots = 16;
+void* thread_scratch(int slot, size_t bytes);
+
+}  // namespace detail
 
 }  // namespace tp::ops

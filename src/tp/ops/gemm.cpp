@@ -24,7 +24,7 @@ memory::data_type dnnl_type(DType t) { return t == DType::BF16 ? memory::data_ty
 
 struct Entry {
   dnnl::matmul prim;
-  memory::desc a_md, b_md, bias_md, c_md;
+  memory::desc a_md, b_md, bias_md, c_md, scratchpad_md;
 };
 
 std::mutex cache_mutex;
@@ -46,15 +46,27 @@ const Entry& cached_primitive(const GemmSpec& s, bool has_bias) {
   memory::desc bias_md = has_bias ? memory::desc({1, s.n}, memory::data_type::f32, memory::format_tag::ab)
                                   : memory::desc();
   memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::dims{ldc, 1});
+  // The scratchpad is ours, one per thread (gemm_scratchpad): in library mode this
+  // oneDNN build (no DNNL_ENABLE_CONCURRENT_EXEC) sizes a thread-local scratchpad
+  // when a primitive is created, so a cached primitive that another OpenMP thread
+  // created read and wrote past that thread's smaller one: attention's concurrent
+  // bf16 and transposed-A GEMMs came out wrong, differently run to run.
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (s.accumulate) {
     dnnl::post_ops ops;
     ops.append_sum(1.f);
     attr.set_post_ops(ops);
   }
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, dnnl_engine());
-  Entry e{dnnl::matmul(pd), a_md, b_md, bias_md, c_md};
+  Entry e{dnnl::matmul(pd), a_md, b_md, bias_md, c_md, pd.scratchpad_desc()};
   return cache.emplace(key, std::move(e)).first->second;
+}
+
+void* gemm_scratchpad(size_t bytes) {
+  thread_local std::shared_ptr<Storage> buffer;
+  if (!buffer || buffer->bytes() < bytes) buffer = Storage::allocate(bytes);
+  return buffer->data();
 }
 
 }  // namespace
@@ -121,6 +133,8 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
   memory c_mem(e.c_md, engine, c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias_md, engine, const_cast<float*>(bias)));
+  if (size_t bytes = e.scratchpad_md.get_size())
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(e.scratchpad_md, engine, gemm_scratchpad(bytes)));
   e.prim.execute(dnnl_stream(), args);
   dnnl_stream().wait();
 }
