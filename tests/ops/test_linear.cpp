@@ -3,6 +3,8 @@
 #include "tp/nn/layers.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
+#include "tp/ops/elementwise.h"
+#include "tp/tensor/convert.h"
 
 using namespace tp;
 using namespace tp::test;
@@ -240,4 +242,56 @@ TEST(Linear, NoGradRecordsNothing) {
   ops::linear(x, w);
   EXPECT_EQ(autograd::tape_size(), 1u);
   autograd::clear_tape();
+}
+
+TEST(Linear, Bf16ArithmeticOnF32StorageEqualsNativeBf16) {
+  // compute = BF16 over an f32 weight holding bf16 values: x and dy rounded to bf16
+  // values, f32 GEMMs. The products equal native bf16's (a product of two bf16
+  // values is exact in f32): only the order of the f32 sums differs.
+  for (auto [m, k, n] : {std::tuple{64, 96, 80}, {130, 300, 70}}) {
+    Tensor w16 = Tensor::randn({n, k}, 20, 0.f, 0.1f).to(DType::BF16);
+    Tensor w32 = w16.to(DType::F32), xs = Tensor::randn({m, k}, 21), r = Tensor::randn({m, n}, 22);
+    Tensor x_native = xs.clone(), x_f32 = xs.clone();
+    x_native.set_requires_grad(true);
+    x_f32.set_requires_grad(true);
+    w16.set_requires_grad(true);
+    w16.set_grad(Tensor::zeros({n, k}));  // f32 gradients for the bf16 weight, as a trainer gives it
+    w32.set_requires_grad(true);
+    Tensor y_native = ops::linear(x_native, w16), y_f32 = ops::linear(x_f32, w32, Tensor(), DType::BF16);
+    EXPECT_LE(max_abs_diff(y_native, y_f32), 1e-5 * max_abs(y_native));
+    // ... and differ from f32 arithmetic by bf16's rounding of x.
+    EXPECT_GT(max_abs_diff(ops::linear(xs, w32), y_f32), 1e-4 * max_abs(y_native));
+    autograd::backward(ops::sum(ops::mul(y_native, r)));
+    autograd::backward(ops::sum(ops::mul(y_f32, r)));
+    EXPECT_LE(max_abs_diff(x_native.grad(), x_f32.grad()), 1e-5 * max_abs(x_native.grad()));
+    EXPECT_LE(max_abs_diff(w16.grad(), w32.grad()), 1e-5 * max_abs(w16.grad()));
+  }
+}
+
+TEST(Linear, RoundF32ToBf16MatchesScalarRounding) {
+  std::vector<float> v = Tensor::randn({4099}, 30, 0.f, 100.f).to_vector();
+  for (float special : {0.f, -0.f, 1.f + 1.f / 256, 1.f + 3.f / 256, INFINITY, -INFINITY, NAN, 3.0e38f, 1e-40f})
+    v.push_back(special);
+  std::vector<float> out(v.size());
+  round_f32_to_bf16(v.data(), out.data(), v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float want = to_f32(to_bf16(v[i]));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+    } else {
+      EXPECT_EQ(out[i], want) << "element " << i << " = " << v[i];
+    }
+  }
+}
+
+TEST(Gemm, RowMajorBWithAConflictingStrideIsCopiedToPaddedRowsAndStaysExact) {
+  // [M x K] x [K x 3072]: B's 12 KiB rows go through a padded copy (see gemm.cpp).
+  for (int64_t n : {3072, 3073}) {
+    const int64_t m = 96, k = 64;
+    Tensor a = Tensor::randn({m, k}, 40), b = Tensor::randn({k, n}, 41), c = Tensor::empty({m, n});
+    ops::detail::gemm({m, n, k, false, false, DType::F32, DType::F32}, a.raw_data(), b.raw_data(), nullptr,
+                      c.data<float>());
+    // b^T as an [n, k] weight: the naive linear computes a · b.
+    EXPECT_TRUE(close(c, naive_linear(a, b.transpose(0, 1), Tensor()), 1e-4, 1e-4)) << n;
+  }
 }

@@ -14,6 +14,7 @@
 #include "models/model_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/models/auto.h"
+#include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"
 #include "tp/training/trainer.h"
 
@@ -223,22 +224,45 @@ TEST(TrainingSgd, MomentumStepsEqualTp1) {
                      1e-5, "sgd updated " + q.name);
 }
 
-TEST(TrainingBf16, MixedPrecisionKeepsF32MastersAndMatchesTp1) {
+// Both ways bf16 arithmetic can run (native bf16 GEMMs, or f32 GEMMs on bf16
+// values: what a machine whose bf16 GEMMs are slow uses) give the same numbers up
+// to the order of the f32 sums, match tp = 1, and keep f32 masters.
+class TrainingBf16 : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TrainingBf16, MixedPrecisionKeepsF32MastersAndMatchesTp1) {
+  const bool native = GetParam();
+  ops::detail::set_bf16_gemm_native(native);
   auto data = synthetic_data(516, 8);
   TrainingArguments args = base_args("");
   args.bf16 = true;
-  Pair p = make_pair("llama", "bf16", args, data);
+  Pair p = make_pair("llama", std::string("bf16-") + (native ? "native" : "f32"), args, data);
+  std::vector<double> losses;
   for (int64_t step = 0; step < 3; ++step) {
     StepResult a = p.solo_trainer->training_step(step_batches(*data, step));
     StepResult b = p.par_trainer->training_step(step_batches(*data, step));
     // bf16 products round differently once partial sums are split across ranks.
     expect_near_rel(b.loss, a.loss, 2e-3, "bf16 loss at step " + std::to_string(step));
+    losses.push_back(a.loss);
   }
+  EXPECT_EQ(p.par_trainer->parameters().bf16_native(), native);
   for (const TrainableParam& q : p.par_trainer->parameters().params()) {
     EXPECT_EQ(q.master.dtype(), DType::F32) << q.name;
     EXPECT_EQ(q.grad.dtype(), DType::F32) << q.name;
-    EXPECT_EQ(q.compute.dtype(), q.global_shape.size() >= 2 ? DType::BF16 : DType::F32) << q.name;
+    if (q.global_shape.size() < 2) {
+      EXPECT_TRUE(q.compute.is_same(q.master)) << q.name << ": vectors compute in f32";
+      continue;
+    }
+    EXPECT_EQ(q.compute.dtype(), native ? DType::BF16 : DType::F32) << q.name;
     // The compute copy is the master rounded to bf16.
-    if (q.compute.dtype() == DType::BF16) EXPECT_TRUE(equal(q.compute, q.master.to(DType::BF16))) << q.name;
+    EXPECT_TRUE(equal(q.compute.to(DType::F32), q.master.to(DType::BF16).to(DType::F32))) << q.name;
+  }
+  // The same three losses either way (a file-level record: the first mode writes, the second compares).
+  static std::vector<double> other;
+  if (other.empty()) {
+    other = losses;
+  } else {
+    for (size_t i = 0; i < losses.size(); ++i) expect_near_rel(losses[i], other[i], 1e-4, "native vs f32 bf16 loss");
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(BothWays, TrainingBf16, ::testing::Values(true, false));

@@ -44,7 +44,7 @@ Tensor Linear::forward(const std::vector<Tensor>& inputs) {
   if (packed) return ops::linear(xf, packed_, b);
   TP_CHECK(weight.data.defined(), "{}: the weight was released after packing for inference; load the model with "
            "inference_only = false to compute gradients", name());
-  return ops::linear(xf, weight.data, b);
+  return ops::linear(xf, weight.data, b, compute_dtype);
 }
 
 Embedding::Embedding(std::string name, int64_t num_embeddings, int64_t dim)

@@ -1,5 +1,7 @@
 #pragma once
 // The leaf modules models are built from. Member names are the checkpoint keys.
+#include <optional>
+
 #include "tp/nn/module.h"
 #include "tp/ops/linear.h"
 
@@ -13,6 +15,10 @@ class Linear : public Module {
   Parameter* bias = nullptr;
   // Row-parallel styles add the (replicated) bias once, after the reduction.
   bool add_bias_in_forward = true;
+  // The arithmetic of the unpacked path; unset: the weight's dtype. BF16 with an
+  // f32 weight holding bf16 values is mixed precision where bf16 GEMMs are slow
+  // (see ops::linear).
+  std::optional<DType> compute_dtype;
 
   // Inference uses weights packed once for oneDNN; training uses the plain weight
   // so the optimizer's updates are seen without repacking. For inference only,

@@ -27,6 +27,20 @@ struct GemmSpec {
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c);
 
+// How bf16 arithmetic (bf16 operands, f32 accumulation) runs fastest on this
+// machine: native bf16 GEMMs, or f32 GEMMs on operands rounded to bf16 values,
+// which give the same products (a product of two bf16 values is exact in f32).
+// On a Xeon without AMX, oneDNN's bf16 GEMM (AVX512-BF16) ran at 84 GFLOP/s per
+// core and its f32 GEMM at 152: there the rounded-f32 form wins. Measured once
+// per process (a few milliseconds) unless TP_BF16_GEMM=native|f32 says; callers
+// that need every rank to agree (a trainer) make it so with set_bf16_gemm_native.
+bool bf16_gemm_native();
+void set_bf16_gemm_native(bool native);
+struct Bf16GemmRates {
+  double bf16_gflops = 0, f32_gflops = 0;  // of the probe, 0 when set or overridden
+};
+Bf16GemmRates bf16_gemm_probe_rates();
+
 // Primitives created so far (a repeated call must not add one).
 size_t gemm_primitives_created();
 

@@ -8,6 +8,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/ops/dnnl_context.h"
 #include "tp/ops/gemm.h"
+#include "tp/tensor/convert.h"
 
 namespace tp::ops {
 
@@ -56,17 +57,30 @@ Tensor bf16_copy(const Tensor& x) {
   return out;
 }
 
+// x rounded to bf16 values, still f32 (bf16 arithmetic run as f32 GEMMs).
+Tensor bf16_valued_copy(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape());
+  const int64_t n = x.numel(), block = 1 << 16;
+  const float* src = x.data<float>();
+  float* dst = out.data<float>();
+#pragma omp parallel for schedule(static) if (n > block)
+  for (int64_t i = 0; i < n; i += block) round_f32_to_bf16(src + i, dst + i, static_cast<size_t>(std::min(block, n - i)));
+  return out;
+}
+
 // dx [M, K] = dy [M, N] · w [N, K];  dw [N, K] = dy^T · x;  db [N] = column sums of dy.
 // A bf16 weight means bf16 compute, as under torch.autocast: both products take
-// bf16 operands (dy rounded once for the two) and accumulate in f32. dw goes
-// straight into the weight's gradient buffer when it has one (see
-// autograd::leaf_grad_buffer): no [N, K] temporary and no pass to add it.
-std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& b) {
+// bf16 operands (dy rounded once for the two) and accumulate in f32. With
+// `bf16_values`, the same arithmetic on f32 storage: dy rounded to bf16 values,
+// x already rounded. dw goes straight into the weight's gradient buffer when it
+// has one (see autograd::leaf_grad_buffer): no [N, K] temporary, no pass to add it.
+std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, bool need_dx, const Tensor& w, const Tensor& b,
+                                    bool bf16_values) {
   int64_t n = w.size(0), k = w.size(1), m = rows_of(x);
   const DType compute = w.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
-  const Tensor dy_c = compute == DType::BF16 ? bf16_copy(dy) : dy;
+  const Tensor dy_c = compute == DType::BF16 ? bf16_copy(dy) : bf16_values ? bf16_valued_copy(dy) : dy;
   Tensor dx, dw, db;
-  if (x.requires_grad()) {
+  if (need_dx) {
     dx = Tensor::empty(x.shape());
     detail::gemm({m, k, n, false, false, compute, w.dtype()}, dy_c.raw_data(), w.raw_data(), nullptr,
                  dx.data<float>());
@@ -96,24 +110,35 @@ std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, const Ten
 
 Tensor f32_bias(const Tensor& b) { return b.defined() ? b.to(DType::F32) : Tensor(); }
 
-void maybe_record_linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
+// `x_values`: what the forward multiplied (x itself, or its bf16-valued copy).
+void maybe_record_linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const Tensor& x_values = Tensor()) {
   if (!autograd::needs_grad({x, w, b})) return;
-  autograd::record("linear", {x, w, b}, {y}, [x, w, b](const std::vector<Tensor>& g) {
-    return linear_backward(g[0], x, w, b);
+  const bool bf16_values = x_values.defined();
+  const Tensor saved = bf16_values ? x_values : x;
+  const bool need_dx = x.requires_grad();
+  autograd::record("linear", {x, w, b}, {y}, [saved, need_dx, w, b, bf16_values](const std::vector<Tensor>& g) {
+    return linear_backward(g[0], saved, need_dx, w, b, bf16_values);
   });
 }
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, std::optional<DType> compute) {
   TP_CHECK(w.defined(), "linear: weight must be defined");
   int64_t m = check_linear_args(x, w.shape(), w.dtype(), b);
   int64_t n = w.size(0), k = w.size(1);
+  TP_CHECK(!compute || *compute == DType::F32 || *compute == DType::BF16,
+           "linear: compute dtype must be f32 or bf16, got {}", dtype_name(compute.value_or(DType::F32)));
+  TP_CHECK(!compute || *compute == DType::BF16 || w.dtype() == DType::F32,
+           "linear: f32 compute needs an f32 weight, got {} (a bf16 weight computes in bf16)", dtype_name(w.dtype()));
+  const bool bf16_values = compute == DType::BF16 && w.dtype() == DType::F32;
+  const Tensor x_values = bf16_values ? bf16_valued_copy(x) : x;
   Tensor y = Tensor::empty(linear_out_shape(x, n));
   Tensor bias = f32_bias(b);
-  detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x.raw_data(), w.raw_data(),
+  detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x_values.raw_data(), w.raw_data(),
                bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
-  maybe_record_linear(y, x, w, b);
+  maybe_record_linear(y, x, w, b, bf16_values ? x_values : Tensor());
   return y;
 }
 

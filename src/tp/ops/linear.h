@@ -6,14 +6,20 @@
 //
 // x is f32; w is f32 or bf16 (bf16: x is converted to bf16 in a reused per-thread
 // buffer, products accumulate in f32, y is f32).
+//
+// `compute` = BF16 with an f32 w: bf16 arithmetic on f32 storage, for machines
+// where bf16 GEMMs are the slow path (detail::bf16_gemm_native): x (and, in the
+// backward, dy) are rounded to bf16 values and the GEMMs run in f32; w must hold
+// bf16 values already (a trainer's compute copy does). Default: w's dtype.
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "tp/tensor/tensor.h"
 
 namespace tp::ops {
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), std::optional<DType> compute = {});
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // A weight packed once into oneDNN's preferred blocked layout (format_tag::any +

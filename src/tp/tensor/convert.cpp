@@ -47,6 +47,18 @@ void f32_to_bf16_avx2(const float* src, bf16* dst, size_t n) {
 
 }  // namespace
 
+void round_f32_to_bf16(const float* src, float* dst, size_t n) {
+  // to_bf16's rounding, branch-free so that it vectorizes (NaN stays a quiet NaN).
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t r = nan ? ((u | 0x00400000u) & 0xffff0000u) : ((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+    std::memcpy(dst + i, &r, 4);
+  }
+}
+
 void convert_f32_to_bf16(const float* src, bf16* dst, size_t n) {
   // The AVX-512 instruction treats f32 subnormal inputs as zero; the AVX2 path
   // rounds them. Subnormals (< 1.2e-38) are the only values where they differ.

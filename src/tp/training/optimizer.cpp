@@ -1,5 +1,7 @@
 #include "tp/training/optimizer.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 
 #include "tp/tensor/convert.h"
@@ -17,14 +19,11 @@ template <class Update>
 void for_each_block(ModelParameters& params, Update update) {
   for (TrainableParam& p : params.params()) {
     const int64_t n = p.master.numel(), blocks = (n + kBlock - 1) / kBlock;
-    const bool round = p.compute.dtype() == DType::BF16;
 #pragma omp parallel for schedule(static) if (blocks > 16)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t begin = b * kBlock, end = std::min(n, begin + kBlock);
       update(p, begin, end);
-      if (round)
-        convert_f32_to_bf16(p.master.data<float>() + begin, p.compute.data<bf16>() + begin,
-                            static_cast<size_t>(end - begin));
+      round_into_compute_copy(p, begin, end);
     }
   }
 }
@@ -57,34 +56,81 @@ void load_views(const ModelParameters& params, Tensor& slab, const std::string& 
 
 }  // namespace
 
+namespace {
+
+// One AdamW update of n elements; every operation as torch's for-loop AdamW
+// does it, in that order (decay, m, v, denominator, step), so the vector and
+// scalar forms give the same bits. The vector form streams the four arrays at
+// about twice the rate of what the compiler makes of the loop for AVX2.
+struct AdamWScalars {
+  float keep, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, step_size, grad_scale;
+};
+
+void adamw_scalar(const AdamWScalars& c, float* w, const float* g, float* m, float* v, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * c.grad_scale;
+    w[i] *= c.keep;
+    m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gi;
+    v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
+    const float denom = std::sqrt(v[i]) / c.bias_correction2_sqrt + c.eps;
+    w[i] -= c.step_size * m[i] / denom;
+  }
+}
+
+__attribute__((target("avx512f"))) void adamw_avx512(const AdamWScalars& c, float* w, const float* g, float* m,
+                                                      float* v, int64_t n) {
+  const __m512 keep = _mm512_set1_ps(c.keep), b1 = _mm512_set1_ps(c.beta1), ob1 = _mm512_set1_ps(c.one_minus_beta1),
+               b2 = _mm512_set1_ps(c.beta2), ob2 = _mm512_set1_ps(c.one_minus_beta2),
+               bc2 = _mm512_set1_ps(c.bias_correction2_sqrt), eps = _mm512_set1_ps(c.eps),
+               step = _mm512_set1_ps(c.step_size), scale = _mm512_set1_ps(c.grad_scale);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), scale);
+    const __m512 wi = _mm512_mul_ps(_mm512_loadu_ps(w + i), keep);
+    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(ob1, gi));
+    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2), _mm512_mul_ps(_mm512_mul_ps(ob2, gi), gi));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    _mm512_storeu_ps(w + i, _mm512_sub_ps(wi, _mm512_div_ps(_mm512_mul_ps(step, mi), denom)));
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+  }
+  adamw_scalar(c, w + i, g + i, m + i, v + i, n - i);
+}
+
+using AdamWKernel = void (*)(const AdamWScalars&, float*, const float*, float*, float*, int64_t);
+
+AdamWKernel adamw_kernel() {
+  static const AdamWKernel k = __builtin_cpu_supports("avx512f") ? adamw_avx512 : adamw_scalar;
+  return k;
+}
+
+}  // namespace
+
 AdamW::AdamW(ModelParameters& params, AdamWOptions options)
     : params_(params), o_(options), exp_avg_(Tensor::zeros({params.numel()})),
       exp_avg_sq_(Tensor::zeros({params.numel()})) {}
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, float grad_scale) {
   ++steps_;
   const double t = static_cast<double>(steps_);
-  const float beta1 = static_cast<float>(o_.beta1), beta2 = static_cast<float>(o_.beta2);
-  const float one_minus_beta1 = static_cast<float>(1 - o_.beta1), one_minus_beta2 = static_cast<float>(1 - o_.beta2);
-  const float step_size = static_cast<float>(lr / (1 - std::pow(o_.beta1, t)));
-  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o_.beta2, t)));
-  const float eps = static_cast<float>(o_.eps);
+  AdamWScalars c{1.f,
+                 static_cast<float>(o_.beta1),
+                 static_cast<float>(1 - o_.beta1),
+                 static_cast<float>(o_.beta2),
+                 static_cast<float>(1 - o_.beta2),
+                 static_cast<float>(std::sqrt(1 - std::pow(o_.beta2, t))),
+                 static_cast<float>(o_.eps),
+                 static_cast<float>(lr / (1 - std::pow(o_.beta1, t))),
+                 grad_scale};
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
+  const AdamWKernel kernel = adamw_kernel();
   for_each_block(params_, [&](TrainableParam& p, int64_t begin, int64_t end) {
-    const float keep = static_cast<float>(1 - lr * (p.decay ? o_.weight_decay : 0.0));
-    float* w = p.master.data<float>();
-    const float* g = p.grad.data<float>();
-    float* pm = m + p.offset;
-    float* pv = v + p.offset;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) {
-      w[i] *= keep;
-      pm[i] = pm[i] * beta1 + one_minus_beta1 * g[i];
-      pv[i] = pv[i] * beta2 + one_minus_beta2 * g[i] * g[i];
-      const float denom = std::sqrt(pv[i]) / bias_correction2_sqrt + eps;
-      w[i] -= step_size * pm[i] / denom;
-    }
+    AdamWScalars pc = c;
+    pc.keep = static_cast<float>(1 - lr * (p.decay ? o_.weight_decay : 0.0));
+    kernel(pc, p.master.data<float>() + begin, p.grad.data<float>() + begin, m + p.offset + begin,
+           v + p.offset + begin, end - begin);
   });
 }
 
@@ -104,7 +150,7 @@ SGD::SGD(ModelParameters& params, SGDOptions options) : params_(params), o_(opti
   if (o_.momentum != 0) momentum_buffer_ = Tensor::zeros({params.numel()});
 }
 
-void SGD::step(double lr) {
+void SGD::step(double lr, float grad_scale) {
   const bool first = steps_ == 0;
   ++steps_;
   const float rate = static_cast<float>(lr), mu = static_cast<float>(o_.momentum);
@@ -116,7 +162,7 @@ void SGD::step(double lr) {
     float* b = buf ? buf + p.offset : nullptr;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) {
-      float d = g[i] + lambda * w[i];
+      float d = g[i] * grad_scale + lambda * w[i];
       if (b) d = b[i] = first ? d : mu * b[i] + d;
       w[i] -= rate * d;
     }

@@ -22,7 +22,10 @@ namespace tp::training {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(double lr) = 0;
+  // `grad_scale` multiplies every gradient first (clipping's coefficient, fused
+  // into the update instead of a pass of its own: the same numbers as scaling
+  // the gradients in place, as torch's clip_grad_norm_ does).
+  virtual void step(double lr, float grad_scale = 1.f) = 0;
   virtual std::string name() const = 0;
   int64_t steps() const { return steps_; }
   // This rank's state as named local tensors (for checkpoints), and back.
@@ -40,7 +43,7 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(ModelParameters& params, AdamWOptions options);
-  void step(double lr) override;
+  void step(double lr, float grad_scale = 1.f) override;
   std::string name() const override { return "adamw_torch"; }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;
@@ -58,7 +61,7 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(ModelParameters& params, SGDOptions options);
-  void step(double lr) override;
+  void step(double lr, float grad_scale = 1.f) override;
   std::string name() const override { return "sgd"; }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;

@@ -6,6 +6,9 @@
 // bf16=True), with a bf16 copy of each matrix refreshed after every update;
 // vectors (norms, biases) compute in f32 either way. Gradients accumulate
 // straight into their slab (Tensor::set_grad), so a step allocates nothing for them.
+// Where bf16 GEMMs are slower than f32 ones (ops::detail::bf16_gemm_native), the
+// compute copy holds the bf16 values in f32 and the Linear modules round their
+// inputs: the same arithmetic, run as f32 GEMMs.
 //
 // Replicated parameters sit first in the slabs, so one broadcast covers them all.
 #include <functional>
@@ -35,6 +38,9 @@ struct TrainableParam {
   bool counted = true;               // this rank's slice counts toward the global norm
 };
 
+// Writes master[begin, end) into the compute copy (bf16, or bf16 values in f32); nothing when they are one.
+void round_into_compute_copy(const TrainableParam& p, int64_t begin, int64_t end);
+
 class ModelParameters {
  public:
   // Takes over `model`'s parameters: their values move into the slabs and the
@@ -54,6 +60,8 @@ class ModelParameters {
   int64_t numel() const { return numel_; }              // local elements, padding included
   int64_t replicated_numel() const { return replicated_end_; }
   bool bf16_compute() const { return bf16_; }
+  // Under bf16 compute: native bf16 GEMMs (else bf16 values in f32); every rank agrees.
+  bool bf16_native() const { return bf16_native_; }
   dist::ProcessGroup& group() const { return group_; }
 
   void zero_grad();
@@ -67,16 +75,15 @@ class ModelParameters {
   // squares summed over ranks, replicated and tied parameters once), the same
   // value on every rank. Collective.
   double global_grad_norm() const;
-  void scale_grads(float factor);
 
   // The full tensor of a parameter's master weights (collective).
   Tensor gather_master(const TrainableParam& p) const;
 
  private:
   dist::ProcessGroup& group_;
-  bool bf16_;
+  bool bf16_, bf16_native_ = false;
   std::vector<TrainableParam> params_;
-  Tensor master_, grad_, compute_bf16_;
+  Tensor master_, grad_, compute_copy_;
   int64_t numel_ = 0, replicated_end_ = 0;
 };
 

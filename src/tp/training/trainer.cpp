@@ -287,12 +287,15 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   r.grad_norm = params_->global_grad_norm();
   TP_CHECK(finite(r.grad_norm), "step {}: the gradient norm is {} (loss {}); stopping before the update", step + 1,
            r.grad_norm, r.loss);
+  // torch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1
+  // (fused into the optimizer's pass over the gradients).
+  float grad_scale = 1.f;
   if (args_.max_grad_norm > 0) {
     const double coef = args_.max_grad_norm / (r.grad_norm + 1e-6);
-    if (coef < 1) params_->scale_grads(static_cast<float>(coef));
+    if (coef < 1) grad_scale = static_cast<float>(coef);
   }
   r.learning_rate = lr_at(step);
-  optimizer_->step(r.learning_rate);
+  optimizer_->step(r.learning_rate, grad_scale);
   ++state_.global_step;
   state_.epoch = static_cast<double>(state_.global_step) / static_cast<double>(steps_per_epoch_);
   return r;

@@ -1,0 +1,164 @@
+// End-to-end training benchmark of one rank group: optimizer steps of causal-LM
+// training (batch B x seq T random tokens, AdamW, clipping, vocab-parallel loss)
+// through Trainer::training_step, medians over the timed steps. In the same
+// process, rank 0 measures the matmul rates the targets are stated against: bf16
+// and f32 GEMMs (M=512, K=1024, N=3072 through ops::linear, plain weights as
+// training uses them). Rank 0 prints one JSON line; run_training_bench.py pairs
+// tp = 1 and tp = 2 runs of it with PyTorch's.
+//
+//   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
+//
+// FLOPs per step: 6 x (every Linear weight's elements, this rank's) x tokens, plus
+// attention's two matmuls over the causal triangle, 3x for forward and backward.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include "tp/dist/process_group.h"
+#include "tp/models/auto.h"
+#include "tp/nn/layers.h"
+#include "tp/ops/linear.h"
+#include "tp/training/trainer.h"
+
+using namespace tp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Plain (unpacked) weight, as the training forward and backward use them.
+double matmul_gflops(DType dtype) {
+  Tensor x = Tensor::randn({512, 1024}, 1);
+  Tensor w = Tensor::randn({3072, 1024}, 2, 0, 0.02f, dtype);
+  std::vector<double> t;
+  for (int r = 0; r < 8; ++r) {
+    auto t0 = Clock::now();
+    Tensor y = ops::linear(x, w);
+    t.push_back(seconds(t0));
+  }
+  return 2.0 * 512 * 1024 * 3072 / median(t) / 1e9;
+}
+
+int64_t peak_rss() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Page faults cost ~10 us per 4 KiB page here: a steady-state step should take none.
+int64_t minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_minflt);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::init(&argc, &argv);
+  CLI::App app{"tp training benchmark"};
+  std::string model_dir, dtype = "bf16";
+  int64_t seq_len = 512, batch = 1, steps = 3, warmup = 1;
+  bool skip_ceilings = false;
+  app.add_option("--model", model_dir)->required();
+  app.add_option("--seq-len", seq_len);
+  app.add_option("--batch", batch);
+  app.add_option("--steps", steps);
+  app.add_option("--warmup", warmup);
+  app.add_option("--dtype", dtype, "compute: bf16 (f32 master weights) or f32");
+  app.add_flag("--skip-ceilings", skip_ceilings);
+  CLI11_PARSE(app, argc, argv);
+
+  auto t_load = Clock::now();
+  LoadOptions load = LoadOptions::for_training();
+  load.verbose = false;
+  PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, load);
+  const double load_s = seconds(t_load);
+  dist::ProcessGroup& group = model.mesh().group("tp");
+  const int64_t V = model.config().vocab_size;
+
+  std::vector<int32_t> tokens(static_cast<size_t>((warmup + steps) * batch * seq_len));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % V);
+  auto data = std::make_shared<training::TokenBlocks>(training::TokenBlocks::from_tokens(tokens, seq_len));
+  training::TrainingArguments args;
+  args.output_dir = (std::filesystem::temp_directory_path() / "tp-bench-training").string();
+  args.per_device_train_batch_size = batch;
+  args.max_steps = warmup + steps;
+  args.save_strategy = "no";
+  args.bf16 = dtype == "bf16";
+  training::Trainer trainer(model, args, data);
+
+  std::vector<double> step_s;
+  std::vector<double> losses;
+  std::vector<int64_t> faults;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    std::vector<int64_t> blocks;
+    for (int64_t b = 0; b < batch; ++b) blocks.push_back((s * batch + b) % data->size());
+    Tensor ids = data->batch(blocks);
+    group.barrier();
+    const int64_t f0 = minor_faults();
+    auto t0 = Clock::now();
+    training::StepResult r = trainer.training_step({{ids, ids}});
+    group.barrier();  // a step ends when its slowest rank does
+    if (s >= warmup) {
+      step_s.push_back(seconds(t0));
+      faults.push_back(minor_faults() - f0);
+    }
+    losses.push_back(r.loss);
+  }
+
+  const ModelConfig& c = model.config();
+  double linear_params = 0;
+  for (nn::Module* m : model.lm().modules())
+    if (auto* linear = dynamic_cast<nn::Linear*>(m)) linear_params += static_cast<double>(numel(nn::local_shape(linear->weight)));
+  const double tokens_per_step = static_cast<double>(batch * seq_len);
+  const double attention_flops = 3.0 * 2.0 * 2.0 * static_cast<double>(seq_len * (seq_len + 1) / 2) *
+                                 static_cast<double>(c.head_dim) *
+                                 static_cast<double>(c.num_attention_heads / model.tp_size() * c.num_hidden_layers) *
+                                 static_cast<double>(batch);
+  const double step_flops = 6.0 * linear_params * tokens_per_step + attention_flops;
+  Tensor all_rss = group.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
+  double bf16_gflops = 0, f32_gflops = 0;
+  if (!skip_ceilings && model.tp_rank() == 0) {
+    bf16_gflops = matmul_gflops(DType::BF16);
+    f32_gflops = matmul_gflops(DType::F32);
+  }
+  if (model.tp_rank() == 0) {
+    const double t = median(step_s);
+    nlohmann::ordered_json j;
+    j["tp_size"] = model.tp_size();
+    j["threads_per_rank"] = omp_get_max_threads();
+    j["compute"] = dtype;
+    j["seq_len"] = seq_len;
+    j["batch"] = batch;
+    j["load_s"] = load_s;
+    j["step_s"] = step_s;
+    j["step_s_median"] = t;
+    j["tokens_per_s"] = tokens_per_step / t;
+    j["losses"] = losses;
+    j["minor_page_faults_per_step"] = faults;
+    j["loss_parallel"] = trainer.loss_parallel();
+    j["step_gflop_per_rank"] = step_flops / 1e9;
+    j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
+    j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    if (!skip_ceilings) {
+      j["bf16_matmul_gflops_same_run"] = bf16_gflops;
+      j["f32_matmul_gflops_same_run"] = f32_gflops;
+    }
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
