@@ -14,6 +14,7 @@
 #include "models/model_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/models/auto.h"
+#include "tp/models/checkpoint.h"
 #include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"
 #include "tp/training/trainer.h"
@@ -266,3 +267,113 @@ TEST_P(TrainingBf16, MixedPrecisionKeepsF32MastersAndMatchesTp1) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothWays, TrainingBf16, ::testing::Values(true, false));
+
+namespace {
+
+// Trains `model` for 20 steps with a checkpoint every 10 into `dir`; returns the trainer.
+std::unique_ptr<Trainer> run_twenty_steps(PretrainedModel& model, const std::string& dir,
+                                          std::shared_ptr<TokenBlocks> data, const std::string& resume = "") {
+  TrainingArguments args = base_args(dir);
+  args.max_steps = 20;
+  args.save_strategy = "steps";
+  args.save_steps = 10;
+  auto trainer = std::make_unique<Trainer>(model, args, data);
+  trainer->train(resume);
+  return trainer;
+}
+
+std::vector<double> logged(const Trainer& t, const char* key) {
+  std::vector<double> out;
+  for (const auto& e : t.state().log_history)
+    if (e.contains(key) && e.contains("loss")) out.push_back(e[key].get<double>());
+  return out;
+}
+
+}  // namespace
+
+TEST(TrainingResume, StoppedAtStepTenAndResumedIsBitwiseTheUninterruptedRun) {
+  auto data = synthetic_data(516, 12);
+  const std::string dir = out_dir("resume", false);
+  if (dist::world_rank() == 0) fs::remove_all(dir);
+  PretrainedModel a = load("qwen3", false);
+  auto whole = run_twenty_steps(a, dir, data);
+  ASSERT_TRUE(fs::exists(fs::path(dir) / "checkpoint-10" / "trainer_state.json"));
+  ASSERT_TRUE(fs::exists(fs::path(dir) / "checkpoint-20"));
+
+  // A fresh process state: the model from disk again, the run resumed from step 10.
+  PretrainedModel b = load("qwen3", false);
+  auto resumed = run_twenty_steps(b, dir, data, (fs::path(dir) / "checkpoint-10").string());
+  EXPECT_EQ(resumed->state().global_step, 20);
+  // The log history carries the first ten steps from the checkpoint, then the same ten again.
+  EXPECT_EQ(logged(*resumed, "loss"), logged(*whole, "loss"));
+  EXPECT_EQ(logged(*resumed, "grad_norm"), logged(*whole, "grad_norm"));
+  for (const TrainableParam& q : whole->parameters().params())
+    EXPECT_TRUE(equal(q.master, resumed->parameters().find(q.name).master)) << q.name << " differs after resume";
+  EXPECT_EQ(resumed->optimizer().steps(), 20);
+}
+
+TEST(TrainingResume, AnotherTpSizeOrModelIsAnErrorNamingWhatDiffers) {
+  auto data = synthetic_data(516, 12);
+  const std::string dir = out_dir("resume-mismatch", false);
+  if (dist::world_rank() == 0) fs::remove_all(dir);
+  PretrainedModel a = load("qwen3", false);
+  run_twenty_steps(a, dir, data);
+  const std::string ckpt = (fs::path(dir) / "checkpoint-10").string();
+  auto expect_error = [&](PretrainedModel& m, const std::string& output, const std::vector<std::string>& words) {
+    TrainingArguments args = base_args(output);
+    args.max_steps = 20;
+    Trainer t(m, args, data);
+    try {
+      t.train(ckpt);
+      ADD_FAILURE() << "resuming should have failed";
+    } catch (const Error& e) {
+      for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+    }
+  };
+  PretrainedModel other = load("llama", false);
+  expect_error(other, out_dir("resume-mismatch-llama", false), {"model_type", "qwen3", "llama", ckpt});
+  if (dist::world_size() > 1) {
+    PretrainedModel solo = load("qwen3", true);
+    expect_error(solo, out_dir("resume-mismatch-solo", true), {"tp_size", std::to_string(dist::world_size()), "1 now"});
+  }
+}
+
+TEST(TrainingSave, SavePretrainedWritesTheSourceLayoutAndTheMasterWeights) {
+  auto data = synthetic_data(516, 8);
+  for (const std::string model : {"qwen3", "mistral"}) {
+    const std::string dir = out_dir("save-" + model, false);
+    PretrainedModel m = load(model, false);
+    TrainingArguments args = base_args(dir);
+    args.bf16 = true;  // the f32 masters are saved (as the checkpoint's dtype), not the bf16 compute copies
+    Trainer t(m, args, data);
+    for (int64_t s = 0; s < 3; ++s) t.training_step(step_batches(*data, s));
+    const fs::path saved = fs::path(dir) / "final";
+    t.save_model(saved);
+    Checkpoint src = Checkpoint::open(model_dir(model)), out = Checkpoint::open(saved);
+    EXPECT_EQ(out.tensor_names(), src.tensor_names()) << model;
+    for (const std::string& name : src.tensor_names()) {
+      EXPECT_EQ(out.info(name).dtype, src.info(name).dtype) << name;
+      EXPECT_EQ(out.info(name).shape, src.info(name).shape) << name;
+    }
+    EXPECT_EQ(out.config().to_json(), src.config().to_json()) << model << ": the config is the input's";
+    for (const TrainableParam& q : t.parameters().params())
+      EXPECT_TRUE(equal(out.read(q.name), t.parameters().gather_master(q))) << q.name << " was not saved as trained";
+  }
+}
+
+TEST(TrainingSave, TheSavedModelGivesTheTrainedModelsLogits) {
+  auto data = synthetic_data(516, 8);
+  const std::string dir = out_dir("save-logits", false);
+  const fs::path saved = fs::path(dir) / "final";
+  PretrainedModel m = load("mistral", false);  // one KV head: replicated on every rank
+  {
+    Trainer t(m, base_args(dir), data);
+    for (int64_t s = 0; s < 3; ++s) t.training_step(step_batches(*data, s));
+    t.save_model(saved);
+  }  // the trainer gives the model back its gathered logits; the trained weights stay
+  LoadOptions o;
+  o.verbose = false;
+  PretrainedModel reloaded = AutoModelForCausalLM::from_pretrained(saved, o);  // packed for inference
+  Tensor ids = Tensor::from_ints({1, 17, 42, 99, 250, 3, 511}, {1, 7});
+  expect_close_rel(reloaded.forward(ids), m.forward(ids), 1e-5, "logits of the saved model");
+}

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "tp/autograd/tape.h"
@@ -10,6 +11,7 @@
 #include "tp/io/safetensors.h"
 #include "tp/io/writer.h"
 #include "tp/models/save_pretrained.h"
+#include "tp/nn/layers.h"
 #include "tp/training/checkpoint.h"
 #include "tp/training/loss.h"
 
@@ -101,7 +103,7 @@ json TrainerState::to_json() const {
           {"num_train_epochs", num_train_epochs},
           {"save_steps", save_steps},
           {"stateful_callbacks", json::object()},
-          {"total_flos", 0},
+          {"total_flos", total_flos},
           {"train_batch_size", train_batch_size},
           {"trial_name", nullptr},
           {"trial_params", nullptr}};
@@ -118,6 +120,7 @@ TrainerState TrainerState::from_json(const json& j) {
   s.save_steps = j.at("save_steps").get<int64_t>();
   s.train_batch_size = j.at("train_batch_size").get<int64_t>();
   s.num_input_tokens_seen = j.value("num_input_tokens_seen", int64_t{0});
+  s.total_flos = j.value("total_flos", 0.0);
   for (const json& e : j.at("log_history")) s.log_history.push_back(e);
   return s;
 }
@@ -228,6 +231,13 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   params_ = std::make_unique<ModelParameters>(model_.lm(), group, args_.bf16);
   optimizer_ = make_optimizer(args_, *params_);
 
+  // Transformers' floating_point_ops: 6 flops per token per parameter, embeddings
+  // (and an lm_head tied to them) left out.
+  std::set<const TensorImpl*> embeddings;
+  for (nn::Module* m : model_.lm().modules())
+    if (auto* e = dynamic_cast<nn::Embedding*>(m)) embeddings.insert(e->weight.data.impl());
+  for (nn::Parameter* p : model_.lm().parameters())
+    if (!embeddings.count(p->data.impl())) flos_per_token_ += 6.0 * static_cast<double>(numel(p->global_shape));
   state_.max_steps = total_steps_;
   state_.num_train_epochs = std::ceil(static_cast<double>(total_steps_) / static_cast<double>(steps_per_epoch_));
   state_.logging_steps = args_.logging_steps;
@@ -279,6 +289,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     r.loss += loss.item();
     autograd::backward(loss);
     state_.num_input_tokens_seen += mb.input_ids.numel();
+    state_.total_flos += flos_per_token_ * static_cast<double>(mb.input_ids.numel());
   }
   // Nothing has touched the weights yet: a bad step leaves the model (and the last checkpoint) as they were.
   TP_CHECK(finite(r.loss), "step {}: the loss is {}; stopping before the update (lower the learning rate, or check "
@@ -362,7 +373,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
                  {"train_steps_per_second", runtime > 0 ? static_cast<double>(steps) / runtime : 0.0},
                  {"train_tokens_per_second", runtime > 0 ? samples * static_cast<double>(train_->seq_len()) / runtime : 0.0},
                  {"train_loss", out.training_loss},
-                 {"total_flos", 0}};
+                 {"total_flos", state_.total_flos}};
   log(out.metrics);
   for (auto& cb : callbacks_) cb->on_train_end(args_, state_);
   return out;

@@ -71,6 +71,7 @@ struct TrainerState {
   int64_t logging_steps = 0, eval_steps = 0, save_steps = 0;
   int64_t train_batch_size = 0;
   int64_t num_input_tokens_seen = 0;
+  double total_flos = 0;  // Transformers' estimate: 6 x tokens x parameters other than embeddings
   std::vector<nlohmann::json> log_history;
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j);
@@ -162,8 +163,7 @@ class Trainer {
   int64_t window_steps_ = 0;
   double run_loss_ = 0;
   int64_t run_steps_ = 0;
-  double window_seconds_ = 0;
-  int64_t window_tokens_ = 0;
+  double flos_per_token_ = 0;
 };
 
 }  // namespace tp::training

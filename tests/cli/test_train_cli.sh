@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# `tp train` as a user runs it: a tiny Llama with a real BPE tokenizer, trained
+# at tp = 2 through tprun on a text file; what lands in the output directory
+# (checkpoints, log history, loss curve, a Hugging Face model that inspect
+# --verify, generate and a resume accept), then every input error the issue
+# lists: each is exit 1 (2 for usage) before any step, naming what is wrong.
+set -euo pipefail
+tp=$1
+tprun=$2
+src=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$tp" make-model --arch llama --preset tiny --set initializer_range=0.1 \
+  --tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json" --out "$dir/m" >/dev/null
+words=(the cat sat on a mat and then it ran far away from home to see what lies beyond hills)
+for i in $(seq 1 300); do
+  echo "${words[$((i % 20))]} ${words[$((i * 7 % 20))]} ${words[$((i * 3 % 20))]}, ${words[$((i * 11 % 20))]} ${words[$((i * 13 % 20))]}."
+done >"$dir/train.txt"
+head -40 "$dir/train.txt" >"$dir/eval.txt"
+
+fail() { echo "FAIL: $*"; exit 1; }
+# expect RC "message part" -- tp ARGS...: runs tp (or tprun) and checks the exit code and stderr.
+expect() {
+  local want=$1 text=$2
+  shift 3
+  set +e
+  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
+  local rc=$?
+  set -e
+  [ "$rc" -eq "$want" ] || { cat "$dir/err.txt"; fail "exit $rc, expected $want: $*"; }
+  grep -qF -- "$text" "$dir/err.txt" || { cat "$dir/err.txt"; fail "no '$text' in the error of: $*"; }
+}
+
+# The common flags; each case adds --data, --seq-len and --lr (options given once).
+base=(train --batch-size 4 --lr-scheduler cosine --logging-steps 2 --save-steps 3)
+train=("${base[@]}" --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --lr 3e-3 --warmup-steps 2)
+
+# ---- a run at tp = 2: progress lines, files, a saved model the other commands take
+"$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --max-steps 6 --eval-data "$dir/eval.txt" --eval-steps 3 \
+  --output-dir "$dir/out" 2>"$dir/log.txt"
+grep -q "step 2/6 | " "$dir/log.txt" || { cat "$dir/log.txt"; fail "no progress line per logging step"; }
+grep -q "eval_loss" "$dir/log.txt" || fail "no eval line"
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json generation_config.json \
+  log_history.jsonl checkpoint-3/trainer_state.json checkpoint-6/model_rank1.safetensors; do
+  [ -f "$dir/out/$f" ] || fail "output-dir has no $f"
+done
+[ "$(grep -c '"loss"' "$dir/out/log_history.jsonl")" -eq 3 ] || fail "log_history.jsonl: expected 3 train logs"
+[ "$(grep -c '"eval_loss"' "$dir/out/log_history.jsonl")" -eq 2 ] || fail "log_history.jsonl: expected 2 eval logs"
+if command -v gnuplot >/dev/null; then
+  [ "$(head -c 4 "$dir/out/loss_curve.png" | od -An -tx1 | tr -d ' ')" = "89504e47" ] || fail "loss_curve.png is not a PNG"
+fi
+"$tp" inspect --model "$dir/out" --verify >/dev/null || fail "inspect --verify rejects the saved model"
+"$tprun" --nproc-per-node 2 "$tp" generate --model "$dir/out" --prompt "the cat" --max-new-tokens 4 >/dev/null 2>&1 ||
+  fail "generate cannot run the saved model at tp 2"
+ls -a "$dir/out" | grep -q "^\.tmp-checkpoint" && fail "a partial checkpoint was left behind"
+echo "tp train at tp 2: logs, checkpoints, loss curve, a saved model that inspect --verify and generate take"
+
+# ---- resume: the newest checkpoint, on to step 9; another tp size is refused
+"$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --max-steps 9 --output-dir "$dir/out" \
+  --resume-from-checkpoint last 2>"$dir/log.txt"
+grep -q "step 8/9 | " "$dir/log.txt" || { cat "$dir/log.txt"; fail "the resumed run did not continue"; }
+grep -q "step 2/9 | " "$dir/log.txt" && fail "the resumed run started again from step 1"
+[ -d "$dir/out/checkpoint-9" ] || fail "no checkpoint-9 after the resumed run"
+expect 1 "tp_size: 2 in the checkpoint, 1 now" -- "$tp" "${train[@]}" --max-steps 12 --output-dir "$dir/out" \
+  --resume-from-checkpoint last
+expect 1 "not a tp training checkpoint" -- "$tp" "${train[@]}" --max-steps 12 --output-dir "$dir/out2" \
+  --resume-from-checkpoint "$dir/m"
+echo "resume: continues from the newest checkpoint; another tp size is an error naming both"
+
+# ---- bad input: an error before any step
+: >"$dir/empty.txt"
+bad=("${base[@]}" --model "$dir/m" --output-dir "$dir/o")
+expect 1 "empty.txt holds no text" -- "$tp" "${bad[@]}" --data "$dir/empty.txt" --seq-len 16
+head -2 "$dir/train.txt" >"$dir/short.txt"
+expect 1 "fewer than one block of seq_len 200" -- "$tp" "${bad[@]}" --data "$dir/short.txt" --seq-len 200
+expect 1 "above the model's max_position_embeddings 256" -- "$tp" "${bad[@]}" --data "$dir/train.txt" --seq-len 1000
+expect 2 "learning_rate must be > 0, got 0" -- "$tp" "${bad[@]}" --data "$dir/train.txt" --lr 0
+expect 2 "learning_rate must be > 0, got -1" -- "$tp" "${bad[@]}" --data "$dir/train.txt" --lr -1
+expect 1 "output_dir /proc/tp-train-test is not writable" -- "$tp" "${base[@]}" --model "$dir/m" \
+  --data "$dir/train.txt" --seq-len 16 --output-dir /proc/tp-train-test
+expect 1 "does not exist" -- "$tp" "${bad[@]}" --data "$dir/missing.txt"
+printf '{"text": "ok"}\nnot json\n' >"$dir/bad.jsonl"
+expect 1 "bad.jsonl:2: not a JSON object" -- "$tp" "${bad[@]}" --data "$dir/bad.jsonl"
+mkdir "$dir/no-tok"
+cp "$dir/m/config.json" "$dir/m/model.safetensors" "$dir/no-tok/"
+expect 1 "has no tokenizer.json" -- "$tp" "${base[@]}" --model "$dir/no-tok" --data "$dir/train.txt" --output-dir "$dir/o"
+expect 2 "lr_scheduler_type 'wavy' is not supported" -- "$tp" train --model "$dir/m" --data "$dir/train.txt" \
+  --lr-scheduler wavy --output-dir "$dir/o"
+echo "bad input: empty data, data shorter than a block, seq_len above the model's, lr <= 0, an unwritable" \
+  "output dir, a missing file, bad JSON lines, no tokenizer, an unknown schedule: errors naming them"
+
+# ---- a loss that diverges stops the run naming the step; the checkpoint before it stays whole
+expect 1 "the loss is" -- "$tp" train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --batch-size 4 \
+  --lr 1e30 --max-grad-norm 0 --max-steps 8 --save-steps 1 --output-dir "$dir/nan"
+grep -qE "step [0-9]+: the loss is (nan|inf|-nan)" "$dir/err.txt" || { cat "$dir/err.txt"; fail "no step in the error"; }
+last=$(ls -d "$dir/nan"/checkpoint-* | sort -t- -k2 -n | tail -1)
+for f in trainer_state.json training_state.json config.json model_rank0.safetensors optimizer_rank0.safetensors; do
+  [ -f "$last/$f" ] || fail "$last lacks $f after the run stopped"
+done
+# It loads: a resume that has nothing left to do reads every file of it.
+step=${last##*-}
+"$tp" train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --batch-size 4 --lr 1e30 --max-grad-norm 0 \
+  --max-steps "$step" --output-dir "$dir/nan" --resume-from-checkpoint "$last" --no-save-model \
+  2>"$dir/err.txt" || { cat "$dir/err.txt"; fail "$last does not load"; }
+echo "a diverging loss: error naming the step, $(basename "$last") intact"
