@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "tokenizer/test_util.h"
 #include "tp/tensor/error.h"
 #include "tp/tokenizer/byte_level.h"
 #include "tp/tokenizer/pre_tokenizer.h"
@@ -290,6 +291,29 @@ TEST(Errors, MalformedFilesNameTheProblem) {
             std::string::npos);
   const auto t = load(byte_level_tokenizer({}));
   EXPECT_NE(error_of([&] { t.decode({5000}); }).find("cannot decode token id 5000"), std::string::npos);
+}
+
+TEST(StreamingDecoder, PrimedWithThePromptTheContinuationKeepsItsLeadingSpace) {
+  // Llama 2 (Metaspace): decoding a continuation alone strips its first space
+  // ("be"); decoded after the prompt it is " be", as the full text has it.
+  const auto path = test::real_tokenizer("llama2");
+  if (!path) GTEST_SKIP() << "tokenizer files not installed: run scripts/install-npm-deps";
+  const Tokenizer t = Tokenizer::from_file(*path);
+  const std::vector<int64_t> prompt = t.encode("The best way to"), more = t.encode("be happy", false);
+  StreamingDecoder alone(t), primed(t);
+  primed.prime(prompt);
+  std::string a, b;
+  for (int64_t id : more) {
+    a += alone.push(id);
+    b += primed.push(id);
+  }
+  a += alone.flush();
+  b += primed.flush();
+  EXPECT_EQ(a, "be happy");
+  EXPECT_EQ(b, " be happy");
+  std::vector<int64_t> all = prompt;
+  all.insert(all.end(), more.begin(), more.end());
+  EXPECT_EQ(t.decode(prompt, true) + b, t.decode(all, true));
 }
 
 }  // namespace

@@ -55,8 +55,10 @@ int run_generate(const GenerateFlags& f) {
   const bool stream = rank0 && !f.model.json && !f.no_stream && prompts.size() == 1;
   std::optional<StreamingDecoder> streamer;
   if (stream && tokenizer) {
-    streamer.emplace(*tokenizer);
+    streamer.emplace(*tokenizer, /*skip_special_tokens=*/true);  // as the --json text: no "</s>"
     std::fputs(f.prompts.empty() ? "" : f.prompts[0].c_str(), stdout);
+    // The continuation decodes after the prompt: its first word keeps its space.
+    if (!f.prompts.empty()) streamer->prime(prompts[0]);
   }
   auto on_token = [&](int64_t row, int64_t token) {
     if (!stream) return;

@@ -7,6 +7,12 @@ namespace tp {
 StreamingDecoder::StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
 
+void StreamingDecoder::prime(const std::vector<int64_t>& context) {
+  ids_ = context;
+  prefix_ = tokenizer_.decode(ids_, skip_special_, /*clean_up_tokenization_spaces=*/false);
+  prefix_index_ = ids_.size();
+}
+
 std::string StreamingDecoder::push(int64_t id) {
   ids_.push_back(id);
   const std::string text = tokenizer_.decode(ids_, skip_special_, /*clean_up_tokenization_spaces=*/false);

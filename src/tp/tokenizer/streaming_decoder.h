@@ -21,6 +21,9 @@ namespace tp {
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
+  // Ids whose text is already out (a prompt): the next pushes are decoded after
+  // them, so e.g. Llama 2's first generated word keeps its leading space.
+  void prime(const std::vector<int64_t>& context);
   std::string push(int64_t id);
   // Whatever is still held back (an incomplete sequence decodes to U+FFFD).
   std::string flush();
