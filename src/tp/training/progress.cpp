@@ -76,11 +76,7 @@ void ProgressCallback::on_log(const TrainingArguments& args, const TrainerState&
     grad_norm_ = logs["grad_norm"].get<double>();
   }
   const bool train_line = logs.contains("loss");
-  if (terminal_ && !args.disable_tqdm && train_line) {
-    draw(state);
-    return;
-  }
-  // A line of its own (above the bar on a terminal).
+  // A line of its own, above the bar on a terminal (as Transformers' bar writes the logs).
   std::string line = fmt::format("step {}/{}", state.global_step, state.max_steps);
   for (const auto& [key, value] : logs.items()) {
     if (key == "step" || key == "epoch") continue;

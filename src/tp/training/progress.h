@@ -1,8 +1,8 @@
 #pragma once
 // What rank 0 shows while a Trainer runs, as Transformers' ProgressCallback and
-// PrinterCallback do: on a terminal a progress bar redrawn every step (step/total,
-// loss, learning rate, gradient norm, tokens per second, ETA); otherwise one line
-// per log. Terminal: stderr is one, or tprun said so (TP_STDERR_IS_TTY; ranks
+// PrinterCallback do: a line per log (loss, learning rate, gradient norm, tokens
+// per second, ETA; eval metrics), and on a terminal a progress bar under them,
+// redrawn every step. Terminal: stderr is one, or tprun said so (TP_STDERR_IS_TTY; ranks
 // write through mpirun's pipes).
 #include <chrono>
 #include <cmath>

@@ -1,5 +1,7 @@
 #include "tp/training/trainer.h"
 
+#include <xmmintrin.h>
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -193,12 +195,24 @@ void prepare_output_dir(const fs::path& dir, dist::ProcessGroup& group) {
 
 bool finite(double x) { return std::isfinite(x); }
 
+// Flush-to-zero and denormals-are-zero on this thread and the OpenMP pool. As a
+// model learns, the probabilities of unlikely tokens underflow to denormals
+// (e^-100 ~ 4e-44), and every GEMM and kernel that touches one takes a microcode
+// assist: a small Llama's steps slowed by a quarter over 200 steps without it.
+// Values below 1.2e-38 become 0, as on GPUs' default training path.
+void flush_denormals() {
+  _mm_setcsr(_mm_getcsr() | 0x8040);
+#pragma omp parallel
+  _mm_setcsr(_mm_getcsr() | 0x8040);
+}
+
 }  // namespace
 
 Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr<const TokenBlocks> train,
                  std::shared_ptr<const TokenBlocks> eval)
     : model_(model), args_(std::move(args)), train_(std::move(train)), eval_(std::move(eval)) {
   args_.validate();
+  flush_denormals();
   TP_CHECK(train_ != nullptr && train_->size() > 0, "the Trainer needs training data (at least one block)");
   const ModelConfig& c = model_.config();
   for (const TokenBlocks* d : {train_.get(), eval_.get()}) {
