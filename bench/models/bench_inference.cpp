@@ -19,22 +19,19 @@
 #include <iostream>
 
 #include "tp/autograd/tape.h"
+#include "bench_util.h"
 #include "tp/dist/process_group.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/linear.h"
 
 using namespace tp;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::median;
+using bench::peak_rss;
+using bench::seconds;
 
 namespace {
-
-double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double matmul_gflops() {
   Tensor x = Tensor::randn({512, 1024}, 1);
@@ -81,12 +78,6 @@ double read_bandwidth_gbs(dist::ProcessGroup& group) {
   std::vector<double> t;
   for (int r = 0; r < 5; ++r) t.push_back(timed_read_pass(a, group));
   return static_cast<double>(a.nbytes()) / median(t) / 1e9;
-}
-
-int64_t peak_rss() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "bench_util.h"
 #include "tp/dist/process_group.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
@@ -28,16 +29,12 @@
 #include "tp/training/trainer.h"
 
 using namespace tp;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::median;
+using bench::peak_rss;
+using bench::seconds;
 
 namespace {
-
-double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Plain (unpacked) weight, as the training forward and backward use them.
 double matmul_gflops(DType dtype) {
@@ -50,12 +47,6 @@ double matmul_gflops(DType dtype) {
     t.push_back(seconds(t0));
   }
   return 2.0 * 512 * 1024 * 3072 / median(t) / 1e9;
-}
-
-int64_t peak_rss() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
 // Page faults cost ~10 us per 4 KiB page here: a steady-state step should take none.

@@ -15,6 +15,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/models/auto.h"
 #include "tp/models/checkpoint.h"
+#include "tp/models/save_pretrained.h"
 #include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"
 #include "tp/training/trainer.h"
@@ -359,6 +360,25 @@ TEST(TrainingSave, SavePretrainedWritesTheSourceLayoutAndTheMasterWeights) {
     for (const TrainableParam& q : t.parameters().params())
       EXPECT_TRUE(equal(out.read(q.name), t.parameters().gather_master(q))) << q.name << " was not saved as trained";
   }
+}
+
+TEST(TrainingSave, ShardedSaveWritesAnIndexThatLoads) {
+  auto data = synthetic_data(516, 8);
+  const fs::path saved = fs::path(out_dir("save-sharded", false)) / "final";
+  PretrainedModel m = load("llama", false);
+  {
+    Trainer t(m, base_args(saved.parent_path().string()), data);
+    t.training_step(step_batches(*data, 0));
+    t.save_model(saved);  // one file: the tiny model is far below 5GB
+  }
+  SaveOptions small;
+  small.max_shard_bytes = 200000;  // Transformers' greedy rule cuts this model into several files
+  save_pretrained(m, saved.string() + "-sharded", small);
+  Checkpoint one = Checkpoint::open(saved), many = Checkpoint::open(saved.string() + "-sharded");
+  EXPECT_FALSE(one.sharded());
+  EXPECT_TRUE(many.sharded());
+  EXPECT_GT(many.files().size(), 2u);
+  for (const std::string& name : one.tensor_names()) EXPECT_TRUE(equal(one.read(name), many.read(name))) << name;
 }
 
 TEST(TrainingSave, TheSavedModelGivesTheTrainedModelsLogits) {

@@ -78,9 +78,19 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < n; i += chunk) vk.swiglu(x + i, y + i, o + i, std::min(chunk, n - i));
   if (autograd::needs_grad({a, b})) {
     autograd::record("swiglu", {a, b}, {out}, [a, b](const std::vector<Tensor>& g) {
-      Tensor da, db;
-      if (a.requires_grad()) da = mul_same(zip_f32(g[0], a, [](float gv, float u) { return gv * silu_grad(u); }), b);
-      if (b.requires_grad()) db = zip_f32(g[0], a, [](float gv, float u) { return gv * silu_f(u); });
+      // One vectorized pass for both gradients (three scalar-exp passes before: ~2% of a training step).
+      Tensor da = a.requires_grad() ? Tensor::empty(a.shape()) : Tensor();
+      Tensor db = b.requires_grad() ? Tensor::empty(b.shape()) : Tensor();
+      const float* u = a.data<float>();
+      const float* v = b.data<float>();
+      const float* gv = g[0].data<float>();
+      float* pa = da.defined() ? da.data<float>() : nullptr;
+      float* pb = db.defined() ? db.data<float>() : nullptr;
+      const auto& vk = detail::vec_kernels();
+      const int64_t n = a.numel(), chunk = 16384;
+#pragma omp parallel for schedule(static) if (n > 4 * chunk)
+      for (int64_t i = 0; i < n; i += chunk)
+        vk.swiglu_backward(u + i, v + i, gv + i, pa ? pa + i : nullptr, pb ? pb + i : nullptr, std::min(chunk, n - i));
       return std::vector<Tensor>{da, db};
     });
   }

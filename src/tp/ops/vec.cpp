@@ -86,6 +86,24 @@ __attribute__((target("avx512f"))) void swiglu_avx512(const float* a, const floa
   }
 }
 
+__attribute__((target("avx512f"))) void swiglu_backward_avx512(const float* a, const float* b, const float* g,
+                                                                float* da, float* db, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 u = _mm512_maskz_loadu_ps(k, a + i), gv = _mm512_maskz_loadu_ps(k, g + i);
+    // Below -88, e^-u passes f32's range (exp_avx512 clamps it): s, silu and its slope are 0.
+    const __mmask16 tiny = _mm512_cmp_ps_mask(u, _mm512_set1_ps(-88.f), _CMP_LT_OQ);
+    __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), u))));
+    s = _mm512_mask_mov_ps(s, tiny, _mm512_setzero_ps());
+    if (db) _mm512_mask_storeu_ps(db + i, k, _mm512_mul_ps(gv, _mm512_mul_ps(u, s)));
+    if (da) {
+      const __m512 slope = _mm512_add_ps(s, _mm512_mul_ps(_mm512_mul_ps(u, s), _mm512_sub_ps(one, s)));
+      _mm512_mask_storeu_ps(da + i, k, _mm512_mul_ps(_mm512_mul_ps(gv, slope), _mm512_maskz_loadu_ps(k, b + i)));
+    }
+  }
+}
+
 __attribute__((target("avx512f"))) float max_avx512(const float* x, int64_t n) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int64_t i = 0; i < n; i += 16) mx = _mm512_mask_max_ps(mx, tail_mask(n - i), mx, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
@@ -215,6 +233,14 @@ void swiglu_scalar(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] / (1.f + std::exp(-a[i])) * b[i];
 }
 
+void swiglu_backward_scalar(const float* a, const float* b, const float* g, float* da, float* db, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.f / (1.f + std::exp(-a[i]));
+    if (db) db[i] = g[i] * (a[i] * s);
+    if (da) da[i] = g[i] * (s + a[i] * s * (1.f - s)) * b[i];
+  }
+}
+
 float max_scalar(const float* x, int64_t n) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
@@ -266,7 +292,7 @@ void axpys_bf16_avx2(const float* p, int64_t p_stride, int64_t rows, const bf16*
 
 VecKernels vec_kernels_avx2() {
   return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, dots_bf16_avx2, axpys_bf16_avx2,
-          swiglu_scalar, max_scalar, exp_sum_scalar, exp_scale_scalar, "avx2"};
+          swiglu_scalar, swiglu_backward_scalar, max_scalar, exp_sum_scalar, exp_scale_scalar, "avx2"};
 }
 
 const VecKernels& vec_kernels() {
@@ -274,7 +300,7 @@ const VecKernels& vec_kernels() {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
           ? VecKernels{dot_row<float>,     axpy_avx512,        softmax_avx512,
                        dots_avx512<float>, axpys_avx512<float>, dots_avx512<bf16>,
-                       axpys_avx512<bf16>, swiglu_avx512,      max_avx512,
+                       axpys_avx512<bf16>, swiglu_avx512,      swiglu_backward_avx512, max_avx512,
                        exp_sum_avx512,     exp_scale_avx512,   "avx512"}
           : vec_kernels_avx2();
   return k;

@@ -29,6 +29,8 @@ using AxpysBf16Fn = void (*)(const float* p, int64_t p_stride, int64_t rows, con
 
 // out[i] = silu(a[i]) * b[i] = a[i] / (1 + e^-a[i]) * b[i]   (i < n)
 using SwigluFn = void (*)(const float* a, const float* b, float* out, int64_t n);
+// Its backward in one pass, s = sigmoid(a): da = g b (s + a s (1 - s)), db = g a s (either may be null).
+using SwigluBackwardFn = void (*)(const float* a, const float* b, const float* g, float* da, float* db, int64_t n);
 
 // Cross-entropy's passes over a row of logits.
 using MaxFn = float (*)(const float* x, int64_t n);                    // max of x[0..n), -inf for n = 0
@@ -45,6 +47,7 @@ struct VecKernels {
   DotsBf16Fn dots_bf16;
   AxpysBf16Fn axpys_bf16;
   SwigluFn swiglu;
+  SwigluBackwardFn swiglu_backward;
   MaxFn max;
   ExpSumFn exp_sum;
   ExpScaleFn exp_scale;
