@@ -94,19 +94,25 @@ int main(int argc, char** argv) {
 
   std::vector<double> step_s;
   std::vector<double> losses;
-  std::vector<int64_t> faults;
+  std::vector<int64_t> faults, fresh_mb;
+  std::vector<double> fb_s, norm_s, opt_s;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     std::vector<int64_t> blocks;
     for (int64_t b = 0; b < batch; ++b) blocks.push_back((s * batch + b) % data->size());
     Tensor ids = data->batch(blocks);
     group.barrier();
     const int64_t f0 = minor_faults();
+    const size_t a0 = allocator_stats().system_allocated_bytes;
     auto t0 = Clock::now();
     training::StepResult r = trainer.training_step({{ids, ids}});
     group.barrier();  // a step ends when its slowest rank does
     if (s >= warmup) {
       step_s.push_back(seconds(t0));
       faults.push_back(minor_faults() - f0);
+      fb_s.push_back(r.forward_backward_s);
+      norm_s.push_back(r.grad_norm_s);
+      opt_s.push_back(r.optimizer_s);
+      fresh_mb.push_back(static_cast<int64_t>((allocator_stats().system_allocated_bytes - a0) >> 20));
     }
     losses.push_back(r.loss);
   }
@@ -141,7 +147,11 @@ int main(int argc, char** argv) {
     j["tokens_per_s"] = tokens_per_step / t;
     j["losses"] = losses;
     j["minor_page_faults_per_step"] = faults;
+    j["fresh_tensor_memory_mb_per_step"] = fresh_mb;  // asked of the OS, not from the block cache
     j["loss_parallel"] = trainer.loss_parallel();
+    // Rank 0's medians: forward + backward (with their collectives), the replicated-gradient sync and global norm, the optimizer.
+    j["phase_s_median"] = {{"forward_backward", median(fb_s)}, {"grad_sync_norm", median(norm_s)},
+                           {"optimizer", median(opt_s)}};
     j["step_gflop_per_rank"] = step_flops / 1e9;
     j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();

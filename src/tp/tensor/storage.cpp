@@ -63,6 +63,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
     s->capacity_ = capacity;
     std::lock_guard<std::mutex> lock(c.mutex);
     ++c.stats.system_allocations;
+    c.stats.system_allocated_bytes += capacity;
   }
   s->bytes_ = bytes;
   std::lock_guard<std::mutex> lock(c.mutex);
@@ -121,7 +122,10 @@ std::shared_ptr<Storage> Storage::allocate_exact(size_t bytes) {
   s->exact_ = need;
   BlockCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  if (fresh) ++c.stats.system_allocations;
+  if (fresh) {
+    ++c.stats.system_allocations;
+    c.stats.system_allocated_bytes += need > kSlab / 2 ? round_capacity(need) : kSlab;
+  }
   c.stats.live_bytes += need;
   return s;
 }

@@ -47,6 +47,7 @@ struct AllocatorStats {
   size_t cached_bytes = 0;
   size_t live_bytes = 0;
   size_t system_allocations = 0;  // calls that had to ask the OS for memory
+  size_t system_allocated_bytes = 0;  // and what they asked for (each byte is a page fault's worth later)
 };
 AllocatorStats allocator_stats();
 // Returns every cached block to the OS.

@@ -297,6 +297,8 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   TP_CHECK(r.targets > 0, "step {}: its micro-batches have no target to predict (every label is -100)", step + 1);
   const VocabSlice vocab{model_.logits_vocab_start(), model_.config().vocab_size,
                          model_.sharded_logits() ? &model_.mesh().group("tp") : nullptr};
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto t0 = Clock::now();
   params_->zero_grad();
   for (const MicroBatch& mb : micro_batches) {
     Tensor loss = causal_lm_loss(forward_logits(mb.input_ids), mb.labels, static_cast<double>(r.targets), vocab);
@@ -308,8 +310,11 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   // Nothing has touched the weights yet: a bad step leaves the model (and the last checkpoint) as they were.
   TP_CHECK(finite(r.loss), "step {}: the loss is {}; stopping before the update (lower the learning rate, or check "
            "the data)", step + 1, r.loss);
+  r.forward_backward_s = since(t0);
+  const auto t1 = Clock::now();
   params_->sync_replicated_grads();
   r.grad_norm = params_->global_grad_norm();
+  r.grad_norm_s = since(t1);
   TP_CHECK(finite(r.grad_norm), "step {}: the gradient norm is {} (loss {}); stopping before the update", step + 1,
            r.grad_norm, r.loss);
   // torch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1
@@ -320,7 +325,9 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     if (coef < 1) grad_scale = static_cast<float>(coef);
   }
   r.learning_rate = lr_at(step);
+  const auto t2 = Clock::now();
   optimizer_->step(r.learning_rate, grad_scale);
+  r.optimizer_s = since(t2);
   ++state_.global_step;
   state_.epoch = static_cast<double>(state_.global_step) / static_cast<double>(steps_per_epoch_);
   return r;

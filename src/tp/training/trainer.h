@@ -98,6 +98,8 @@ struct StepResult {
   double grad_norm = 0;     // before clipping
   double learning_rate = 0; // used by this step
   int64_t targets = 0;
+  // Where the step's time went (this rank's wall clock, seconds).
+  double forward_backward_s = 0, grad_norm_s = 0, optimizer_s = 0;
 };
 
 struct TrainOutput {
