@@ -10,9 +10,10 @@ are taken within a pair and the report gives the median (min-max) over the pairs
 Each tp = 1 process measures the matmul rates right after its steps (bf16 and f32
 GEMMs through ops::linear). PyTorch (bench/training/torch_train_step.py, Debian's
 torch 1.13) runs its tp = 2 layout over gloo and its best single process (2 threads)
-once each in the same session, after the pairs.
+--torch-runs times each in the same session, after the pairs.
 
   bench/training/run_training_bench.py [--build build] [--model out/qwen3-0.6b] [--pairs 3] [--torch-steps 2]
+                                       [--torch-runs 1] [--json FILE]
 """
 import argparse
 import json
@@ -35,6 +36,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3, help="timed tp steps per run (after one warmup step)")
     ap.add_argument("--torch-steps", type=int, default=2, help="timed PyTorch steps per run; 0 skips PyTorch")
+    ap.add_argument("--torch-runs", type=int, default=1, help="PyTorch runs of each kind (medians reported)")
     ap.add_argument("--json", help="also write every run's numbers here")
     a = ap.parse_args()
 
@@ -58,16 +60,17 @@ def main():
               f"{two['step_s_median']:.2f} s/step | bf16 / f32 matmul {one['bf16_matmul_gflops_same_run']:.0f} / "
               f"{one['f32_matmul_gflops_same_run']:.0f} GFLOP/s", file=sys.stderr)
 
-    torch = {}
+    torch = {"tp2": [], "single": []}
     if a.torch_steps > 0:
         script = os.path.join(HERE, "torch_train_step.py")
         base = ["/usr/bin/python3", script, "--model", a.model, "--seq-len", "512", "--batch", "1",
                 "--warmup", "1", "--steps", str(a.torch_steps)]
         torch_env = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
-        for name, extra in (("tp2", ["--tp", "2", "--threads", "1"]), ("single", ["--tp", "1", "--threads", "2"])):
-            torch[name] = run_json(base + extra, torch_env)
-            print(f"PyTorch {name}: {torch[name]['median_step_s']:.2f} s/step ({torch[name]['tokens_per_s']:.1f} tok/s)",
-                  file=sys.stderr)
+        for _ in range(a.torch_runs):
+            for name, extra in (("tp2", ["--tp", "2", "--threads", "1"]), ("single", ["--tp", "1", "--threads", "2"])):
+                torch[name].append(run_json(base + extra, torch_env))
+                print(f"PyTorch {name}: {torch[name][-1]['median_step_s']:.2f} s/step "
+                      f"({torch[name][-1]['tokens_per_s']:.1f} tok/s)", file=sys.stderr)
 
     speedup = [o["step_s_median"] / t["step_s_median"] for o, t in pairs]
     share_bf16 = [o["matmul_gflops_per_rank"] / o["bf16_matmul_gflops_same_run"] for o, _ in pairs]
@@ -81,11 +84,12 @@ def main():
     print(f"tp1 matmul rate (6 x Linear params x tokens + attention) {summary(share_bf16, '{:.0%}')} of the same "
           f"run's bf16 matmul rate (target >= 50%), {summary(share_f32, '{:.0%}')} of its f32 matmul rate")
     print(f"peak RSS per rank tp2 / tp1 {summary(rss, '{:.2f}')} (target <= 0.6)")
-    if torch:
-        t2, t1 = torch["tp2"]["tokens_per_s"], torch["single"]["tokens_per_s"]
-        print(f"PyTorch {torch['tp2'].get('torch', '')}: tp2 {t2:.1f} tok/s, one process with 2 threads {t1:.1f} tok/s; "
-              f"tp's tp2 is {statistics.median(tok2) / t2:.2f}x PyTorch's tp2 (target >= 2.5) and "
-              f"{statistics.median(tok2) / t1:.2f}x its single process (target >= 2)")
+    if torch["tp2"]:
+        t2 = statistics.median([r["tokens_per_s"] for r in torch["tp2"]])
+        t1 = statistics.median([r["tokens_per_s"] for r in torch["single"]])
+        print(f"PyTorch {torch['tp2'][0].get('torch', '')} ({a.torch_runs} run(s) each, medians): tp2 {t2:.1f} tok/s, "
+              f"one process with 2 threads {t1:.1f} tok/s; tp's tp2 is {statistics.median(tok2) / t2:.2f}x "
+              f"PyTorch's tp2 (target >= 2.5) and {statistics.median(tok2) / t1:.2f}x its single process (target >= 2)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"pairs": [{"tp1": o, "tp2": t} for o, t in pairs], "torch": torch}, f, indent=1)
