@@ -126,6 +126,9 @@ Registrar reg("train", "Train (fine-tune) a model on text files with tensor para
   auto f = std::make_shared<TrainFlags>();
   TrainingArguments& a = f->args;
   add_model_flags(app, f->model);
+  app.get_option("--dtype")->description(
+      "compute: auto (config.json's torch_dtype), f32, or bf16 (bf16 GEMM operands; f32 master weights, gradients "
+      "and optimizer state)");
   app.add_option("--data", f->data, "training text: plain text, or JSON lines ({\"text\": ...}) for *.jsonl/*.json")
       ->required();
   app.add_option("--eval-data", f->eval_data, "evaluation text (eval loss and perplexity every --eval-steps)");
