@@ -141,9 +141,10 @@ std::vector<BadCase> make_bad_checkpoints(const fs::path& root) {
   config_case("config_kv_not_dividing", c, "num_attention_heads (3) is not a multiple of num_key_value_heads (2)");
   c = small_config(1);
   c["intermediate_size"] = 12;
-  config_case("config_contradicts_weights", c, "implies [12, 8]", "model.layers.0.mlp.gate_proj.weight");
+  config_case("config_contradicts_weights", c, "'intermediate_size' is 12 but the weights have 16",
+              "model.layers.0.mlp.gate_proj.weight");
   c = small_config(2);
-  config_case("config_tensor_missing", c, "is missing", "model.layers.1.self_attn.q_proj.weight");
+  config_case("config_more_layers_than_weights", c, "'num_hidden_layers' is 2 but the weights in");
   c = small_config(1);
   c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
   config_case("config_rope_incomplete", c, "needs 'low_freq_factor'");

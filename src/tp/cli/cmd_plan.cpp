@@ -1,5 +1,6 @@
 // tp plan: what a tp_size would do to a model, from config.json alone — no ranks
-// started, no weights read. For every parameter: style, global shape, the shape
+// started, no weights read (when the directory has weights, their headers are
+// checked against the config first). For every parameter: style, global shape, the shape
 // and bytes on each rank; the collectives per forward; the warnings.
 #include <nlohmann/json.hpp>
 
@@ -8,6 +9,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
+#include "tp/models/checkpoint.h"
 #include "tp/models/plan_report.h"
 
 namespace tp::cli {
@@ -19,7 +21,9 @@ struct PlanFlags {
 
 int run_plan(const PlanFlags& f) {
   if (!f.model.tp_size) throw UsageError("--tp-size is required (the number of ranks to plan for)");
-  ModelConfig config = ModelConfig::load(std::filesystem::path(f.model.model) / "config.json");
+  const std::filesystem::path dir = f.model.model;
+  const ModelConfig config =
+      io::TensorStore::present(dir) ? Checkpoint::open(dir).config() : ModelConfig::load(dir / "config.json");
   DType dtype = parse_dtype_flag(f.model.dtype).value_or(config.torch_dtype == "bfloat16" ? DType::BF16 : DType::F32);
   PlanReport report = make_plan_report(config, {.tp_size = f.model.tp_size, .tp_plan = f.model.tp_plan}, dtype);
   if (f.model.json) {

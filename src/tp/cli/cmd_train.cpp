@@ -9,6 +9,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
+#include "tp/models/checkpoint.h"
 #include "tp/training/loss_plot.h"
 #include "tp/training/progress.h"
 #include "tp/training/trainer.h"
@@ -54,7 +55,7 @@ int run_train(TrainFlags& f) {
 
   // Everything that can be checked before the model is read: config, tokenizer, data.
   TP_CHECK(fs::is_directory(dir), "--model {} is not a directory", dir.string());
-  const ModelConfig config = ModelConfig::load(dir / "config.json");
+  const ModelConfig config = Checkpoint::open(dir).config();  // the config against the weights' headers
   TP_CHECK(fs::exists(dir / "tokenizer.json"),
            "{} has no tokenizer.json: tp train tokenizes --data with the model's tokenizer", dir.string());
   Tokenizer tokenizer = Tokenizer::from_model_dir(dir);

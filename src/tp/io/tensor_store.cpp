@@ -7,6 +7,10 @@ namespace tp::io {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+bool TensorStore::present(const fs::path& dir, const std::string& prefix) {
+  return fs::exists(dir / (prefix + ".safetensors")) || fs::exists(dir / (prefix + ".safetensors.index.json"));
+}
+
 TensorStore TensorStore::open(const fs::path& dir, const std::string& prefix) {
   TP_CHECK(fs::is_directory(dir), "model directory {} does not exist or is not a directory", dir.string());
   TensorStore c;

@@ -18,6 +18,8 @@ class TensorStore {
  public:
   // `prefix` names the files: "model" reads model.safetensors or model.safetensors.index.json.
   static TensorStore open(const std::filesystem::path& dir, const std::string& prefix = "model");
+  // Whether `dir` has weight files to open (the single file or the index).
+  static bool present(const std::filesystem::path& dir, const std::string& prefix = "model");
 
   const std::filesystem::path& dir() const { return dir_; }
   std::vector<std::string> tensor_names() const;  // file by file, in file order

@@ -7,6 +7,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/dist/process_group.h"
 #include "tp/models/checkpoint.h"
+#include "tp/models/config_check.h"
 #include "tp/models/loader.h"
 #include "tp/models/variants.h"
 #include "tp/parallel/apply.h"
@@ -36,6 +37,7 @@ std::vector<std::string> AutoModelForCausalLM::supported_model_types() {
 }
 
 std::unique_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& config) {
+  check_module_tree_fits(config, physical_memory_bytes());
   for (const auto& [name, variant] : architectures())
     if (name == config.model_type) return std::make_unique<LlamaForCausalLM>(config, variant(config));
   fail("model_type '{}' is not supported; supported: {}", config.model_type,

@@ -91,6 +91,8 @@ class PretrainedModel {
 
 class AutoModelForCausalLM {
  public:
+  // from_config and from_pretrained check first that the module tree fits (see
+  // check_module_tree_fits); from_pretrained checks the config against the weights.
   static PretrainedModel from_pretrained(const std::filesystem::path& dir, const LoadOptions& options = {});
   // The module tree of `config` without weights (for `tp plan` and tests).
   static std::unique_ptr<CausalLM> from_config(const ModelConfig& config);

@@ -1,20 +1,12 @@
 #include "tp/models/checkpoint.h"
 
 #include "tp/io/json_file.h"
-#include "tp/models/presets.h"
+#include "tp/models/config_check.h"
 
 namespace tp {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace {
-
-bool is_known_layout(const std::string& model_type) {
-  return model_type == "llama" || model_type == "mistral" || model_type == "qwen3";
-}
-
-}  // namespace
 
 Checkpoint Checkpoint::open(const fs::path& dir) {
   TP_CHECK(fs::is_directory(dir), "model directory {} does not exist or is not a directory", dir.string());
@@ -28,18 +20,9 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
 }
 
 void validate_against_config(const Checkpoint& ckpt) {
-  const ModelConfig& c = ckpt.config();
-  if (!is_known_layout(c.model_type)) return;
-  const std::string cfg = (ckpt.dir() / "config.json").string();
-  for (const ParamSpec& p : checkpoint_layout(c)) {
-    TP_CHECK(ckpt.has(p.name), "{}: tensor '{}' {} required by {} (model_type {}, {} layers) is missing",
-             ckpt.dir().string(), p.name, shape_str(p.shape), cfg, c.model_type, c.num_hidden_layers);
-    const io::TensorInfo& t = ckpt.info(p.name);
-    TP_CHECK(t.shape == p.shape, "{}: tensor '{}' has shape {} but {} implies {}", t.file.string(), p.name,
-             shape_str(t.shape), cfg, shape_str(p.shape));
-    TP_CHECK(is_floating(t.dtype), "{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", t.file.string(),
-             p.name, io::safetensors_dtype_name(t.dtype));
-  }
+  TensorIndex index;
+  for (const std::string& name : ckpt.tensor_names()) index.emplace(name, &ckpt.info(name));
+  check_config_against_weights(ckpt.config(), index, (ckpt.dir() / "config.json").string(), ckpt.dir().string());
 }
 
 void save_checkpoint(const fs::path& dir, const ModelConfig& config, const std::vector<io::TensorSource>& tensors,

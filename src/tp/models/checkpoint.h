@@ -40,8 +40,9 @@ class Checkpoint {
   io::TensorStore weights_;
 };
 
-// Checks the weights against the config: every tensor the architecture needs is
-// present with the shape the config implies. Unknown model types are not checked.
+// Checks the config against the weights' tensor index (tp/models/config_check.h):
+// a contradiction is an error before any module is built. Unknown model types
+// are not checked.
 void validate_against_config(const Checkpoint& ckpt);
 
 // Writes config.json and the weights into `dir` (created if needed; weight files

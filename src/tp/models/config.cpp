@@ -58,8 +58,14 @@ struct Reader {
   }
 };
 
+// Sizes are indexed with 32-bit ints in places (token ids, oneDNN dims) and no
+// model comes near; bounding them also keeps the layout's products in 64 bits.
+constexpr int64_t kMaxSize = 2147483647;
+
 void check_positive(const std::string& source, const char* key, int64_t v) {
   TP_CHECK(v > 0, "{}: '{}' must be positive, got {}", source, key, v);
+  TP_CHECK(v <= kMaxSize, "{}: '{}' is {}; sizes above {} are not accepted (no model has one)", source, key, v,
+           kMaxSize);
 }
 
 RopeScalingConfig parse_rope_scaling(const json& rs, const std::string& source, const char* key) {
@@ -111,6 +117,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   Reader rd{j, source};
   ModelConfig c;
   c.raw = j;
+  c.source = source;
   c.model_type = rd.optional_string("model_type", "");
   TP_CHECK(!c.model_type.empty(), "{}: required key 'model_type' is missing (e.g. \"llama\", \"qwen3\")", source);
   if (const json* a = rd.get("architectures")) {

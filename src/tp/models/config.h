@@ -51,6 +51,7 @@ struct ModelConfig {
   // module pattern -> style, in file order; empty if the file has none.
   std::vector<std::pair<std::string, std::string>> base_model_tp_plan;
   nlohmann::json raw;  // every key of the file
+  std::string source;  // where it was read from (the file, or "preset llama/tiny"), for errors
 
   // Parses and validates; errors name `source_name` and the key.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source_name);

@@ -5,6 +5,7 @@
 #include <map>
 #include <ostream>
 
+#include "tp/models/config_check.h"
 #include "tp/parallel/apply.h"
 
 namespace tp {
@@ -39,6 +40,11 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
   r.warnings = resolved.warnings;
   r.total_bytes_per_rank.assign(static_cast<size_t>(tp), 0);
   std::vector<nn::Parameter*> params = model->parameters();
+  // A row per parameter and rank: bound what a huge tp_size would make us hold.
+  constexpr int64_t kBytesPerRow = 256;
+  TP_CHECK(tp <= physical_memory_bytes() / 2 / kBytesPerRow / static_cast<int64_t>(params.size()),
+           "tp_size {}: the report would hold {} x {} parameter rows, more than this machine's memory", tp, tp,
+           params.size());
   r.parameters.resize(params.size());
   for (int64_t rank = 0; rank < tp; ++rank) {
     parallel::apply_plan(*model, resolved, {tp, rank}, nullptr, overrides);

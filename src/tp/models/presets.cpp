@@ -171,43 +171,6 @@ ModelConfig make_preset_config(const std::string& arch, const std::string& prese
   return ModelConfig::from_json(p->second(), fmt::format("preset {}/{}", arch, preset));
 }
 
-std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) {
-  const std::string& mt = c.model_type;
-  TP_CHECK(mt == "llama" || mt == "mistral" || mt == "qwen3",
-           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3", mt);
-  using I = ParamSpec::Init;
-  const int64_t H = c.hidden_size, D = c.head_dim, Q = c.num_attention_heads * D, KV = c.num_key_value_heads * D;
-  const int64_t F = c.intermediate_size;
-  // Mistral's attention has no biases; Llama's mlp_bias is a raw key only it has.
-  const bool attn_bias = mt != "mistral" && c.attention_bias;
-  const bool mlp_bias = mt == "llama" && c.raw.value("mlp_bias", false) == true;
-  std::vector<ParamSpec> out;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, I::Normal});
-  auto linear = [&](const std::string& name, int64_t out_f, int64_t in_f, bool bias) {
-    out.push_back({name + ".weight", {out_f, in_f}, I::Normal});
-    if (bias) out.push_back({name + ".bias", {out_f}, I::Zeros});
-  };
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string L = fmt::format("model.layers.{}.", i);
-    linear(L + "self_attn.q_proj", Q, H, attn_bias);
-    linear(L + "self_attn.k_proj", KV, H, attn_bias);
-    linear(L + "self_attn.v_proj", KV, H, attn_bias);
-    linear(L + "self_attn.o_proj", H, Q, attn_bias);
-    if (mt == "qwen3") {
-      out.push_back({L + "self_attn.q_norm.weight", {D}, I::Ones});
-      out.push_back({L + "self_attn.k_norm.weight", {D}, I::Ones});
-    }
-    linear(L + "mlp.gate_proj", F, H, mlp_bias);
-    linear(L + "mlp.up_proj", F, H, mlp_bias);
-    linear(L + "mlp.down_proj", H, F, mlp_bias);
-    out.push_back({L + "input_layernorm.weight", {H}, I::Ones});
-    out.push_back({L + "post_attention_layernorm.weight", {H}, I::Ones});
-  }
-  out.push_back({"model.norm.weight", {H}, I::Ones});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}, I::Normal});
-  return out;
-}
-
 uint64_t param_seed(uint64_t seed, std::string_view name) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
   for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;

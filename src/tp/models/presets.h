@@ -1,33 +1,22 @@
 #pragma once
 // Architecture presets for `tp make-model`: the config.json of real models (and
-// tiny ones for tests) and the exact checkpoint layout (Hub tensor names and
-// shapes) each architecture implies.
+// tiny ones for tests) and the initial values of each parameter of the layout
+// (tp/models/layout.h).
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tp/models/config.h"
+#include "tp/models/layout.h"
 #include "tp/tensor/tensor.h"
 
 namespace tp {
-
-struct ParamSpec {
-  std::string name;
-  Shape shape;
-  // Like Transformers' _init_weights: Linear/Embedding normal(0, initializer_range),
-  // RMSNorm ones, biases zeros.
-  enum class Init { Normal, Ones, Zeros } init;
-};
 
 // arch: llama, mistral, qwen3. Errors list the valid architectures / presets.
 ModelConfig make_preset_config(const std::string& arch, const std::string& preset);
 std::vector<std::string> preset_names(const std::string& arch);
 std::vector<std::string> preset_architectures();
-
-// Every parameter of the checkpoint in Transformers' state_dict order, with the
-// Hub's names and shapes. Errors for a model_type it does not know.
-std::vector<ParamSpec> checkpoint_layout(const ModelConfig& config);
 
 // The seed of one parameter: depends on the model seed and the name only, so a
 // parameter's values do not change when layers are added or removed.

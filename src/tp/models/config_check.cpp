@@ -1,0 +1,142 @@
+#include "tp/models/config_check.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "tp/models/layout.h"
+#include "tp/tensor/error.h"
+
+namespace tp {
+
+namespace {
+
+constexpr std::string_view kLayerPrefix = "model.layers.";
+
+// N of "model.layers.N.<rest>", or nothing for other names.
+std::optional<int64_t> layer_index(const std::string& name) {
+  if (name.compare(0, kLayerPrefix.size(), kLayerPrefix) != 0) return std::nullopt;
+  int64_t n = 0;
+  size_t i = kLayerPrefix.size(), digits = 0;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i, ++digits) {
+    if (digits == 12) return std::nullopt;  // no checkpoint has that many layers; not a layer index
+    n = n * 10 + (name[i] - '0');
+  }
+  if (digits == 0 || i >= name.size() || name[i] != '.') return std::nullopt;
+  return n;
+}
+
+struct Checker {
+  const ModelConfig& c;
+  const TensorIndex& tensors;
+  const std::string& cfg;
+  const std::string& dir;
+
+  const io::TensorInfo* find(const std::string& name) const {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : it->second;
+  }
+  // The tensor if present with `rank` dims; the full layout check reports the rest.
+  const io::TensorInfo* shaped(const std::string& name, size_t rank) const {
+    const io::TensorInfo* t = find(name);
+    return t && t->shape.size() == rank ? t : nullptr;
+  }
+  std::string where(const io::TensorInfo& t) const {
+    return fmt::format("{}: '{}' is {}", t.file.string(), t.name, shape_str(t.shape));
+  }
+
+  void layer_count() const {
+    int64_t max_index = -1;
+    for (const auto& [name, info] : tensors)
+      if (std::optional<int64_t> i = layer_index(name)) max_index = std::max(max_index, *i);
+    const int64_t held = max_index + 1;
+    if (held == c.num_hidden_layers) return;  // a gap inside is a missing tensor, named by the layout check
+    if (held == 0)
+      fail("{}: 'num_hidden_layers' is {} but the weights in {} hold no layers (no model.layers.N.* tensor)", cfg,
+           c.num_hidden_layers, dir);
+    fail("{}: 'num_hidden_layers' is {} but the weights in {} hold {} layer{} (model.layers.0 to model.layers.{})",
+         cfg, c.num_hidden_layers, dir, held, held == 1 ? "" : "s", max_index);
+  }
+
+  void embeddings() const {
+    const io::TensorInfo* e = shaped("model.embed_tokens.weight", 2);
+    if (!e) return;
+    TP_CHECK(e->shape[1] == c.hidden_size, "{}: 'hidden_size' is {} but the weights have hidden size {} ({})", cfg,
+             c.hidden_size, e->shape[1], where(*e));
+    TP_CHECK(e->shape[0] == c.vocab_size, "{}: 'vocab_size' is {} but the weights have {} token embeddings ({})", cfg,
+             c.vocab_size, e->shape[0], where(*e));
+    TP_CHECK(c.tie_word_embeddings || find("lm_head.weight"),
+             "{}: 'tie_word_embeddings' is false but the weights in {} have no lm_head.weight; a checkpoint whose "
+             "lm_head shares model.embed_tokens.weight says \"tie_word_embeddings\": true",
+             cfg, dir);
+  }
+
+  void attention() const {
+    const bool head_dim_given = c.raw.is_object() && c.raw.contains("head_dim") && !c.raw["head_dim"].is_null();
+    const std::string hd = head_dim_given ? fmt::format("'head_dim' ({})", c.head_dim)
+                                          : fmt::format("head_dim ({} = hidden_size / num_attention_heads)", c.head_dim);
+    if (const io::TensorInfo* qn = shaped("model.layers.0.self_attn.q_norm.weight", 1))
+      TP_CHECK(qn->shape[0] == c.head_dim, "{}: {} does not match the weights' head_dim {} ({})", cfg, hd,
+               qn->shape[0], where(*qn));
+    if (const io::TensorInfo* q = shaped("model.layers.0.self_attn.q_proj.weight", 2))
+      TP_CHECK(q->shape[0] == c.num_attention_heads * c.head_dim,
+               "{}: 'num_attention_heads' ({}) x {} = {} but the weights' query projection has {} rows ({})", cfg,
+               c.num_attention_heads, hd, c.num_attention_heads * c.head_dim, q->shape[0], where(*q));
+    if (const io::TensorInfo* k = shaped("model.layers.0.self_attn.k_proj.weight", 2))
+      TP_CHECK(k->shape[0] == c.num_key_value_heads * c.head_dim,
+               "{}: 'num_key_value_heads' ({}) x {} = {} but the weights' key projection has {} rows ({})", cfg,
+               c.num_key_value_heads, hd, c.num_key_value_heads * c.head_dim, k->shape[0], where(*k));
+  }
+
+  void mlp() const {
+    if (const io::TensorInfo* g = shaped("model.layers.0.mlp.gate_proj.weight", 2))
+      TP_CHECK(g->shape[0] == c.intermediate_size, "{}: 'intermediate_size' is {} but the weights have {} ({})", cfg,
+               c.intermediate_size, g->shape[0], where(*g));
+  }
+
+  // Every tensor; bounded now that the layer count equals the weights'.
+  void layout() const {
+    for (const ParamSpec& p : checkpoint_layout(c)) {
+      const io::TensorInfo* t = find(p.name);
+      TP_CHECK(t, "{}: tensor '{}' {} required by {} (model_type {}, {} layers) is missing", dir, p.name,
+               shape_str(p.shape), cfg, c.model_type, c.num_hidden_layers);
+      TP_CHECK(t->shape == p.shape, "{}: tensor '{}' has shape {} but {} implies {}", t->file.string(), p.name,
+               shape_str(t->shape), cfg, shape_str(p.shape));
+      TP_CHECK(is_floating(t->dtype), "{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16",
+               t->file.string(), p.name, io::safetensors_dtype_name(t->dtype));
+    }
+  }
+};
+
+std::string gib(int64_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+}  // namespace
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{1} << 40;
+}
+
+void check_module_tree_fits(const ModelConfig& config, int64_t memory_bytes) {
+  const LayoutCounts counts = layout_counts(config);  // sizes whose products overflow fail here
+  const int64_t layers = config.num_hidden_layers;
+  TP_CHECK(layers <= memory_bytes / 2 / kModuleTreeBytesPerLayer,
+           "{}: 'num_hidden_layers' is {}: building the module tree alone would take about {}, more than half of "
+           "this machine's {} (the model would have {:.3g} parameters); is the value a typo?",
+           config.source, layers, gib(layers * kModuleTreeBytesPerLayer), gib(memory_bytes),
+           static_cast<double>(counts.total));
+}
+
+void check_config_against_weights(const ModelConfig& config, const TensorIndex& tensors, const std::string& config_file,
+                                  const std::string& weights_dir) {
+  if (!has_known_layout(config.model_type)) return;
+  const Checker check{config, tensors, config_file, weights_dir};
+  check.layer_count();
+  check.embeddings();
+  check.attention();
+  check.mlp();
+  check.layout();
+}
+
+}  // namespace tp

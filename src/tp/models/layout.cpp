@@ -1,0 +1,92 @@
+#include "tp/models/layout.h"
+
+#include "tp/tensor/error.h"
+
+namespace tp {
+
+namespace {
+
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  TP_CHECK(!__builtin_mul_overflow(a, b, &r), "config sizes overflow: {} = {} x {} does not fit in 64 bits", what, a,
+           b);
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  TP_CHECK(!__builtin_add_overflow(a, b, &r), "config sizes overflow: {} does not fit in 64 bits", what);
+  return r;
+}
+
+// The checkpoint of `c` with `layers` decoder layers.
+std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
+  const std::string& mt = c.model_type;
+  TP_CHECK(has_known_layout(mt), "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3", mt);
+  using I = ParamSpec::Init;
+  const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
+  const int64_t Q = checked_mul(c.num_attention_heads, D, "num_attention_heads x head_dim");
+  const int64_t KV = checked_mul(c.num_key_value_heads, D, "num_key_value_heads x head_dim");
+  // Mistral's attention has no biases; Llama's mlp_bias is a raw key only it has.
+  const bool attn_bias = mt != "mistral" && c.attention_bias;
+  const bool mlp_bias = mt == "llama" && c.raw.value("mlp_bias", false) == true;
+  std::vector<ParamSpec> out;
+  auto add = [&](std::string name, Shape shape, I init) {
+    int64_t n = 1;
+    for (int64_t s : shape) n = checked_mul(n, s, fmt::format("the element count of {} {}", name, shape_str(shape)));
+    out.push_back({std::move(name), std::move(shape), init});
+  };
+  add("model.embed_tokens.weight", {c.vocab_size, H}, I::Normal);
+  auto linear = [&](const std::string& name, int64_t out_f, int64_t in_f, bool bias) {
+    add(name + ".weight", {out_f, in_f}, I::Normal);
+    if (bias) add(name + ".bias", {out_f}, I::Zeros);
+  };
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string L = fmt::format("model.layers.{}.", i);
+    linear(L + "self_attn.q_proj", Q, H, attn_bias);
+    linear(L + "self_attn.k_proj", KV, H, attn_bias);
+    linear(L + "self_attn.v_proj", KV, H, attn_bias);
+    linear(L + "self_attn.o_proj", H, Q, attn_bias);
+    if (mt == "qwen3") {
+      add(L + "self_attn.q_norm.weight", {D}, I::Ones);
+      add(L + "self_attn.k_norm.weight", {D}, I::Ones);
+    }
+    linear(L + "mlp.gate_proj", F, H, mlp_bias);
+    linear(L + "mlp.up_proj", F, H, mlp_bias);
+    linear(L + "mlp.down_proj", H, F, mlp_bias);
+    add(L + "input_layernorm.weight", {H}, I::Ones);
+    add(L + "post_attention_layernorm.weight", {H}, I::Ones);
+  }
+  add("model.norm.weight", {H}, I::Ones);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, H}, I::Normal);
+  return out;
+}
+
+int64_t count(const std::vector<ParamSpec>& specs) {
+  int64_t n = 0;
+  for (const ParamSpec& p : specs) n = checked_add(n, numel(p.shape), "the parameter count");
+  return n;
+}
+
+}  // namespace
+
+bool has_known_layout(const std::string& model_type) {
+  return model_type == "llama" || model_type == "mistral" || model_type == "qwen3";
+}
+
+std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }
+
+LayoutCounts layout_counts(const ModelConfig& c) {
+  const std::vector<ParamSpec> none = layout_with_layers(c, 0), one = layout_with_layers(c, 1);
+  LayoutCounts r;
+  r.outside_layers = count(none);
+  r.per_layer = count(one) - r.outside_layers;
+  r.tensors_per_layer = static_cast<int64_t>(one.size() - none.size());
+  r.total = checked_add(
+      r.outside_layers,
+      checked_mul(c.num_hidden_layers, r.per_layer, "num_hidden_layers x the parameters of one layer"),
+      "the parameter count");
+  return r;
+}
+
+}  // namespace tp
