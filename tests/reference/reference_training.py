@@ -126,30 +126,32 @@ def decayed(name):
     return not any(re.search(r, name.lower()) for r in NO_DECAY)
 
 
-def train(model_dir):
-    cfg, w = load_model(model_dir)
-    params = {k: torch.nn.Parameter(v.clone()) for k, v in w.items()}
+def optimize(cfg, params, weights, base_lr, max_grad_norm):
+    """STEPS optimizer steps on `params` (name -> nn.Parameter); weights() gives the
+    tensors the forward uses, anew for each micro-batch. (golden tensors, step 0's grads)."""
     ids, labels = make_batches(cfg["vocab_size"])
     groups = [
         {"params": [p for k, p in params.items() if decayed(k)], "weight_decay": WEIGHT_DECAY},
         {"params": [p for k, p in params.items() if not decayed(k)], "weight_decay": 0.0},
     ]
-    opt = torch.optim.AdamW(groups, lr=BASE_LR, betas=(BETA1, BETA2), eps=EPS, foreach=False)
+    opt = torch.optim.AdamW(groups, lr=base_lr, betas=(BETA1, BETA2), eps=EPS, foreach=False)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     plist = list(params.values())
-    losses, norms, lrs = [], [], []
+    losses, norms, lrs, grad0 = [], [], [], {}
     for s in range(STEPS):
         opt.zero_grad(set_to_none=True)
         n = int((labels[s, :, :, 1:] != IGNORE_INDEX).sum())
         loss = torch.zeros((), dtype=torch.float32)
         for a in range(ACCUM):
-            logits = forward_batch(cfg, params, ids[s, a])
+            logits = forward_batch(cfg, weights(), ids[s, a])
             part = torch.nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.shape[-1]), labels[s, a, :, 1:].reshape(-1),
                 ignore_index=IGNORE_INDEX, reduction="sum") / n
             part.backward()
             loss = loss + part.detach()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(plist, MAX_GRAD_NORM)))
+        if s == 0:
+            grad0 = {k: p.grad.detach().clone() for k, p in params.items()}
+        norms.append(float(torch.nn.utils.clip_grad_norm_(plist, max_grad_norm)))
         lrs.append(opt.param_groups[0]["lr"])
         losses.append(float(loss))
         opt.step()
@@ -160,6 +162,13 @@ def train(model_dir):
            "lr": torch.tensor(lrs, dtype=torch.float32)}
     for k, p in params.items():
         out["final." + k] = p.detach().clone()
+    return out, grad0
+
+
+def train(model_dir):
+    cfg, w = load_model(model_dir)
+    params = {k: torch.nn.Parameter(v.clone()) for k, v in w.items()}
+    out, _ = optimize(cfg, params, lambda: params, BASE_LR, MAX_GRAD_NORM)
     return out
 
 
@@ -173,29 +182,34 @@ def report(model, out):
               f"  grad_norm {out['grad_norm'][s].item():.6f}")
 
 
-def compare(model, golden, meta, out):
+def compare_tensors(what, golden, out):
     bad = []
-    want = metadata(model)
-    if meta != want:
-        bad.append(f"metadata {meta} != {want}")
     if set(golden) != set(out):
-        bad.append(f"tensor names differ: only golden {sorted(set(golden) - set(out))},"
+        bad.append(f"{what}: tensor names differ: only golden {sorted(set(golden) - set(out))},"
                    f" only recomputed {sorted(set(out) - set(golden))}")
     for k in out:
         if k not in golden:
             continue
         g, o = golden[k], out[k]
         if g.dtype != o.dtype or g.shape != o.shape:
-            bad.append(f"{k}: {g.dtype} {list(g.shape)} vs recomputed {o.dtype} {list(o.shape)}")
+            bad.append(f"{what} {k}: {g.dtype} {list(g.shape)} vs recomputed {o.dtype} {list(o.shape)}")
         elif g.dtype == torch.int64:
             if not torch.equal(g, o):
-                bad.append(f"{k}: differs")
+                bad.append(f"{what} {k}: differs")
         else:
             diff = (g - o).abs().max().item()
             scale = g.abs().max().item()
             if not diff <= RTOL * scale:
-                bad.append(f"{k}: max |diff| {diff:.3g} > {RTOL:g} * max |golden| {scale:.3g}")
+                bad.append(f"{what} {k}: max |diff| {diff:.3g} > {RTOL:g} * max |golden| {scale:.3g}")
     return bad
+
+
+def compare(model, golden, meta, out):
+    bad = []
+    want = metadata(model)
+    if meta != want:
+        bad.append(f"metadata {meta} != {want}")
+    return bad + compare_tensors(model, golden, out)
 
 
 def main():

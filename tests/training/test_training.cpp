@@ -12,6 +12,7 @@
 
 #include "dist/dist_test_util.h"
 #include "models/model_test_util.h"
+#include "training/training_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/models/auto.h"
 #include "tp/models/checkpoint.h"
@@ -23,6 +24,8 @@
 using namespace tp;
 using namespace tp::training;
 using tp::testing::model_dir;
+using tp::testing::expect_close_rel;
+using tp::testing::expect_near_rel;
 using tp::testing::solo_mesh;
 
 namespace {
@@ -60,13 +63,8 @@ TrainingArguments base_args(const std::string& dir) {
   return a;
 }
 
-// Token ids every rank can rebuild: a few distinct ids spread over the whole
-// vocabulary (so every vocab shard owns targets), in a learnable pattern.
 std::shared_ptr<TokenBlocks> synthetic_data(int64_t vocab, int64_t blocks) {
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < blocks * kSeq; ++i)
-    tokens.push_back(static_cast<int32_t>((i * 7 + (i / 5) * 3) % 23 * (vocab / 23) + 1));
-  return std::make_shared<TokenBlocks>(TokenBlocks::from_tokens(tokens, kSeq));
+  return tp::testing::synthetic_data(vocab, blocks, kSeq);
 }
 
 std::vector<MicroBatch> step_batches(const TokenBlocks& data, int64_t step) {
@@ -80,19 +78,6 @@ std::vector<MicroBatch> step_batches(const TokenBlocks& data, int64_t step) {
     out.push_back({ids, labels});
   }
   return out;
-}
-
-// max |got - want| <= tol * max |want|: the tensor as a whole, like the logits tests.
-void expect_close_rel(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_EQ(shape_str(got.shape()), shape_str(want.shape())) << what;
-  const double scale = std::max(max_abs(want), 1e-30);
-  EXPECT_LE(max_abs_diff(got, want), tol * scale) << what << " at tp " << dist::world_size() << " (max |want| "
-                                                  << scale << ")";
-}
-
-void expect_near_rel(double got, double want, double tol, const std::string& what) {
-  EXPECT_LE(std::abs(got - want), tol * std::max(std::abs(want), 1e-30)) << what << ": " << got << " vs " << want
-                                                                         << " at tp " << dist::world_size();
 }
 
 bool splits(const std::string& model) {

@@ -106,7 +106,11 @@ Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);
   const Tensor& w1 = input_layernorm.weight.data;
   const Tensor& w2 = post_attention_layernorm.weight.data;
-  if (autograd::needs_grad({x, w1, w2}) || input_layernorm.style() != nullptr ||
+  // Differentiable when anything in the layer needs a gradient: the input, or a
+  // parameter (an adapter's, under a frozen base).
+  std::vector<Tensor> tensors{x};
+  for (nn::Parameter* p : parameters()) tensors.push_back(p->data);
+  if (autograd::needs_grad(tensors) || input_layernorm.style() != nullptr ||
       post_attention_layernorm.style() != nullptr) {
     Tensor h = ops::add(x, self_attn(input_layernorm(x)));  // self attention
     return ops::add(h, mlp(post_attention_layernorm(h)));   // fully connected

@@ -19,21 +19,6 @@ const std::vector<std::string>& tokenizer_file_names() {
 
 namespace {
 
-// Rank 0 prepares the directory; every rank learns whether that worked, so an
-// error there ends all ranks the same way instead of leaving them in a gather.
-void prepare_directory(const fs::path& dir, dist::ProcessGroup& group) {
-  std::string error;
-  if (group.rank() == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) error = fmt::format("cannot create directory {}: {}", dir.string(), ec.message());
-    else if (!fs::is_directory(dir)) error = fmt::format("{} exists and is not a directory", dir.string());
-  }
-  Tensor failed = Tensor::from_ints({error.empty() ? 0 : 1}, {1});
-  group.broadcast(failed, 0);
-  if (failed.to_int_vector()[0] != 0) fail("save_pretrained: {}", error.empty() ? "rank 0 could not prepare " + dir.string() : error);
-}
-
 void copy_side_files(const fs::path& from, const fs::path& to, const ModelConfig& config) {
   std::error_code ec;
   if (fs::equivalent(from, to, ec)) return;
@@ -49,6 +34,19 @@ void copy_side_files(const fs::path& from, const fs::path& to, const ModelConfig
 }
 
 }  // namespace
+
+void prepare_output_directory(const fs::path& dir, dist::ProcessGroup& group) {
+  std::string error;
+  if (group.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) error = fmt::format("cannot create directory {}: {}", dir.string(), ec.message());
+    else if (!fs::is_directory(dir)) error = fmt::format("{} exists and is not a directory", dir.string());
+  }
+  Tensor failed = Tensor::from_ints({error.empty() ? 0 : 1}, {1});
+  group.broadcast(failed, 0);
+  if (failed.to_int_vector()[0] != 0) fail("saving: {}", error.empty() ? "rank 0 could not prepare " + dir.string() : error);
+}
 
 void save_pretrained(PretrainedModel& model, const fs::path& dir, const SaveOptions& options) {
   dist::ProcessGroup& group = model.mesh().group("tp");
@@ -76,7 +74,7 @@ void save_pretrained(PretrainedModel& model, const fs::path& dir, const SaveOpti
     return parallel::gather_full(local, item.param->global_shape, item.shards, group);
   };
 
-  prepare_directory(dir, group);
+  prepare_output_directory(dir, group);
   if (group.rank() != 0) {
     // The same gathers, in the order rank 0's writer asks for them.
     for (const Item& item : items) full_tensor(item);

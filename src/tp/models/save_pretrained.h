@@ -23,6 +23,10 @@ struct SaveOptions {
 
 void save_pretrained(PretrainedModel& model, const std::filesystem::path& dir, const SaveOptions& options = {});
 
+// Rank 0 creates `dir`; every rank learns whether that worked, so an error there
+// ends all ranks the same way instead of leaving them in a gather. Collective.
+void prepare_output_directory(const std::filesystem::path& dir, dist::ProcessGroup& group);
+
 // The files of a model directory that are not weights and that a saved copy keeps.
 const std::vector<std::string>& tokenizer_file_names();
 

@@ -37,6 +37,11 @@ void Linear::release_packed_weights() {
 
 Tensor Linear::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = single_input(inputs, name());
+  Tensor y = base_forward(x);
+  return adapter_ ? adapter_->forward(x, y) : y;
+}
+
+Tensor Linear::base_forward(const Tensor& x) {
   Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();
   const bool packed = packed_valid_ && !autograd::needs_grad({x, weight.data, b});
   if (packed && (x.dtype() != DType::BF16 || takes_bf16_input())) return ops::linear(x, packed_, b);

@@ -7,10 +7,22 @@
 
 namespace tp::nn {
 
+// What an adapter (tp/peft: LoRA) adds to a Linear's output: called inside the
+// Linear's forward with its input and its own output, both this rank's local
+// pieces, before the style's output hook (so a row-parallel partial sum is
+// reduced together with the base's).
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  virtual Tensor forward(const Tensor& x, const Tensor& base_out) = 0;
+};
+
 // y = x W^T + b.  W [out_features, in_features] (Hugging Face layout), b [out_features].
 class Linear : public Module {
  public:
   Linear(std::string name, int64_t in_features, int64_t out_features, bool bias);
+  int64_t in_features() const { return weight.global_shape[1]; }
+  int64_t out_features() const { return weight.global_shape[0]; }
   Parameter& weight;
   Parameter* bias = nullptr;
   // Row-parallel styles add the (replicated) bias once, after the reduction.
@@ -29,12 +41,17 @@ class Linear : public Module {
   DType weight_dtype() const;
   // Packed in bf16: a bf16 input goes to the GEMM as is (it would round an f32
   // input to bf16 first). Any other path widens a bf16 input to f32, exactly.
-  bool takes_bf16_input() const { return packed_valid_ && packed_.dtype() == DType::BF16; }
+  bool takes_bf16_input() const { return packed_valid_ && packed_.dtype() == DType::BF16 && !adapter_; }
+
+  void set_adapter(std::unique_ptr<LinearAdapter> adapter) { adapter_ = std::move(adapter); }
+  LinearAdapter* adapter() const { return adapter_.get(); }
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;
 
  private:
+  Tensor base_forward(const Tensor& x);
+  std::unique_ptr<LinearAdapter> adapter_;
   ops::PackedLinear packed_;
   bool packed_valid_ = false;
 };

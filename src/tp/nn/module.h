@@ -48,6 +48,13 @@ class Module {
   const parallel::TensorParallelLayer* style() const { return style_; }
   const dist::DeviceMesh* mesh() const { return mesh_; }
 
+  // A child added after the model was built (an adapter's modules: LoRA's
+  // lora_A / lora_B under the Linear they adapt). Named under this module.
+  template <class M>
+  M& adopt(std::unique_ptr<M> child) {
+    return add_module(std::move(child));
+  }
+
   // Called once after this module's parameters are loaded (e.g. pack weights
   // for GEMM). With `inference_only`, a module may release what only training
   // needs (the unpacked copy of a weight nobody else shares).

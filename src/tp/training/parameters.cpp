@@ -71,6 +71,22 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
     ops::detail::set_bf16_gemm_native(bf16_native_);
   }
   std::map<const TensorImpl*, size_t> seen;  // tied parameters share one tensor
+  // A frozen matrix computes in the step's precision too: under bf16, its bf16
+  // values (rounded once; tied ones stay one tensor).
+  std::map<const TensorImpl*, Tensor> frozen;
+  auto freeze = [&](nn::Parameter& p, std::map<const TensorImpl*, Tensor>& done) {
+    if (!bf16_ || p.data.dim() < 2 || p.data.dtype() != DType::F32) return;
+    auto [it, fresh] = done.try_emplace(p.data.impl());
+    if (fresh) {
+      if (bf16_native_) {
+        it->second = p.data.to(DType::BF16);
+      } else {
+        it->second = Tensor::empty(p.data.shape());
+        round_f32_to_bf16(p.data.data<float>(), it->second.data<float>(), static_cast<size_t>(p.data.numel()));
+      }
+    }
+    p.data = it->second;
+  };
   for (nn::Module* m : model.modules()) {
     if (auto* linear = dynamic_cast<nn::Linear*>(m); linear != nullptr && bf16_ && !bf16_native_)
       linear->compute_dtype = DType::BF16;
@@ -81,7 +97,10 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
         params_[it->second].refs.push_back(p);
         continue;
       }
-      if (trainable && !trainable(p->name)) continue;
+      if (trainable && !trainable(p->name)) {
+        freeze(*p, frozen);
+        continue;
+      }
       seen[p->data.impl()] = params_.size();
       TrainableParam t;
       t.name = p->name;

@@ -45,7 +45,8 @@ class ModelParameters {
  public:
   // Takes over `model`'s parameters: their values move into the slabs and the
   // model's tensors become the compute weights. `trainable` picks the parameters
-  // that get gradients (all by default); the others stay as they are, frozen.
+  // that get gradients (all by default); the others are frozen: no slab, no
+  // gradient, no optimizer state (under bf16 their matrices are rounded to bf16 once).
   // Collective over `tp_group` (each rank learns every rank's slices).
   ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
                   const std::function<bool(const std::string&)>& trainable = {});

@@ -105,8 +105,9 @@ void flush_denormals() {
 }  // namespace
 
 Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr<const TokenBlocks> train,
-                 std::shared_ptr<const TokenBlocks> eval)
-    : model_(model), args_(std::move(args)), train_(std::move(train)), eval_(std::move(eval)) {
+                 std::shared_ptr<const TokenBlocks> eval, TrainerOptions options)
+    : model_(model), args_(std::move(args)), train_(std::move(train)), eval_(std::move(eval)),
+      options_(std::move(options)) {
   args_.validate();
   flush_denormals();
   TP_CHECK(train_ != nullptr && train_->size() > 0, "the Trainer needs training data (at least one block)");
@@ -138,7 +139,8 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   prepare_output_dir(args_.output_dir, group);
 
   if (args_.loss_parallel && model_.can_shard_logits()) model_.set_sharded_logits(true);
-  params_ = std::make_unique<ModelParameters>(model_.lm(), group, args_.bf16);
+  params_ = std::make_unique<ModelParameters>(model_.lm(), group, args_.bf16, options_.trainable);
+  TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
   optimizer_ = make_optimizer(args_, *params_);
 
   // Transformers' floating_point_ops: 6 flops per token per parameter, embeddings
@@ -269,6 +271,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   const int64_t first_step = state_.global_step;
   while (state_.global_step < total_steps_) {
     const auto t0 = Clock::now();
+    for (auto& cb : callbacks_) cb->on_step_begin(args_, state_);
     StepResult r = training_step(micro_batches_for(state_.global_step));
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     window_loss_ += r.loss;
@@ -334,7 +337,11 @@ void Trainer::save_model(const fs::path& dir) {
     auto it = masters.find(&p);
     return it == masters.end() ? p.data : it->second;
   };
-  save_pretrained(model_, dir.empty() ? fs::path(args_.output_dir) : dir, o);
+  const fs::path out = dir.empty() ? fs::path(args_.output_dir) : dir;
+  if (options_.save_model)
+    options_.save_model(out, o.values);
+  else
+    save_pretrained(model_, out, o);
 }
 
 json Trainer::checkpoint_identity() const {

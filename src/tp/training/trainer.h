@@ -35,10 +35,21 @@ class TrainerCallback {
  public:
   virtual ~TrainerCallback() = default;
   virtual void on_train_begin(const TrainingArguments&, const TrainerState&) {}
+  virtual void on_step_begin(const TrainingArguments&, const TrainerState&) {}
   virtual void on_step_end(const TrainingArguments&, const TrainerState&) {}
   virtual void on_log(const TrainingArguments&, const TrainerState&, const nlohmann::json& logs) {}
   virtual void on_save(const TrainingArguments&, const TrainerState&, const std::filesystem::path& checkpoint) {}
   virtual void on_train_end(const TrainingArguments&, const TrainerState&) {}
+};
+
+// When a Trainer trains part of a model (PEFT adapters): what it trains, and how
+// save_model writes what it trained.
+struct TrainerOptions {
+  // Parameter names to train (unset: all); the rest are frozen (no gradient, no optimizer state).
+  std::function<bool(const std::string&)> trainable;
+  // Replaces save_model's save_pretrained: the directory, and each parameter's
+  // local f32 master values (a frozen parameter's are its own).
+  std::function<void(const std::filesystem::path&, const std::function<Tensor(const nn::Parameter&)>&)> save_model;
 };
 
 struct MicroBatch {
@@ -67,7 +78,7 @@ class Trainer {
   // is optional. Errors (arguments, data too short, an unwritable output_dir)
   // come from here, before any step.
   Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr<const TokenBlocks> train,
-          std::shared_ptr<const TokenBlocks> eval = nullptr);
+          std::shared_ptr<const TokenBlocks> eval = nullptr, TrainerOptions options = {});
   ~Trainer();
 
   // The whole run. `resume_from_checkpoint`: a checkpoint directory, "last" (the
@@ -79,7 +90,8 @@ class Trainer {
   // One optimizer step on the given micro-batches (what train() runs per step).
   StepResult training_step(const std::vector<MicroBatch>& micro_batches);
 
-  // save_pretrained of the f32 master weights (Hugging Face files); "" = output_dir.
+  // save_pretrained of the f32 master weights (Hugging Face files), or the
+  // options' save_model; "" = output_dir.
   void save_model(const std::filesystem::path& dir = "");
   // output_dir/checkpoint-<global_step>: complete or absent.
   std::filesystem::path save_checkpoint();
@@ -106,6 +118,7 @@ class Trainer {
   PretrainedModel& model_;
   TrainingArguments args_;
   std::shared_ptr<const TokenBlocks> train_, eval_;
+  TrainerOptions options_;
   std::unique_ptr<ModelParameters> params_;
   std::unique_ptr<Optimizer> optimizer_;
   ScheduleType schedule_;

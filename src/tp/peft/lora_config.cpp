@@ -1,0 +1,87 @@
+#include "tp/peft/lora_config.h"
+
+#include <cmath>
+
+#include "tp/tensor/error.h"
+
+namespace tp::peft {
+
+using nlohmann::json;
+
+double LoraConfig::scaling() const {
+  return use_rslora ? lora_alpha / std::sqrt(static_cast<double>(r)) : lora_alpha / static_cast<double>(r);
+}
+
+std::vector<std::string> LoraConfig::targets_for(const std::string& model_type) const {
+  if (!target_modules.empty() || target_regex) return target_modules;
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for these architectures.
+  TP_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen3" || model_type == "qwen2",
+           "LoRA: no default target_modules for model_type '{}'; name them (e.g. q_proj,v_proj)", model_type);
+  return {"q_proj", "v_proj"};
+}
+
+void LoraConfig::validate(const std::string& source) const {
+  TP_CHECK(r >= 1 && r <= 65536, "{}: LoRA 'r' must be in 1..65536, got {}", source, r);
+  TP_CHECK(std::isfinite(lora_alpha) && lora_alpha > 0, "{}: 'lora_alpha' must be positive, got {}", source, lora_alpha);
+  TP_CHECK(lora_dropout >= 0 && lora_dropout < 1, "{}: 'lora_dropout' must be in [0, 1), got {}", source,
+           lora_dropout);
+  TP_CHECK(bias == "none", "{}: LoRA 'bias' '{}' is not supported; supported: none", source, bias);
+  for (const std::string& t : target_modules)
+    TP_CHECK(!t.empty(), "{}: 'target_modules' holds an empty name", source);
+}
+
+LoraConfig LoraConfig::from_json(const json& j, const std::string& source) {
+  TP_CHECK(j.is_object(), "{}: an adapter config must be a JSON object", source);
+  const std::string type = j.value("peft_type", "");
+  TP_CHECK(type == "LORA", "{}: 'peft_type' is '{}'; tp loads LoRA adapters (\"peft_type\": \"LORA\")", source, type);
+  LoraConfig c;
+  try {
+    c.r = j.value("r", c.r);
+    c.lora_alpha = j.value("lora_alpha", c.lora_alpha);
+    c.lora_dropout = j.value("lora_dropout", c.lora_dropout);
+    c.use_rslora = j.value("use_rslora", false);
+    if (j.contains("bias") && !j["bias"].is_null()) c.bias = j["bias"].get<std::string>();
+    if (j.contains("task_type") && !j["task_type"].is_null()) c.task_type = j["task_type"].get<std::string>();
+    if (j.contains("base_model_name_or_path") && !j["base_model_name_or_path"].is_null())
+      c.base_model_name_or_path = j["base_model_name_or_path"].get<std::string>();
+    if (j.contains("target_modules") && !j["target_modules"].is_null()) {
+      const json& t = j["target_modules"];
+      if (t.is_string())
+        c.target_regex = t.get<std::string>();
+      else
+        c.target_modules = t.get<std::vector<std::string>>();
+    }
+  } catch (const json::exception& e) {
+    fail("{}: {}", source, e.what());
+  }
+  for (const char* unsupported : {"layers_to_transform", "rank_pattern", "alpha_pattern", "modules_to_save"})
+    TP_CHECK(!j.contains(unsupported) || j[unsupported].is_null() || j[unsupported].empty(),
+             "{}: '{}' is not supported by tp's LoRA", source, unsupported);
+  TP_CHECK(!j.value("fan_in_fan_out", false), "{}: 'fan_in_fan_out' true is for Conv1D models; these use Linear",
+           source);
+  TP_CHECK(!j.value("use_dora", false), "{}: DoRA ('use_dora': true) is not supported", source);
+  c.validate(source);
+  return c;
+}
+
+json LoraConfig::to_json() const {
+  json j = {{"peft_type", "LORA"},
+            {"task_type", task_type},
+            {"r", r},
+            {"lora_alpha", lora_alpha},
+            {"lora_dropout", lora_dropout},
+            {"bias", bias},
+            {"use_rslora", use_rslora},
+            {"fan_in_fan_out", false},
+            {"init_lora_weights", true},
+            {"inference_mode", true},
+            {"modules_to_save", nullptr},
+            {"base_model_name_or_path", base_model_name_or_path}};
+  if (target_regex)
+    j["target_modules"] = *target_regex;
+  else
+    j["target_modules"] = target_modules;
+  return j;
+}
+
+}  // namespace tp::peft
