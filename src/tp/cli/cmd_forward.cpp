@@ -12,11 +12,12 @@ struct ForwardFlags {
   ModelFlags model;
   std::string input_ids;
   std::string out;
+  std::string adapter;
 };
 
 int run_forward(const ForwardFlags& f) {
   std::vector<int64_t> ids = parse_id_list(f.input_ids, "--input-ids");
-  PretrainedModel model = AutoModelForCausalLM::from_pretrained(f.model.model, load_options(f.model));
+  PretrainedModel model = load_model(f.model, f.adapter);
   int64_t V = model.config().vocab_size;
   for (int64_t id : ids)
     if (id >= V) throw UsageError(fmt::format("--input-ids: token id {} is outside the vocabulary [0, {})", id, V));
@@ -31,6 +32,7 @@ int run_forward(const ForwardFlags& f) {
 Registrar reg("forward", "Run one forward pass and write the logits to a safetensors file", [](CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
   add_model_flags(app, f->model);
+  add_adapter_flag(app, f->adapter);
   app.add_option("--input-ids", f->input_ids, "comma-separated token ids, e.g. 1,2,3")->required();
   app.add_option("--out", f->out, "output .safetensors file (f32 tensor `logits` [seq, vocab])")->required();
   return [f] { return run_forward(*f); };

@@ -28,6 +28,7 @@ struct GenerateFlags {
   double top_p = 1.0;
   uint64_t seed = 0;
   bool no_stream = false;
+  std::string adapter;
 };
 
 int run_generate(const GenerateFlags& f) {
@@ -44,7 +45,7 @@ int run_generate(const GenerateFlags& f) {
   for (const std::string& p : f.prompts) prompts.push_back(tokenizer->encode(p));
   for (const std::string& ids : f.input_ids) prompts.push_back(parse_id_list(ids, "--input-ids"));
 
-  PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load_options(f.model));
+  PretrainedModel model = load_model(f.model, f.adapter);
   generation::GenerateOptions options;
   options.max_new_tokens = f.max_new_tokens;
   options.sampling = {.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = f.seed};
@@ -115,6 +116,7 @@ int run_generate(const GenerateFlags& f) {
 Registrar reg("generate", "Generate text from a prompt (greedy or sampled), streaming on rank 0", [](CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   add_model_flags(app, f->model);
+  add_adapter_flag(app, f->adapter);
   app.add_option("--prompt", f->prompts, "prompt text (repeat for a batch); needs tokenizer.json in --model");
   app.add_option("--input-ids", f->input_ids, "prompt token ids, e.g. 1,2,3 (repeat for a batch)");
   app.add_option("--max-new-tokens", f->max_new_tokens, "tokens to generate per prompt")->capture_default_str();

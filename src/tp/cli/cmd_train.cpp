@@ -10,6 +10,7 @@
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
 #include "tp/models/checkpoint.h"
+#include "tp/peft/lora_training.h"
 #include "tp/training/loss_plot.h"
 #include "tp/training/progress.h"
 #include "tp/training/trainer.h"
@@ -31,6 +32,22 @@ struct TrainFlags {
   std::string resume;
   bool no_loss_parallel = false;
   bool no_save_model = false;
+  // LoRA: on when any --lora-* flag is given; PEFT's defaults for the rest.
+  std::optional<int64_t> lora_r;
+  std::optional<double> lora_alpha, lora_dropout;
+  std::vector<std::string> lora_target;
+  bool use_rslora = false;
+  bool lora() const { return lora_r || lora_alpha || lora_dropout || !lora_target.empty() || use_rslora; }
+  peft::LoraConfig lora_config(const fs::path& base) const {
+    peft::LoraConfig c;
+    c.r = lora_r.value_or(c.r);
+    c.lora_alpha = lora_alpha.value_or(c.lora_alpha);
+    c.lora_dropout = lora_dropout.value_or(c.lora_dropout);
+    c.target_modules = lora_target;
+    c.use_rslora = use_rslora;
+    c.base_model_name_or_path = base.string();
+    return c;
+  }
 };
 
 std::shared_ptr<training::TokenBlocks> load_blocks(const std::vector<std::string>& files, const Tokenizer& tokenizer,
@@ -77,16 +94,32 @@ int run_train(TrainFlags& f) {
   load.distributed_config.tp_size = f.model.tp_size;
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
   const bool rank0 = model.tp_rank() == 0;
-  training::Trainer trainer(model, a, train, eval);
+  std::optional<peft::LoraModel> lora;
+  training::TrainerOptions options;
+  if (f.lora()) {
+    const peft::LoraConfig config = f.lora_config(dir);
+    try {
+      config.validate("--lora-*");
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+    lora = peft::apply_lora(model, config, peft::peft_init(static_cast<uint64_t>(a.seed)));
+    options = peft::adapter_training(model, *lora);
+  }
+  training::Trainer trainer(model, a, train, eval, options);
+  if (lora) trainer.add_callback(peft::adapter_step_callback(*lora));
   if (rank0 && !f.model.json)
     fmt::print(stderr,
-               "training {} ({} parameters) on {} rank(s): {} blocks of {} tokens from {} documents ({} tokens "
+               "training {} ({} {}parameters) on {} rank(s): {} blocks of {} tokens from {} documents ({} tokens "
                "past the last whole block dropped), {} steps, {} compute, {} loss\n",
                dir.string(), [&] {
                  int64_t n = 0;
                  for (const auto& p : trainer.parameters().params()) n += numel(p.global_shape);
                  return n;
                }(),
+               lora ? fmt::format("LoRA (r={} on {}) ", lora->config().r,
+                                  fmt::join(lora->config().targets_for(model.config().model_type), ","))
+                    : std::string(),
                model.tp_size(), train->size(), train->seq_len(), train->documents(), train->dropped_tokens(),
                trainer.state().max_steps, a.bf16 ? "bf16 (f32 master weights)" : "f32",
                trainer.loss_parallel() ? "vocab-parallel" : "gathered-logits");
@@ -115,7 +148,7 @@ int run_train(TrainFlags& f) {
   } else {
     fmt::print(stderr, "trained {} steps: train_loss {:.4f}, {:.0f} tokens/s; model saved to {}\n", out.global_step,
                out.training_loss, out.metrics["train_tokens_per_second"].get<double>(),
-               f.no_save_model ? std::string("(not saved)") : a.output_dir);
+               f.no_save_model ? std::string("(not saved)") : a.output_dir + (lora ? " (the PEFT adapter)" : ""));
     fmt::print(stderr, "log history: {}\n", logger->file().string());
     if (plotted) fmt::print(stderr, "loss curve: {}\n", png.string());
   }
@@ -167,6 +200,12 @@ Registrar reg("train", "Train (fine-tune) a model on text files with tensor para
   app.add_flag("--no-loss-parallel", f->no_loss_parallel, "gather the logits for the loss (as Transformers does)");
   app.add_flag("--no-save-model", f->no_save_model, "do not write the trained model into --output-dir");
   app.add_flag("--disable-tqdm", a.disable_tqdm, "no progress bar: one line per log");
+  app.add_option("--lora-r", f->lora_r, "train a LoRA adapter of this rank instead of the model (PEFT default 8)");
+  app.add_option("--lora-alpha", f->lora_alpha, "LoRA alpha: the update is scaled by alpha / r (default 8)");
+  app.add_option("--lora-dropout", f->lora_dropout, "dropout on the adapter's input in training (default 0)");
+  app.add_option("--lora-target", f->lora_target, "modules to adapt, e.g. q_proj,k_proj,v_proj,o_proj "
+                 "(default: PEFT's for the architecture, q_proj,v_proj)")->delimiter(',');
+  app.add_flag("--use-rslora", f->use_rslora, "rank-stabilized LoRA: scale by alpha / sqrt(r)");
   return [f] { return run_train(*f); };
 });
 

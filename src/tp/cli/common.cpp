@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "tp/peft/adapter_files.h"
+
 namespace tp::cli {
 
 void add_model_flags(CLI::App& app, ModelFlags& flags) {
@@ -29,6 +31,16 @@ LoadOptions load_options(const ModelFlags& flags) {
   o.distributed_config.tp_plan = flags.tp_plan;
   o.distributed_config.tp_size = flags.tp_size;
   return o;
+}
+
+void add_adapter_flag(CLI::App& app, std::string& adapter) {
+  app.add_option("--adapter", adapter, "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors)");
+}
+
+PretrainedModel load_model(const ModelFlags& flags, const std::string& adapter) {
+  PretrainedModel model = AutoModelForCausalLM::from_pretrained(flags.model, load_options(flags));
+  if (!adapter.empty()) peft::load_adapter(model, adapter);  // the adapters live in the model's modules
+  return model;
 }
 
 std::vector<int64_t> parse_id_list(const std::string& text, const char* flag) {

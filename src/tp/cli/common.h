@@ -23,6 +23,10 @@ void add_model_flags(CLI::App& app, ModelFlags& flags);
 // auto -> unset (config.json's torch_dtype); f32, bf16. Errors list the choices.
 std::optional<DType> parse_dtype_flag(const std::string& value);
 LoadOptions load_options(const ModelFlags& flags);
+// --adapter DIR: a PEFT LoRA adapter directory applied on top of --model.
+void add_adapter_flag(CLI::App& app, std::string& adapter);
+// from_pretrained with the flags, and the adapter when one is given.
+PretrainedModel load_model(const ModelFlags& flags, const std::string& adapter = "");
 
 // "1,2,3" -> {1, 2, 3}; errors (UsageError) name the bad item.
 std::vector<int64_t> parse_id_list(const std::string& text, const char* flag);
