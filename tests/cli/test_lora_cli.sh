@@ -31,7 +31,8 @@ expect() {  # expect RC "message part" -- command...
 }
 
 lora=(train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --batch-size 4 --lr 1e-2 --logging-steps 2
-  --save-steps 3 --lora-r 8 --lora-alpha 16 --lora-target q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)
+  --save-steps 3 --lora-r 8 --lora-alpha 16 --lora-dropout 0.1
+  --lora-target q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)
 "$tprun" --nproc-per-node 2 "$tp" "${lora[@]}" --max-steps 6 --output-dir "$dir/out" 2>"$dir/log.txt"
 grep -q "LoRA (r=8 on q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)" "$dir/log.txt" \
   || { cat "$dir/log.txt"; fail "no LoRA summary"; }
@@ -53,7 +54,7 @@ assert len([k for k in h if k != "__metadata__"]) == 2 * 7 * 2, sorted(h)
 PY
 echo "train --lora-*: PEFT adapter files written"
 
-# Resume from the step-3 checkpoint: the same final adapter.
+# Resume from the step-3 checkpoint: the same final adapter (dropout masks follow the step).
 rm -rf "$dir/out/checkpoint-6"
 cp "$dir/out/adapter_model.safetensors" "$dir/first.safetensors"
 "$tprun" --nproc-per-node 2 "$tp" "${lora[@]}" --max-steps 6 --output-dir "$dir/out" \
@@ -100,6 +101,6 @@ expect 1 "but this model needs" -- "$tp" forward --model "$dir/other" --adapter 
   --out "$dir/x.safetensors"
 expect 1 "no adapter_config.json" -- "$tp" forward --model "$dir/m" --adapter "$dir/m" --input-ids 1,2 \
   --out "$dir/x.safetensors"
-expect 2 "'lora_dropout' must be in [0, 1)" -- "$tp" "${lora[@]}" --lora-dropout 1.5 --max-steps 1 \
-  --output-dir "$dir/bad"
+expect 2 "'lora_dropout' must be in [0, 1)" -- "$tp" train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 \
+  --lora-dropout 1.5 --max-steps 1 --output-dir "$dir/bad"
 echo "errors: ok"
