@@ -94,7 +94,7 @@ PY
   || fail "generate --adapter"
 
 # Errors.
-expect 1 "target module 'qkv_proj' matches no Linear module of this qwen3 model" -- \
+expect 1 "target module 'qkv_proj' matches no Linear or Embedding module of this qwen3 model" -- \
   "$tp" "${lora[@]/q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj/q_proj,qkv_proj}" --max-steps 1 \
   --output-dir "$dir/bad"
 expect 1 "but this model needs" -- "$tp" forward --model "$dir/other" --adapter "$dir/out" --input-ids 1,2 \

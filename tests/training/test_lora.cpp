@@ -35,9 +35,11 @@ constexpr int64_t kBatch = 2, kSeq = 16, kAccum = 2;
 const std::vector<std::string> kAllProjections = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                   "gate_proj", "up_proj", "down_proj"};
 
-std::unique_ptr<PretrainedModel> load(const std::string& name, bool whole, bool training = true) {
+std::unique_ptr<PretrainedModel> load(const std::string& name, bool whole, bool training = true,
+                                      const std::string& tp_plan = "auto") {
   LoadOptions o = training ? LoadOptions::for_training() : LoadOptions{};
   o.verbose = false;
+  o.distributed_config.tp_plan = tp_plan;
   if (whole) o.mesh = solo_mesh();
   return std::make_unique<PretrainedModel>(AutoModelForCausalLM::from_pretrained(model_dir(name), o));
 }
@@ -58,7 +60,7 @@ peft::LoraConfig all_projections(int64_t r, double alpha, double dropout = 0) {
 
 // PEFT's init for A and a small random B, so that the first step's A gradients are not zero.
 Tensor nonzero_init(const nn::Parameter& p) {
-  if (p.name.find("lora_B") != std::string::npos) {
+  if (p.name.find("lora_B") != std::string::npos || p.name.find("lora_embedding") != std::string::npos) {
     uint64_t h = 7;
     for (unsigned char ch : p.name) h = mix64(h ^ ch);
     return Tensor::randn(p.global_shape, h, 0.f, 0.05f);
@@ -94,8 +96,8 @@ struct Adapted {
 
 Adapted adapted(const std::string& name, bool whole, const peft::LoraConfig& config,
                 const std::function<Tensor(const nn::Parameter&)>& init, TrainingArguments args,
-                std::shared_ptr<TokenBlocks> data, const std::string& test) {
-  Adapted a{load(name, whole), {}, nullptr};
+                std::shared_ptr<TokenBlocks> data, const std::string& test, const std::string& tp_plan = "auto") {
+  Adapted a{load(name, whole, true, tp_plan), {}, nullptr};
   a.lora = peft::apply_lora(*a.model, config, init);
   args.output_dir = scratch(test + (whole ? "-solo" : "-tp"), whole).string();
   a.trainer = std::make_unique<Trainer>(*a.model, args, data, nullptr, peft::adapter_training(*a.model, a.lora));
@@ -208,6 +210,56 @@ TEST_P(Lora, CurveAndGradientsEqualOneRankWithDropout) {
   EXPECT_LT(h1.back()["train_loss"].get<double>(), h1.front()["loss"].get<double>()) << "the loss falls";
 }
 
+// Embedding adapters under each way the table can be split (replicated, by
+// vocabulary rows, by columns), with a projection adapter next to them: one step's
+// gradients and a 6-step curve equal one rank's; merged, the same logits.
+TEST_P(Lora, EmbeddingAdaptersUnderEveryEmbeddingStyle) {
+  const std::string model = GetParam();
+  auto data = synthetic_data(516, 12);
+  TrainingArguments args = args_for("");
+  args.max_steps = 6;
+  peft::LoraConfig config = all_projections(4, 8);
+  config.target_modules = {"embed_tokens", "q_proj", "down_proj"};
+  for (const std::string style : {"", "embedding_rowwise", "embedding_colwise"}) {
+    const std::string plan = style.empty() ? "auto" : "{\"model.embed_tokens\": \"" + style + "\"}";
+    const std::string what = model + " embed_tokens " + (style.empty() ? "replicated" : style);
+    Adapted solo = adapted(model, true, config, nonzero_init, args, data, "emb-" + model + style);
+    Adapted par = adapted(model, false, config, nonzero_init, args, data, "emb-" + model + style, plan);
+    ASSERT_EQ(par.lora.adapted().size(), 1 + 2 * 2u);
+    solo.trainer->train();
+    par.trainer->train();
+    const auto& h1 = solo.trainer->state().log_history;
+    const auto& hn = par.trainer->state().log_history;
+    ASSERT_EQ(h1.size(), hn.size());
+    for (size_t i = 0; i < h1.size(); ++i)
+      if (h1[i].contains("loss"))
+        expect_near_rel(hn[i]["loss"].get<double>(), h1[i]["loss"].get<double>(), 1e-4, what + " loss");
+    ModelParameters& sp = solo.trainer->parameters();
+    ModelParameters& pp = par.trainer->parameters();
+    for (const TrainableParam& q : pp.params()) {
+      expect_close_rel(pp.gather_master(q), sp.find(q.name).master, 1e-4, what + " trained " + q.name);
+      expect_close_rel(parallel::gather_full(q.grad, q.global_shape, q.shards, pp.group()), sp.find(q.name).grad,
+                       1e-4, what + " last gradient of " + q.name);
+    }
+    const peft::AdaptedModule& emb = par.lora.adapted().front();
+    EXPECT_EQ(emb.A->name, "model.embed_tokens.lora_embedding_A");
+    // A is split when the table is split by vocabulary rows (embedding_rowwise, or
+    // qwen3's table tied to its column-parallel lm_head); B when split by columns.
+    const parallel::ParamShard& ws = emb.base_weight->shard;
+    if (dist::world_size() > 1) {
+      EXPECT_EQ(emb.A->shard.replicated(), ws.replicated() || ws.dim != 0) << what;
+      EXPECT_EQ(emb.B->shard.replicated(), ws.replicated() || ws.dim != 1) << what;
+      if (style == "embedding_rowwise") EXPECT_FALSE(emb.A->shard.replicated()) << what;
+      if (style == "embedding_colwise") EXPECT_FALSE(emb.B->shard.replicated()) << what;
+    }
+    Tensor ids = Tensor::from_ints({5, 17, 300, 2, 515}, {5});
+    par.model->set_sharded_logits(false);
+    const Tensor want = par.model->forward(ids);
+    par.lora.merge_into_base();
+    expect_close_rel(par.model->forward(ids), want, 1e-5, what + " merged logits");
+  }
+}
+
 TEST_P(Lora, DropoutIsOnInTrainingAndOffInEvaluation) {
   const std::string model = GetParam();
   auto data = synthetic_data(516, 4);
@@ -240,8 +292,7 @@ TEST_P(Lora, BaseStaysFrozenAndOnlyAdaptersHoldOptimizerState) {
   for (nn::Parameter* p : a.model->lm().parameters())
     if (before.count(p->name)) EXPECT_TRUE(equal(p->data, before[p->name])) << p->name << " moved";
   int64_t adapter_local = 0;
-  for (const peft::AdaptedLinear& l : a.lora.adapted())
-    adapter_local += l.lora_A->weight.data.numel() + l.lora_B->weight.data.numel();
+  for (const peft::AdaptedModule& l : a.lora.adapted()) adapter_local += l.A->data.numel() + l.B->data.numel();
   const ModelParameters& params = a.trainer->parameters();
   EXPECT_EQ(params.params().size(), a.lora.adapted().size() * 2);
   EXPECT_LE(params.numel(), adapter_local + 16 * static_cast<int64_t>(params.params().size())) << "slabs: adapters only";
@@ -285,8 +336,8 @@ TEST(LoraErrors, NamesWhatDoesNotFit) {
     peft::apply_lora(*m, c, peft::peft_init(1));
     ADD_FAILURE() << "applied";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("target module 'qkv_proj' matches no Linear module of this llama model; "
-                                         "its Linear modules are named down_proj, gate_proj, k_proj, lm_head, o_proj"),
+    EXPECT_NE(std::string(e.what()).find("target module 'qkv_proj' matches no Linear or Embedding module of this llama "
+                                         "model; they are named down_proj, embed_tokens, gate_proj, k_proj, lm_head"),
               std::string::npos)
         << e.what();
   }

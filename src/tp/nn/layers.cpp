@@ -56,7 +56,9 @@ Embedding::Embedding(std::string name, int64_t num_embeddings, int64_t dim)
     : Module(std::move(name)), weight(add_parameter("weight", {num_embeddings, dim})) {}
 
 Tensor Embedding::forward(const std::vector<Tensor>& inputs) {
-  return ops::embedding(single_input(inputs, name()), weight.data, vocab_start);
+  const Tensor& ids = single_input(inputs, name());
+  Tensor y = ops::embedding(ids, weight.data, vocab_start);
+  return adapter_ ? adapter_->forward(ids, y) : y;
 }
 
 RMSNorm::RMSNorm(std::string name, int64_t dim, double eps_)

@@ -7,14 +7,14 @@
 
 namespace tp::nn {
 
-// What an adapter (tp/peft: LoRA) adds to a Linear's output: called inside the
-// Linear's forward with its input and its own output, both this rank's local
-// pieces, before the style's output hook (so a row-parallel partial sum is
-// reduced together with the base's).
-class LinearAdapter {
+// What an adapter (tp/peft: LoRA) adds to a Linear's or an Embedding's output:
+// called inside the module's forward with its input (activations or ids) and its
+// own output, both this rank's local pieces, before the style's output hook (so
+// a row-parallel partial sum is reduced together with the base's).
+class Adapter {
  public:
-  virtual ~LinearAdapter() = default;
-  virtual Tensor forward(const Tensor& x, const Tensor& base_out) = 0;
+  virtual ~Adapter() = default;
+  virtual Tensor forward(const Tensor& input, const Tensor& base_out) = 0;
 };
 
 // y = x W^T + b.  W [out_features, in_features] (Hugging Face layout), b [out_features].
@@ -43,15 +43,15 @@ class Linear : public Module {
   // input to bf16 first). Any other path widens a bf16 input to f32, exactly.
   bool takes_bf16_input() const { return packed_valid_ && packed_.dtype() == DType::BF16 && !adapter_; }
 
-  void set_adapter(std::unique_ptr<LinearAdapter> adapter) { adapter_ = std::move(adapter); }
-  LinearAdapter* adapter() const { return adapter_.get(); }
+  void set_adapter(std::unique_ptr<Adapter> adapter) { adapter_ = std::move(adapter); }
+  Adapter* adapter() const { return adapter_.get(); }
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;
 
  private:
   Tensor base_forward(const Tensor& x);
-  std::unique_ptr<LinearAdapter> adapter_;
+  std::unique_ptr<Adapter> adapter_;
   ops::PackedLinear packed_;
   bool packed_valid_ = false;
 };
@@ -64,8 +64,14 @@ class Embedding : public Module {
   Parameter& weight;
   int64_t vocab_start = 0;
 
+  void set_adapter(std::unique_ptr<Adapter> adapter) { adapter_ = std::move(adapter); }
+  Adapter* adapter() const { return adapter_.get(); }
+
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;
+
+ private:
+  std::unique_ptr<Adapter> adapter_;
 };
 
 // y = w * x / sqrt(mean(x^2) + eps) over the last dim, in f32.

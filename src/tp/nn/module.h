@@ -54,6 +54,10 @@ class Module {
   M& adopt(std::unique_ptr<M> child) {
     return add_module(std::move(child));
   }
+  // A parameter added after the model was built (LoRA's lora_embedding_A / _B on an Embedding).
+  Parameter& adopt_parameter(const std::string& local_name, Shape global_shape) {
+    return add_parameter(local_name, std::move(global_shape));
+  }
 
   // Called once after this module's parameters are loaded (e.g. pack weights
   // for GEMM). With `inference_only`, a module may release what only training

@@ -17,9 +17,9 @@ void save_adapter(PretrainedModel& model, const LoraModel& lora, const fs::path&
   dist::ProcessGroup& group = model.mesh().group("tp");
   prepare_output_directory(dir, group);
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const AdaptedLinear& a : lora.adapted())
-    for (const nn::Linear* f : {a.lora_A, a.lora_B}) {
-      const nn::Parameter& p = f->weight;
+  for (const AdaptedModule& a : lora.adapted())
+    for (const nn::Parameter* f : {a.A, a.B}) {
+      const nn::Parameter& p = *f;
       Tensor local = values ? values(p) : p.data;
       Tensor full = parallel::gather_full(local, p.global_shape, parallel::all_shards(p.shard, group), group);
       tensors.emplace_back(LoraModel::peft_key(p.name), full.dtype() == DType::F32 ? full : full.to(DType::F32));

@@ -7,11 +7,12 @@
 #include <set>
 
 #include "tp/autograd/tape.h"
+#include "tp/dist/functional.h"
 #include "tp/ops/elementwise.h"
+#include "tp/ops/embedding.h"
 #include "tp/ops/linear.h"
 #include "tp/ops/shape.h"
 #include "tp/parallel/shards.h"
-#include "tp/parallel/style_util.h"
 #include "tp/tensor/random.h"
 
 namespace tp::peft {
@@ -50,41 +51,53 @@ bool targeted(const std::string& module, const LoraConfig& c, const std::vector<
 
 }  // namespace
 
-// The adapter of one Linear: see lora.h for the layout.
-class LoraLinear : public nn::LinearAdapter {
+// The adapter of one Linear or Embedding: see lora.h for the layout.
+class LoraAdapter : public nn::Adapter {
  public:
-  LoraLinear(nn::Linear& a, nn::Linear& b, double scaling, double dropout, uint64_t seed)
-      : A(a), B(b), scaling_(scaling), dropout_(dropout), seed_(seed) {}
+  LoraAdapter(nn::Parameter& a, nn::Parameter& b, bool embedding, double scaling, double dropout, uint64_t seed)
+      : A(a), B(b), embedding_(embedding), scaling_(scaling), dropout_(dropout), seed_(seed) {}
 
-  nn::Linear& A;
-  nn::Linear& B;
+  nn::Parameter& A;
+  nn::Parameter& B;
   // The ranks that share this rank's slice of A / B and sum its gradient (null: none).
   std::shared_ptr<dist::ProcessGroup> sum_A, sum_B;
-  int64_t in_offset = 0;  // where this rank's input columns start in the full input (row-parallel base)
+  // Where this rank's slice of A's input dimension starts (a row-parallel base's
+  // input columns, a vocab-parallel embedding's rows).
+  int64_t in_offset = 0;
   bool enabled = true;
+  // The lora_A / lora_B modules of a Linear: their compute dtype is the step's
+  // (mixed precision sets it on every Linear); unset for an embedding.
+  const nn::Linear* modules[2] = {nullptr, nullptr};
 
   void begin_step(int64_t step) {
     step_ = step;
     calls_ = 0;
   }
 
-  Tensor forward(const Tensor& x, const Tensor& base_out) override {
+  Tensor forward(const Tensor& input, const Tensor& base_out) override {
     if (!enabled) return base_out;
-    const Tensor xf = x.dtype() == DType::BF16 ? x.to(DType::F32) : x;
-    const bool training = autograd::needs_grad({A.weight.data, B.weight.data});
-    Tensor h = dropout_ > 0 && training ? ops::mul(xf, dropout_mask(xf.shape())) : xf;
-    auto run = [&](nn::Linear& m, const std::shared_ptr<dist::ProcessGroup>& sum, const Tensor& in) {
-      if (sum == nullptr || !training) return m(in);
-      return parallel::with_grad_allreduced_params(m, [&] { return m(in); }, *sum);
+    const bool training = autograd::needs_grad({A.data, B.data});
+    // fwd identity, bwd sum of the parameter's gradient over the ranks sharing it.
+    auto param = [&](nn::Parameter& p, const std::shared_ptr<dist::ProcessGroup>& sum) {
+      return sum != nullptr && training ? dist::copy_to_region(p.data, *sum) : p.data;
     };
-    Tensor ab = run(B, sum_B, run(A, sum_A, h));
-    return ops::add(base_out, ops::scale(ab, scaling_));
+    const Tensor a = param(A, sum_A), b = param(B, sum_B);
+    Tensor h;
+    if (embedding_) {
+      h = ops::embedding(input, ops::transpose(a, 0, 1), in_offset);  // rows of A^T: [..., r]
+    } else {
+      const Tensor x = input.dtype() == DType::BF16 ? input.to(DType::F32) : input;
+      h = ops::linear(dropout_ > 0 && training ? ops::mul(x, dropout_mask(x.shape())) : x, a, Tensor(),
+                      modules[0]->compute_dtype);
+    }
+    const std::optional<DType> compute = modules[1] ? modules[1]->compute_dtype : std::nullopt;
+    return ops::add(base_out, ops::scale(ops::linear(h, b, Tensor(), compute), scaling_));
   }
 
  private:
   // Keep (1 / (1 - p)) or drop (0) each element, from (seed, step, call, global index).
   Tensor dropout_mask(const Shape& shape) {
-    const int64_t cols = shape.back(), rows = numel(shape) / cols, full_cols = A.in_features();
+    const int64_t cols = shape.back(), rows = numel(shape) / cols, full_cols = A.global_shape[1];
     const uint64_t stream = mix64(seed_ ^ mix64(static_cast<uint64_t>(step_) * 1000003u + calls_++));
     Tensor m = Tensor::empty(shape);
     float* p = m.data<float>();
@@ -97,6 +110,7 @@ class LoraLinear : public nn::LinearAdapter {
     return m;
   }
 
+  bool embedding_;
   double scaling_, dropout_;
   uint64_t seed_;
   int64_t step_ = 0;
@@ -107,23 +121,25 @@ bool LoraModel::is_adapter_parameter(const std::string& name) {
   auto ends = [&](const std::string& s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  return ends(".lora_A.weight") || ends(".lora_B.weight");
+  return ends(".lora_A.weight") || ends(".lora_B.weight") || ends(".lora_embedding_A") || ends(".lora_embedding_B");
 }
 
 std::string LoraModel::peft_key(const std::string& name) { return kPeftPrefix + name; }
 
 void LoraModel::begin_step(int64_t step) {
-  for (AdaptedLinear& a : adapted_) a.adapter->begin_step(step);
+  for (AdaptedModule& a : adapted_) a.adapter->begin_step(step);
 }
 
 void LoraModel::merge_into_base() {
   autograd::NoGradGuard no_grad;
-  for (AdaptedLinear& a : adapted_) {
-    Tensor& w = a.base->weight.data;
+  for (AdaptedModule& a : adapted_) {
+    Tensor& w = a.base_weight->data;
     TP_CHECK(w.defined(), "merge: '{}' has no plain weight (load the model without packing to merge)", a.base->name());
-    // [out_local, r] x [r, in_local]: this rank's slice of B A for either layout.
-    const Tensor a_t = ops::transpose(a.lora_A->weight.data, 0, 1);  // [in_local, r]: linear(B, A^T) = B A
-    Tensor delta = ops::scale(ops::linear(a.lora_B->weight.data, a_t), config_.scaling());
+    // This rank's slice of the update, for either layout: Linear B A = linear(B, A^T)
+    // [out, in]; Embedding A^T B^T = linear(A^T, B) [V, H].
+    const Tensor a_t = ops::transpose(a.A->data, 0, 1);
+    const bool embedding = dynamic_cast<nn::Embedding*>(a.base) != nullptr;
+    Tensor delta = ops::scale(embedding ? ops::linear(a_t, a.B->data) : ops::linear(a.B->data, a_t), config_.scaling());
     Tensor merged = ops::add(w.dtype() == DType::F32 ? w : w.to(DType::F32), delta);
     w = merged.dtype() == w.dtype() ? merged : merged.to(w.dtype());
     a.base->release_packed_weights();
@@ -133,9 +149,11 @@ void LoraModel::merge_into_base() {
 
 std::function<Tensor(const nn::Parameter&)> peft_init(uint64_t seed) {
   return [seed](const nn::Parameter& p) {
-    const std::string b = ".lora_B.weight";
-    if (p.name.size() > b.size() && p.name.compare(p.name.size() - b.size(), b.size(), b) == 0)
-      return Tensor::zeros(p.global_shape);
+    auto ends = [&](const std::string& s) {
+      return p.name.size() > s.size() && p.name.compare(p.name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends(".lora_B.weight") || ends(".lora_embedding_A")) return Tensor::zeros(p.global_shape);
+    if (ends(".lora_embedding_B")) return Tensor::randn(p.global_shape, name_seed(seed, p.name));
     const float bound = 1.0f / std::sqrt(static_cast<float>(p.global_shape[1]));
     return Tensor::rand(p.global_shape, name_seed(seed, p.name), -bound, bound);
   };
@@ -146,24 +164,21 @@ LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
   config.validate("LoraConfig");
   const std::vector<std::string> targets = config.targets_for(model.config().model_type);
   std::vector<bool> used(targets.size(), false);
-  std::vector<nn::Linear*> bases;
-  std::vector<std::string> linear_names;
+  std::vector<nn::Module*> bases;
+  std::vector<std::string> names;  // the last parts of the adaptable modules' names, for errors
   for (nn::Module* m : model.lm().modules()) {
-    auto* linear = dynamic_cast<nn::Linear*>(m);
-    if (linear == nullptr || linear->name().find(".lora_") != std::string::npos) continue;
-    linear_names.push_back(linear->name().substr(linear->name().rfind('.') + 1));
-    if (targeted(linear->name(), config, targets, used)) {
-      TP_CHECK(linear->adapter() == nullptr, "LoRA: '{}' already has an adapter", linear->name());
-      bases.push_back(linear);
-    }
+    const bool linear = dynamic_cast<nn::Linear*>(m) != nullptr, embedding = dynamic_cast<nn::Embedding*>(m) != nullptr;
+    if (!(linear || embedding) || m->name().find(".lora_") != std::string::npos) continue;
+    names.push_back(m->name().substr(m->name().rfind('.') + 1));
+    if (targeted(m->name(), config, targets, used)) bases.push_back(m);
   }
-  std::sort(linear_names.begin(), linear_names.end());
-  linear_names.erase(std::unique(linear_names.begin(), linear_names.end()), linear_names.end());
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   for (size_t i = 0; i < targets.size(); ++i)
-    TP_CHECK(used[i], "LoRA: target module '{}' matches no Linear module of this {} model; its Linear modules are "
-             "named {}", targets[i], model.config().model_type, fmt::join(linear_names, ", "));
-  TP_CHECK(!bases.empty(), "LoRA: target_modules regex '{}' matches no Linear module; its Linear modules are named {}",
-           config.target_regex.value_or(""), fmt::join(linear_names, ", "));
+    TP_CHECK(used[i], "LoRA: target module '{}' matches no Linear or Embedding module of this {} model; they are "
+             "named {}", targets[i], model.config().model_type, fmt::join(names, ", "));
+  TP_CHECK(!bases.empty(), "LoRA: target_modules regex '{}' matches no Linear or Embedding module; they are named {}",
+           config.target_regex.value_or(""), fmt::join(names, ", "));
 
   dist::ProcessGroup& tp = model.mesh().group("tp");
   // Groups of ranks sharing a slice, one per partition of the tp ranks: made
@@ -182,36 +197,64 @@ LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
   LoraModel out;
   out.config_ = config;
   const int64_t r = config.r;
-  for (nn::Linear* base : bases) {
-    auto& A = base->adopt(std::make_unique<nn::Linear>(base->name() + ".lora_A", base->in_features(), r, false));
-    auto& B = base->adopt(std::make_unique<nn::Linear>(base->name() + ".lora_B", r, base->out_features(), false));
-    const parallel::ParamShard& ws = base->weight.shard;
+  for (nn::Module* base : bases) {
+    auto* linear = dynamic_cast<nn::Linear*>(base);
+    auto* embedding = dynamic_cast<nn::Embedding*>(base);
+    TP_CHECK((linear ? linear->adapter() : embedding->adapter()) == nullptr, "LoRA: '{}' already has an adapter",
+             base->name());
+    nn::Parameter& w = linear ? linear->weight : embedding->weight;
+    nn::Parameter *A, *B;
+    nn::Linear* modules[2] = {nullptr, nullptr};
+    int64_t out_dim;  // the base output's dim in W: rows of a Linear weight, columns of an embedding table
+    if (linear) {
+      modules[0] = &base->adopt(std::make_unique<nn::Linear>(base->name() + ".lora_A", linear->in_features(), r, false));
+      modules[1] = &base->adopt(std::make_unique<nn::Linear>(base->name() + ".lora_B", r, linear->out_features(), false));
+      A = &modules[0]->weight;
+      B = &modules[1]->weight;
+      out_dim = 0;
+    } else {
+      A = &base->adopt_parameter("lora_embedding_A", {r, w.global_shape[0]});
+      B = &base->adopt_parameter("lora_embedding_B", {w.global_shape[1], r});
+      out_dim = 1;
+    }
+    const parallel::ParamShard& ws = w.shard;
     int64_t in_offset = 0;
     if (!ws.replicated()) {
       TP_CHECK(std::holds_alternative<dist::Shard>(ws.placement) && ws.spans.size() == 1,
                "LoRA: '{}' is split by a style with no LoRA layout (a packed or strided weight); LoRA supports "
-               "column-parallel, row-parallel and replicated Linear modules", base->name());
-      if (ws.dim == 0) {
-        B.weight.shard = ws;  // [out, r] split by rows like W
+               "column-parallel, row-parallel and replicated modules", base->name());
+      if (ws.dim == out_dim) {
+        B->shard = ws;  // the output split like the base's: B's rows
+        B->shard.dim = 0;
+        B->shard.placement = dist::Shard{0};
       } else {
-        A.weight.shard = ws;  // [r, in] split by columns like W
+        A->shard = ws;  // the input (or vocabulary) split like the base's: A's columns
+        A->shard.dim = 1;
+        A->shard.placement = dist::Shard{1};
         in_offset = ws.spans[0].offset;
       }
     }
-    for (nn::Linear* f : {&A, &B}) {
-      Tensor full = values(f->weight);
-      TP_CHECK(full.defined() && full.shape() == f->weight.global_shape, "LoRA: '{}' should be {}, got {}",
-               LoraModel::peft_key(f->weight.name), shape_str(f->weight.global_shape),
+    for (nn::Parameter* f : {A, B}) {
+      Tensor full = values(*f);
+      TP_CHECK(full.defined() && full.shape() == f->global_shape, "LoRA: '{}' should be {}, got {}",
+               LoraModel::peft_key(f->name), shape_str(f->global_shape),
                full.defined() ? shape_str(full.shape()) : std::string("nothing"));
-      f->weight.data = local_slice(full.dtype() == DType::F32 ? full : full.to(DType::F32), f->weight.shard);
+      f->data = local_slice(full.dtype() == DType::F32 ? full : full.to(DType::F32), f->shard);
     }
-    auto adapter = std::make_unique<LoraLinear>(A, B, config.scaling(), config.lora_dropout,
-                                                name_seed(0x10a4, base->name()));
+    auto adapter = std::make_unique<LoraAdapter>(*A, *B, embedding != nullptr, config.scaling(), config.lora_dropout,
+                                                 name_seed(0x10a4, base->name()));
     adapter->in_offset = in_offset;
-    adapter->sum_A = sharing(A.weight);
-    adapter->sum_B = sharing(B.weight);
-    out.adapted_.push_back({base, &A, &B, adapter.get()});
-    base->set_adapter(std::move(adapter));
+    adapter->modules[0] = modules[0];
+    adapter->modules[1] = modules[1];
+    if (!ws.replicated()) {  // a replicated base: every rank computes the whole gradient already
+      adapter->sum_A = sharing(*A);
+      adapter->sum_B = sharing(*B);
+    }
+    out.adapted_.push_back({base, &w, A, B, adapter.get()});
+    if (linear)
+      linear->set_adapter(std::move(adapter));
+    else
+      embedding->set_adapter(std::move(adapter));
   }
   return out;
 }
