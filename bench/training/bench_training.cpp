@@ -7,6 +7,11 @@
 // tp = 1 and tp = 2 runs of it with PyTorch's.
 //
 //   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
+//                               [--lora-r R]
+//
+// --lora-r: train a LoRA adapter of rank R (alpha 2R) on every attention and MLP
+// projection instead of the whole model (frozen base); the report adds the
+// trainable parameters and the optimizer-state and gradient bytes of each rank.
 //
 // FLOPs per step: 6 x (every Linear weight's elements, this rank's) x tokens, plus
 // attention's two matmuls over the causal triangle, 3x for forward and backward.
@@ -26,6 +31,7 @@
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/linear.h"
+#include "tp/training/lora_training.h"
 #include "tp/training/trainer.h"
 
 using namespace tp;
@@ -64,6 +70,7 @@ int main(int argc, char** argv) {
   std::string model_dir, dtype = "bf16";
   int64_t seq_len = 512, batch = 1, steps = 3, warmup = 1;
   bool skip_ceilings = false;
+  int64_t lora_r = 0;
   app.add_option("--model", model_dir)->required();
   app.add_option("--seq-len", seq_len);
   app.add_option("--batch", batch);
@@ -71,6 +78,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup);
   app.add_option("--dtype", dtype, "compute: bf16 (f32 master weights) or f32");
   app.add_flag("--skip-ceilings", skip_ceilings);
+  app.add_option("--lora-r", lora_r, "train a LoRA adapter of this rank on every projection (0: the whole model)");
   CLI11_PARSE(app, argc, argv);
 
   auto t_load = Clock::now();
@@ -90,7 +98,17 @@ int main(int argc, char** argv) {
   args.max_steps = warmup + steps;
   args.save_strategy = "no";
   args.bf16 = dtype == "bf16";
-  training::Trainer trainer(model, args, data);
+  std::optional<training::LoraModel> lora;
+  training::TrainerOptions options;
+  if (lora_r > 0) {
+    training::LoraConfig config;
+    config.r = lora_r;
+    config.lora_alpha = 2.0 * static_cast<double>(lora_r);
+    config.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    lora = training::apply_lora(model, config, training::peft_init(42));
+    options = training::adapter_training(model, *lora);
+  }
+  training::Trainer trainer(model, args, data, nullptr, options);
 
   std::vector<double> step_s;
   std::vector<double> losses;
@@ -121,12 +139,18 @@ int main(int argc, char** argv) {
   double linear_params = 0;
   for (nn::Module* m : model.lm().modules())
     if (auto* linear = dynamic_cast<nn::Linear*>(m)) linear_params += static_cast<double>(numel(nn::local_shape(linear->weight)));
+  // What the optimizer holds: its state tensors and the gradient slab, this rank's.
+  int64_t optimizer_bytes = 0, trainable = 0;
+  for (const auto& [name, t] : trainer.optimizer().state()) optimizer_bytes += static_cast<int64_t>(t.nbytes());
+  for (const training::TrainableParam& p : trainer.parameters().params()) trainable += numel(p.global_shape);
+  Tensor all_opt = group.all_gather(Tensor::from_ints({optimizer_bytes}, {1}), 0);
   const double tokens_per_step = static_cast<double>(batch * seq_len);
   const double attention_flops = 3.0 * 2.0 * 2.0 * static_cast<double>(seq_len * (seq_len + 1) / 2) *
                                  static_cast<double>(c.head_dim) *
                                  static_cast<double>(c.num_attention_heads / model.tp_size() * c.num_hidden_layers) *
                                  static_cast<double>(batch);
-  const double step_flops = 6.0 * linear_params * tokens_per_step + attention_flops;
+  // A frozen base computes no weight gradients: 4 x (forward + input gradient) instead of 6 x.
+  const double step_flops = (lora ? 4.0 : 6.0) * linear_params * tokens_per_step + attention_flops;
   Tensor all_rss = group.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
   double bf16_gflops = 0, f32_gflops = 0;
   if (!skip_ceilings && model.tp_rank() == 0) {
@@ -155,6 +179,10 @@ int main(int argc, char** argv) {
     j["step_gflop_per_rank"] = step_flops / 1e9;
     j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    j["lora_r"] = lora_r;
+    j["trainable_parameters"] = trainable;
+    j["optimizer_state_bytes_per_rank"] = all_opt.to_int_vector();
+    j["gradient_bytes_per_rank"] = trainer.parameters().numel() * 4;
     if (!skip_ceilings) {
       j["bf16_matmul_gflops_same_run"] = bf16_gflops;
       j["f32_matmul_gflops_same_run"] = f32_gflops;

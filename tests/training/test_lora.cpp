@@ -16,8 +16,8 @@
 #include "tp/models/auto.h"
 #include "tp/models/save_pretrained.h"
 #include "tp/parallel/shards.h"
-#include "tp/peft/adapter_files.h"
-#include "tp/peft/lora_training.h"
+#include "tp/training/adapter_files.h"
+#include "tp/training/lora_training.h"
 #include "tp/tensor/random.h"
 
 using namespace tp;
@@ -49,8 +49,8 @@ fs::path scratch(const std::string& test, bool per_rank) {
          (per_rank ? test + "-rank" + std::to_string(dist::world_rank()) : test);
 }
 
-peft::LoraConfig all_projections(int64_t r, double alpha, double dropout = 0) {
-  peft::LoraConfig c;
+training::LoraConfig all_projections(int64_t r, double alpha, double dropout = 0) {
+  training::LoraConfig c;
   c.r = r;
   c.lora_alpha = alpha;
   c.lora_dropout = dropout;
@@ -65,7 +65,7 @@ Tensor nonzero_init(const nn::Parameter& p) {
     for (unsigned char ch : p.name) h = mix64(h ^ ch);
     return Tensor::randn(p.global_shape, h, 0.f, 0.05f);
   }
-  return peft::peft_init(3)(p);
+  return training::peft_init(3)(p);
 }
 
 std::shared_ptr<TokenBlocks> synthetic_data(int64_t vocab, int64_t blocks) {
@@ -90,18 +90,18 @@ TrainingArguments args_for(const fs::path& dir) {
 // A model with adapters and its Trainer.
 struct Adapted {
   std::unique_ptr<PretrainedModel> model;
-  peft::LoraModel lora;
+  training::LoraModel lora;
   std::unique_ptr<Trainer> trainer;
 };
 
-Adapted adapted(const std::string& name, bool whole, const peft::LoraConfig& config,
+Adapted adapted(const std::string& name, bool whole, const training::LoraConfig& config,
                 const std::function<Tensor(const nn::Parameter&)>& init, TrainingArguments args,
                 std::shared_ptr<TokenBlocks> data, const std::string& test, const std::string& tp_plan = "auto") {
   Adapted a{load(name, whole, true, tp_plan), {}, nullptr};
-  a.lora = peft::apply_lora(*a.model, config, init);
+  a.lora = training::apply_lora(*a.model, config, init);
   args.output_dir = scratch(test + (whole ? "-solo" : "-tp"), whole).string();
-  a.trainer = std::make_unique<Trainer>(*a.model, args, data, nullptr, peft::adapter_training(*a.model, a.lora));
-  a.trainer->add_callback(peft::adapter_step_callback(a.lora));
+  a.trainer = std::make_unique<Trainer>(*a.model, args, data, nullptr, training::adapter_training(*a.model, a.lora));
+  a.trainer->add_callback(training::adapter_step_callback(a.lora));
   return a;
 }
 
@@ -124,7 +124,7 @@ TEST_P(Lora, TwentyStepsMatchPyTorch) {
   auto golden = io::SafetensorsFile::open(golden_dir() / ("lora_" + model + ".safetensors"));
   const int64_t steps = static_cast<int64_t>(meta(*golden, "steps")), accum = static_cast<int64_t>(meta(*golden, "accum"));
   std::unique_ptr<PretrainedModel> m = load(model + "-train", false);
-  peft::LoraModel lora = peft::load_adapter(*m, golden_dir() / ("lora_" + model + "_init"));
+  training::LoraModel lora = training::load_adapter(*m, golden_dir() / ("lora_" + model + "_init"));
   EXPECT_DOUBLE_EQ(lora.config().scaling(), meta(*golden, "lora_scaling"));
 
   Tensor ids = golden->read("input_ids"), labels = golden->read("labels");
@@ -140,7 +140,7 @@ TEST_P(Lora, TwentyStepsMatchPyTorch) {
   a.per_device_train_batch_size = B;
   a.gradient_accumulation_steps = accum;
   Trainer trainer(*m, a, std::make_shared<TokenBlocks>(TokenBlocks::from_tokens(stream, T)), nullptr,
-                  peft::adapter_training(*m, lora));
+                  training::adapter_training(*m, lora));
   ModelParameters& params = trainer.parameters();
   std::vector<float> loss = golden->read("loss").to_vector(), norm = golden->read("grad_norm").to_vector();
   for (int64_t s = 0; s < steps; ++s) {
@@ -153,12 +153,12 @@ TEST_P(Lora, TwentyStepsMatchPyTorch) {
     if (s == 0)
       for (const TrainableParam& p : params.params())
         expect_close_rel(parallel::gather_full(p.grad, p.global_shape, p.shards, params.group()),
-                         golden->read("grad0." + peft::LoraModel::peft_key(p.name)), 1e-5,
+                         golden->read("grad0." + training::LoraModel::peft_key(p.name)), 1e-5,
                          model + " step-0 gradient of " + p.name);
   }
   ASSERT_EQ(params.params().size(), 2 * 7 * 2u) << "only the adapters train";
   for (const TrainableParam& p : params.params())
-    expect_close_rel(params.gather_master(p), golden->read("final." + peft::LoraModel::peft_key(p.name)), 1e-5,
+    expect_close_rel(params.gather_master(p), golden->read("final." + training::LoraModel::peft_key(p.name)), 1e-5,
                      model + " final " + p.name);
 }
 
@@ -169,13 +169,13 @@ TEST_P(Lora, CurveAndGradientsEqualOneRankWithDropout) {
   auto data = synthetic_data(516, 12);
   TrainingArguments args = args_for("");
   args.max_steps = 20;
-  const peft::LoraConfig config = all_projections(8, 16, 0.1);
+  const training::LoraConfig config = all_projections(8, 16, 0.1);
   Adapted solo = adapted(model, true, config, nonzero_init, args, data, "curve-" + model);
   Adapted par = adapted(model, false, config, nonzero_init, args, data, "curve-" + model);
 
   // One step by hand: the adapter gradients.
-  peft::LoraModel* loras[] = {&solo.lora, &par.lora};
-  for (peft::LoraModel* l : loras) l->begin_step(0);
+  training::LoraModel* loras[] = {&solo.lora, &par.lora};
+  for (training::LoraModel* l : loras) l->begin_step(0);
   TokenBlocks blocks = *data;
   std::vector<MicroBatch> mbs;
   for (int64_t k = 0; k < kAccum; ++k) {
@@ -218,7 +218,7 @@ TEST_P(Lora, EmbeddingAdaptersUnderEveryEmbeddingStyle) {
   auto data = synthetic_data(516, 12);
   TrainingArguments args = args_for("");
   args.max_steps = 6;
-  peft::LoraConfig config = all_projections(4, 8);
+  training::LoraConfig config = all_projections(4, 8);
   config.target_modules = {"embed_tokens", "q_proj", "down_proj"};
   for (const std::string style : {"", "embedding_rowwise", "embedding_colwise"}) {
     const std::string plan = style.empty() ? "auto" : "{\"model.embed_tokens\": \"" + style + "\"}";
@@ -241,7 +241,7 @@ TEST_P(Lora, EmbeddingAdaptersUnderEveryEmbeddingStyle) {
       expect_close_rel(parallel::gather_full(q.grad, q.global_shape, q.shards, pp.group()), sp.find(q.name).grad,
                        1e-4, what + " last gradient of " + q.name);
     }
-    const peft::AdaptedModule& emb = par.lora.adapted().front();
+    const training::AdaptedModule& emb = par.lora.adapted().front();
     EXPECT_EQ(emb.A->name, "model.embed_tokens.lora_embedding_A");
     // A is split when the table is split by vocabulary rows (embedding_rowwise, or
     // qwen3's table tied to its column-parallel lm_head); B when split by columns.
@@ -249,8 +249,12 @@ TEST_P(Lora, EmbeddingAdaptersUnderEveryEmbeddingStyle) {
     if (dist::world_size() > 1) {
       EXPECT_EQ(emb.A->shard.replicated(), ws.replicated() || ws.dim != 0) << what;
       EXPECT_EQ(emb.B->shard.replicated(), ws.replicated() || ws.dim != 1) << what;
-      if (style == "embedding_rowwise") EXPECT_FALSE(emb.A->shard.replicated()) << what;
-      if (style == "embedding_colwise") EXPECT_FALSE(emb.B->shard.replicated()) << what;
+      if (style == "embedding_rowwise") {
+        EXPECT_FALSE(emb.A->shard.replicated()) << what;
+      }
+      if (style == "embedding_colwise") {
+        EXPECT_FALSE(emb.B->shard.replicated()) << what;
+      }
     }
     Tensor ids = Tensor::from_ints({5, 17, 300, 2, 515}, {5});
     par.model->set_sharded_logits(false);
@@ -287,12 +291,14 @@ TEST_P(Lora, BaseStaysFrozenAndOnlyAdaptersHoldOptimizerState) {
   Adapted a = adapted(model, false, all_projections(4, 8), nonzero_init, args, data, "frozen-" + model);
   std::map<std::string, Tensor> before;
   for (nn::Parameter* p : a.model->lm().parameters())
-    if (!peft::LoraModel::is_adapter_parameter(p->name)) before[p->name] = p->data.clone();
+    if (!training::LoraModel::is_adapter_parameter(p->name)) before[p->name] = p->data.clone();
   a.trainer->train();
   for (nn::Parameter* p : a.model->lm().parameters())
-    if (before.count(p->name)) EXPECT_TRUE(equal(p->data, before[p->name])) << p->name << " moved";
+    if (before.count(p->name)) {
+      EXPECT_TRUE(equal(p->data, before[p->name])) << p->name << " moved";
+    }
   int64_t adapter_local = 0;
-  for (const peft::AdaptedModule& l : a.lora.adapted()) adapter_local += l.A->data.numel() + l.B->data.numel();
+  for (const training::AdaptedModule& l : a.lora.adapted()) adapter_local += l.A->data.numel() + l.B->data.numel();
   const ModelParameters& params = a.trainer->parameters();
   EXPECT_EQ(params.params().size(), a.lora.adapted().size() * 2);
   EXPECT_LE(params.numel(), adapter_local + 16 * static_cast<int64_t>(params.params().size())) << "slabs: adapters only";
@@ -314,12 +320,12 @@ TEST_P(Lora, SavedAdapterLoadsWholeAndMergesToTheSameLogits) {
   const Tensor want = a.model->forward(ids);
 
   std::unique_ptr<PretrainedModel> whole = load(model, true, false);  // inference load: packed base
-  peft::LoraModel lora = peft::load_adapter(*whole, dir);
+  training::LoraModel lora = training::load_adapter(*whole, dir);
   EXPECT_EQ(lora.config().r, 8);
   expect_close_rel(whole->forward(ids), want, 1e-5, model + " logits of the reloaded adapter");
 
   std::unique_ptr<PretrainedModel> merged = load(model, false);
-  peft::LoraModel m = peft::load_adapter(*merged, dir);
+  training::LoraModel m = training::load_adapter(*merged, dir);
   m.merge_into_base();
   expect_close_rel(merged->forward(ids), want, 1e-5, model + " logits after merging");
   const fs::path out = scratch("merged-" + model, false);
@@ -330,10 +336,10 @@ TEST_P(Lora, SavedAdapterLoadsWholeAndMergesToTheSameLogits) {
 
 TEST(LoraErrors, NamesWhatDoesNotFit) {
   std::unique_ptr<PretrainedModel> m = load("llama", false);
-  peft::LoraConfig c = all_projections(4, 8);
+  training::LoraConfig c = all_projections(4, 8);
   c.target_modules = {"q_proj", "qkv_proj"};
   try {
-    peft::apply_lora(*m, c, peft::peft_init(1));
+    training::apply_lora(*m, c, training::peft_init(1));
     ADD_FAILURE() << "applied";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("target module 'qkv_proj' matches no Linear or Embedding module of this llama "
@@ -344,7 +350,7 @@ TEST(LoraErrors, NamesWhatDoesNotFit) {
   // The oracle's adapter is for llama-train (hidden 32): on tiny llama (hidden 192) its shapes do not fit.
   std::unique_ptr<PretrainedModel> other = load("llama", false);
   try {
-    peft::load_adapter(*other, golden_dir() / "lora_llama_init");
+    training::load_adapter(*other, golden_dir() / "lora_llama_init");
     ADD_FAILURE() << "loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' has shape "

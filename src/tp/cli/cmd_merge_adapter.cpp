@@ -7,7 +7,7 @@
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
 #include "tp/models/save_pretrained.h"
-#include "tp/peft/adapter_files.h"
+#include "tp/training/adapter_files.h"
 
 namespace tp::cli {
 namespace {
@@ -24,7 +24,7 @@ int run_merge(const MergeFlags& f) {
   o.distributed_config.tp_plan = f.model.tp_plan;
   o.distributed_config.tp_size = f.model.tp_size;
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(f.model.model, o);
-  peft::LoraModel lora = peft::load_adapter(model, f.adapter);
+  training::LoraModel lora = training::load_adapter(model, f.adapter);
   lora.merge_into_base();
   save_pretrained(model, f.out);
   if (model.tp_rank() == 0) {

@@ -10,7 +10,7 @@
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
 #include "tp/models/checkpoint.h"
-#include "tp/peft/lora_training.h"
+#include "tp/training/lora_training.h"
 #include "tp/training/loss_plot.h"
 #include "tp/training/progress.h"
 #include "tp/training/trainer.h"
@@ -38,8 +38,8 @@ struct TrainFlags {
   std::vector<std::string> lora_target;
   bool use_rslora = false;
   bool lora() const { return lora_r || lora_alpha || lora_dropout || !lora_target.empty() || use_rslora; }
-  peft::LoraConfig lora_config(const fs::path& base) const {
-    peft::LoraConfig c;
+  training::LoraConfig lora_config(const fs::path& base) const {
+    training::LoraConfig c;
     c.r = lora_r.value_or(c.r);
     c.lora_alpha = lora_alpha.value_or(c.lora_alpha);
     c.lora_dropout = lora_dropout.value_or(c.lora_dropout);
@@ -94,20 +94,20 @@ int run_train(TrainFlags& f) {
   load.distributed_config.tp_size = f.model.tp_size;
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
   const bool rank0 = model.tp_rank() == 0;
-  std::optional<peft::LoraModel> lora;
+  std::optional<training::LoraModel> lora;
   training::TrainerOptions options;
   if (f.lora()) {
-    const peft::LoraConfig config = f.lora_config(dir);
+    const training::LoraConfig config = f.lora_config(dir);
     try {
       config.validate("--lora-*");
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
-    lora = peft::apply_lora(model, config, peft::peft_init(static_cast<uint64_t>(a.seed)));
-    options = peft::adapter_training(model, *lora);
+    lora = training::apply_lora(model, config, training::peft_init(static_cast<uint64_t>(a.seed)));
+    options = training::adapter_training(model, *lora);
   }
   training::Trainer trainer(model, a, train, eval, options);
-  if (lora) trainer.add_callback(peft::adapter_step_callback(*lora));
+  if (lora) trainer.add_callback(training::adapter_step_callback(*lora));
   if (rank0 && !f.model.json)
     fmt::print(stderr,
                "training {} ({} {}parameters) on {} rank(s): {} blocks of {} tokens from {} documents ({} tokens "

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "tp/peft/adapter_files.h"
+#include "tp/training/adapter_files.h"
 
 namespace tp::cli {
 
@@ -39,7 +39,7 @@ void add_adapter_flag(CLI::App& app, std::string& adapter) {
 
 PretrainedModel load_model(const ModelFlags& flags, const std::string& adapter) {
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(flags.model, load_options(flags));
-  if (!adapter.empty()) peft::load_adapter(model, adapter);  // the adapters live in the model's modules
+  if (!adapter.empty()) training::load_adapter(model, adapter);  // the adapters live in the model's modules
   return model;
 }
 

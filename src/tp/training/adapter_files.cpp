@@ -1,4 +1,4 @@
-#include "tp/peft/adapter_files.h"
+#include "tp/training/adapter_files.h"
 
 #include <set>
 
@@ -8,7 +8,7 @@
 #include "tp/models/save_pretrained.h"
 #include "tp/parallel/shards.h"
 
-namespace tp::peft {
+namespace tp::training {
 
 namespace fs = std::filesystem;
 
@@ -62,4 +62,4 @@ LoraModel load_adapter(PretrainedModel& model, const fs::path& dir) {
   return lora;
 }
 
-}  // namespace tp::peft
+}  // namespace tp::training

@@ -1,4 +1,4 @@
-#include "tp/peft/lora.h"
+#include "tp/training/lora.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "tp/parallel/shards.h"
 #include "tp/tensor/random.h"
 
-namespace tp::peft {
+namespace tp::training {
 
 namespace {
 
@@ -91,7 +91,8 @@ class LoraAdapter : public nn::Adapter {
                       modules[0]->compute_dtype);
     }
     const std::optional<DType> compute = modules[1] ? modules[1]->compute_dtype : std::nullopt;
-    return ops::add(base_out, ops::scale(ops::linear(h, b, Tensor(), compute), scaling_));
+    // Scaled while r wide: one activation-sized temporary fewer per adapted module.
+    return ops::add(base_out, ops::linear(ops::scale(h, scaling_), b, Tensor(), compute));
   }
 
  private:
@@ -259,4 +260,4 @@ LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
   return out;
 }
 
-}  // namespace tp::peft
+}  // namespace tp::training

@@ -1,10 +1,10 @@
-#include "tp/peft/lora_config.h"
+#include "tp/training/lora_config.h"
 
 #include <cmath>
 
 #include "tp/tensor/error.h"
 
-namespace tp::peft {
+namespace tp::training {
 
 using nlohmann::json;
 
@@ -84,4 +84,4 @@ json LoraConfig::to_json() const {
   return j;
 }
 
-}  // namespace tp::peft
+}  // namespace tp::training

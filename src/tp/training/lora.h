@@ -26,9 +26,9 @@
 
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
-#include "tp/peft/lora_config.h"
+#include "tp/training/lora_config.h"
 
-namespace tp::peft {
+namespace tp::training {
 
 class LoraAdapter;
 
@@ -75,4 +75,4 @@ std::function<Tensor(const nn::Parameter&)> peft_init(uint64_t seed);
 LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
                      const std::function<Tensor(const nn::Parameter&)>& values);
 
-}  // namespace tp::peft
+}  // namespace tp::training

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace tp::peft {
+namespace tp::training {
 
 struct LoraConfig {
   int64_t r = 8;
@@ -34,4 +34,4 @@ struct LoraConfig {
   nlohmann::json to_json() const;  // adapter_config.json (inference_mode true, as PEFT saves)
 };
 
-}  // namespace tp::peft
+}  // namespace tp::training

@@ -1,11 +1,11 @@
-#include "tp/peft/lora_training.h"
+#include "tp/training/lora_training.h"
 
-#include "tp/peft/adapter_files.h"
+#include "tp/training/adapter_files.h"
 
-namespace tp::peft {
+namespace tp::training {
 
-training::TrainerOptions adapter_training(PretrainedModel& model, LoraModel& lora) {
-  training::TrainerOptions o;
+TrainerOptions adapter_training(PretrainedModel& model, LoraModel& lora) {
+  TrainerOptions o;
   o.trainable = &LoraModel::is_adapter_parameter;
   o.save_model = [&model, &lora](const std::filesystem::path& dir,
                                  const std::function<Tensor(const nn::Parameter&)>& values) {
@@ -16,10 +16,10 @@ training::TrainerOptions adapter_training(PretrainedModel& model, LoraModel& lor
 
 namespace {
 
-class AdapterSteps : public training::TrainerCallback {
+class AdapterSteps : public TrainerCallback {
  public:
   explicit AdapterSteps(LoraModel& lora) : lora_(lora) {}
-  void on_step_begin(const training::TrainingArguments&, const training::TrainerState& state) override {
+  void on_step_begin(const TrainingArguments&, const TrainerState& state) override {
     lora_.begin_step(state.global_step);
   }
 
@@ -29,8 +29,8 @@ class AdapterSteps : public training::TrainerCallback {
 
 }  // namespace
 
-std::shared_ptr<training::TrainerCallback> adapter_step_callback(LoraModel& lora) {
+std::shared_ptr<TrainerCallback> adapter_step_callback(LoraModel& lora) {
   return std::make_shared<AdapterSteps>(lora);
 }
 
-}  // namespace tp::peft
+}  // namespace tp::training

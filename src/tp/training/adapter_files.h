@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <functional>
 
-#include "tp/peft/lora.h"
+#include "tp/training/lora.h"
 
-namespace tp::peft {
+namespace tp::training {
 
 // Collective. `values`: the local tensor to save for an adapter parameter
 // (default: the model's own), e.g. a Trainer's f32 master weights.
@@ -20,4 +20,4 @@ void save_adapter(PretrainedModel& model, const LoraModel& lora, const std::file
 // fit the base module. Collective.
 LoraModel load_adapter(PretrainedModel& model, const std::filesystem::path& dir);
 
-}  // namespace tp::peft
+}  // namespace tp::training
