@@ -360,4 +360,29 @@ TEST(LoraErrors, NamesWhatDoesNotFit) {
   }
 }
 
+TEST(LoraConfig, RegexTargetsAndPeftFiles) {
+  std::unique_ptr<PretrainedModel> m = load("llama", false);
+  training::LoraConfig c;
+  c.target_regex = R"(.*\.layers\.1\.self_attn\.(q|v)_proj)";
+  training::LoraModel lora = training::apply_lora(*m, c, training::peft_init(1));
+  ASSERT_EQ(lora.adapted().size(), 2u);
+  EXPECT_EQ(lora.adapted()[0].base->name(), "model.layers.1.self_attn.q_proj");
+  c.target_regex = "(";
+  EXPECT_THROW(training::apply_lora(*m, c, training::peft_init(1)), Error);
+  auto error_of = [](const nlohmann::json& j) {
+    try {
+      training::LoraConfig::from_json(j, "a/adapter_config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of({{"peft_type", "PREFIX_TUNING"}}).find("'peft_type' is 'PREFIX_TUNING'"), std::string::npos);
+  EXPECT_NE(error_of({{"peft_type", "LORA"}, {"r", "eight"}}).find("a/adapter_config.json: [json.exception"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"peft_type", "LORA"}, {"use_dora", true}}).find("DoRA"), std::string::npos);
+  EXPECT_EQ(error_of({{"peft_type", "LORA"}, {"fan_in_fan_out", nullptr}, {"modules_to_save", nullptr}}), "")
+      << "PEFT writes nulls for unset keys";
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, Lora, ::testing::Values("llama", "qwen3"));

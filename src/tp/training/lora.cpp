@@ -35,9 +35,9 @@ Tensor local_slice(const Tensor& full, const parallel::ParamShard& shard) {
   return cat(pieces, shard.dim);
 }
 
-bool targeted(const std::string& module, const LoraConfig& c, const std::vector<std::string>& targets,
-              std::vector<bool>& used) {
-  if (c.target_regex) return std::regex_match(module, std::regex(*c.target_regex));
+bool targeted(const std::string& module, const std::optional<std::regex>& pattern,
+              const std::vector<std::string>& targets, std::vector<bool>& used) {
+  if (pattern) return std::regex_match(module, *pattern);
   for (size_t i = 0; i < targets.size(); ++i) {
     const std::string& t = targets[i];
     if (module == t || (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
@@ -165,13 +165,15 @@ LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
   config.validate("LoraConfig");
   const std::vector<std::string> targets = config.targets_for(model.config().model_type);
   std::vector<bool> used(targets.size(), false);
+  std::optional<std::regex> pattern;  // validate() checked that it compiles
+  if (config.target_regex) pattern.emplace(*config.target_regex);
   std::vector<nn::Module*> bases;
   std::vector<std::string> names;  // the last parts of the adaptable modules' names, for errors
   for (nn::Module* m : model.lm().modules()) {
     const bool linear = dynamic_cast<nn::Linear*>(m) != nullptr, embedding = dynamic_cast<nn::Embedding*>(m) != nullptr;
     if (!(linear || embedding) || m->name().find(".lora_") != std::string::npos) continue;
     names.push_back(m->name().substr(m->name().rfind('.') + 1));
-    if (targeted(m->name(), config, targets, used)) bases.push_back(m);
+    if (targeted(m->name(), pattern, targets, used)) bases.push_back(m);
   }
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());

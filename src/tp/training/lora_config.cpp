@@ -1,6 +1,7 @@
 #include "tp/training/lora_config.h"
 
 #include <cmath>
+#include <regex>
 
 #include "tp/tensor/error.h"
 
@@ -28,38 +29,60 @@ void LoraConfig::validate(const std::string& source) const {
   TP_CHECK(bias == "none", "{}: LoRA 'bias' '{}' is not supported; supported: none", source, bias);
   for (const std::string& t : target_modules)
     TP_CHECK(!t.empty(), "{}: 'target_modules' holds an empty name", source);
+  if (target_regex) {
+    try {
+      std::regex check(*target_regex);
+    } catch (const std::regex_error& e) {
+      fail("{}: 'target_modules' '{}' is not a valid regex: {}", source, *target_regex, e.what());
+    }
+  }
 }
+
+namespace {
+
+// j[key] as T, or `fallback` when the key is absent or null (PEFT writes nulls).
+template <class T>
+T get_or(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? fallback : it->get<T>();
+}
+
+bool given(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && !it->is_null() && !(it->is_array() && it->empty()) && !(it->is_object() && it->empty());
+}
+
+}  // namespace
 
 LoraConfig LoraConfig::from_json(const json& j, const std::string& source) {
   TP_CHECK(j.is_object(), "{}: an adapter config must be a JSON object", source);
-  const std::string type = j.value("peft_type", "");
-  TP_CHECK(type == "LORA", "{}: 'peft_type' is '{}'; tp loads LoRA adapters (\"peft_type\": \"LORA\")", source, type);
   LoraConfig c;
   try {
-    c.r = j.value("r", c.r);
-    c.lora_alpha = j.value("lora_alpha", c.lora_alpha);
-    c.lora_dropout = j.value("lora_dropout", c.lora_dropout);
-    c.use_rslora = j.value("use_rslora", false);
-    if (j.contains("bias") && !j["bias"].is_null()) c.bias = j["bias"].get<std::string>();
-    if (j.contains("task_type") && !j["task_type"].is_null()) c.task_type = j["task_type"].get<std::string>();
-    if (j.contains("base_model_name_or_path") && !j["base_model_name_or_path"].is_null())
-      c.base_model_name_or_path = j["base_model_name_or_path"].get<std::string>();
-    if (j.contains("target_modules") && !j["target_modules"].is_null()) {
+    const std::string type = get_or<std::string>(j, "peft_type", "");
+    TP_CHECK(type == "LORA", "{}: 'peft_type' is '{}'; tp loads LoRA adapters (\"peft_type\": \"LORA\")", source,
+             type);
+    c.r = get_or<int64_t>(j, "r", c.r);
+    c.lora_alpha = get_or<double>(j, "lora_alpha", c.lora_alpha);
+    c.lora_dropout = get_or<double>(j, "lora_dropout", c.lora_dropout);
+    c.use_rslora = get_or<bool>(j, "use_rslora", false);
+    c.bias = get_or<std::string>(j, "bias", c.bias);
+    c.task_type = get_or<std::string>(j, "task_type", c.task_type);
+    c.base_model_name_or_path = get_or<std::string>(j, "base_model_name_or_path", "");
+    if (given(j, "target_modules")) {
       const json& t = j["target_modules"];
       if (t.is_string())
         c.target_regex = t.get<std::string>();
       else
         c.target_modules = t.get<std::vector<std::string>>();
     }
+    for (const char* unsupported : {"layers_to_transform", "rank_pattern", "alpha_pattern", "modules_to_save"})
+      TP_CHECK(!given(j, unsupported), "{}: '{}' is not supported by tp's LoRA", source, unsupported);
+    TP_CHECK(!get_or<bool>(j, "fan_in_fan_out", false),
+             "{}: 'fan_in_fan_out' true is for Conv1D models; these use Linear", source);
+    TP_CHECK(!get_or<bool>(j, "use_dora", false), "{}: DoRA ('use_dora': true) is not supported", source);
   } catch (const json::exception& e) {
     fail("{}: {}", source, e.what());
   }
-  for (const char* unsupported : {"layers_to_transform", "rank_pattern", "alpha_pattern", "modules_to_save"})
-    TP_CHECK(!j.contains(unsupported) || j[unsupported].is_null() || j[unsupported].empty(),
-             "{}: '{}' is not supported by tp's LoRA", source, unsupported);
-  TP_CHECK(!j.value("fan_in_fan_out", false), "{}: 'fan_in_fan_out' true is for Conv1D models; these use Linear",
-           source);
-  TP_CHECK(!j.value("use_dora", false), "{}: DoRA ('use_dora': true) is not supported", source);
   c.validate(source);
   return c;
 }
