@@ -119,6 +119,22 @@ int world_rank() { return world().rank(); }
 int world_size() { return world().size(); }
 bool is_distributed() { return world().size() > 1; }
 
+void on_rank0(ProcessGroup& group, const std::string& what, const std::function<void()>& action) {
+  std::string error;
+  if (group.rank() == 0) {
+    try {
+      action();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  Tensor failed = Tensor::from_ints({error.empty() ? 0 : 1}, {1});
+  group.broadcast(failed, 0);
+  if (failed.to_int_vector()[0] == 0) return;
+  if (error.empty()) error = "failed on rank 0 (its message says why)";
+  fail("{}{}", what.empty() ? "" : what + ": ", error);
+}
+
 void abort_job(const std::string& message, int code) {
   int rank = 0;
   if (const char* r = env("OMPI_COMM_WORLD_RANK")) rank = std::atoi(r);

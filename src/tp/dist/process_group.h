@@ -13,6 +13,7 @@
 //     buffers); outputs come from the Storage cache, so a steady-state loop of
 //     collectives does not allocate.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,12 @@ int world_rank();
 int world_size();
 // True when this process was started by a launcher that gave it peers (size > 1).
 bool is_distributed();
+
+// Rank 0 of `group` runs `action` (writing a file, making a directory); every
+// rank learns whether it threw and throws the same error, "<what>: <message>"
+// (just the message when `what` is empty), so no rank is left waiting in a later
+// collective. Collective.
+void on_rank0(ProcessGroup& group, const std::string& what, const std::function<void()>& action);
 
 // Takes the whole job down: prints "[rank r] error: message" and aborts every
 // rank with `code` (MPI_Abort), or exits when there is no MPI job.

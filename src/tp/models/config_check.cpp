@@ -1,7 +1,5 @@
 #include "tp/models/config_check.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <optional>
 
@@ -112,11 +110,6 @@ struct Checker {
 std::string gib(int64_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
 }  // namespace
-
-int64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{1} << 40;
-}
 
 void check_module_tree_fits(const ModelConfig& config, int64_t memory_bytes) {
   const LayoutCounts counts = layout_counts(config);  // sizes whose products overflow fail here

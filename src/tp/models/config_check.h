@@ -10,6 +10,7 @@
 
 #include "tp/io/safetensors_header.h"
 #include "tp/models/config.h"
+#include "tp/tensor/storage.h"  // physical_memory_bytes
 
 namespace tp {
 
@@ -33,7 +34,5 @@ void check_module_tree_fits(const ModelConfig& config, int64_t memory_bytes);
 // What building the module tree costs per decoder layer (modules, parameter
 // records, names; no weights), with margin: test_io measures it.
 inline constexpr int64_t kModuleTreeBytesPerLayer = 16 << 10;
-
-int64_t physical_memory_bytes();  // this machine's RAM
 
 }  // namespace tp

@@ -102,16 +102,21 @@ LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, con
   self_attn.layer_index = index;
 }
 
+// Anything in the layer needs a gradient: the input, or a parameter (an
+// adapter's, under a frozen base). Generation runs without gradients: no walk.
+bool LlamaDecoderLayer::differentiable(const Tensor& x) {
+  if (!autograd::is_grad_enabled()) return false;
+  if (x.requires_grad()) return true;
+  for (nn::Parameter* p : parameters())
+    if (p->data.defined() && p->data.requires_grad()) return true;
+  return false;
+}
+
 Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);
   const Tensor& w1 = input_layernorm.weight.data;
   const Tensor& w2 = post_attention_layernorm.weight.data;
-  // Differentiable when anything in the layer needs a gradient: the input, or a
-  // parameter (an adapter's, under a frozen base).
-  std::vector<Tensor> tensors{x};
-  for (nn::Parameter* p : parameters()) tensors.push_back(p->data);
-  if (autograd::needs_grad(tensors) || input_layernorm.style() != nullptr ||
-      post_attention_layernorm.style() != nullptr) {
+  if (differentiable(x) || input_layernorm.style() != nullptr || post_attention_layernorm.style() != nullptr) {
     Tensor h = ops::add(x, self_attn(input_layernorm(x)));  // self attention
     return ops::add(h, mlp(post_attention_layernorm(h)));   // fully connected
   }

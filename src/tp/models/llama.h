@@ -73,6 +73,9 @@ class LlamaDecoderLayer : public nn::Module {
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;
+
+ private:
+  bool differentiable(const Tensor& x);
 };
 
 class LlamaModel : public nn::Module {

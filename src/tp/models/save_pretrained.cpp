@@ -36,16 +36,12 @@ void copy_side_files(const fs::path& from, const fs::path& to, const ModelConfig
 }  // namespace
 
 void prepare_output_directory(const fs::path& dir, dist::ProcessGroup& group) {
-  std::string error;
-  if (group.rank() == 0) {
+  dist::on_rank0(group, "saving", [&] {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) error = fmt::format("cannot create directory {}: {}", dir.string(), ec.message());
-    else if (!fs::is_directory(dir)) error = fmt::format("{} exists and is not a directory", dir.string());
-  }
-  Tensor failed = Tensor::from_ints({error.empty() ? 0 : 1}, {1});
-  group.broadcast(failed, 0);
-  if (failed.to_int_vector()[0] != 0) fail("saving: {}", error.empty() ? "rank 0 could not prepare " + dir.string() : error);
+    TP_CHECK(!ec, "cannot create directory {}: {}", dir.string(), ec.message());
+    TP_CHECK(fs::is_directory(dir), "{} exists and is not a directory", dir.string());
+  });
 }
 
 void save_pretrained(PretrainedModel& model, const fs::path& dir, const SaveOptions& options) {

@@ -20,11 +20,7 @@ constexpr size_t kHugePage = size_t{2} << 20;
 // more (training a 0.6B model on one rank frees and retakes ~6 GiB per step;
 // above the cap every step faults its pages in again, ~10 us per 4 KiB).
 size_t max_cached_bytes() {
-  static const size_t cap = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const size_t third = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 3 : 0;
-    return std::max(size_t{4} << 30, third);
-  }();
+  static const size_t cap = std::max(size_t{4} << 30, static_cast<size_t>(physical_memory_bytes() / 3));
   return cap;
 }
 
@@ -167,6 +163,11 @@ Storage::~Storage() {
   }
   c.free_blocks.emplace(capacity_, data_);
   c.stats.cached_bytes += capacity_;
+}
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{1} << 40;
 }
 
 AllocatorStats allocator_stats() {

@@ -4,6 +4,7 @@
 // same pages (page faults cost ~10 us per 4 KiB page on this machine). Storage
 // can also wrap memory owned by someone else (an mmap'd checkpoint).
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -52,5 +53,8 @@ struct AllocatorStats {
 AllocatorStats allocator_stats();
 // Returns every cached block to the OS.
 void release_cached_memory();
+
+// This machine's RAM (the block cache's bound is a fraction of it).
+int64_t physical_memory_bytes();
 
 }  // namespace tp

@@ -24,14 +24,14 @@ void save_adapter(PretrainedModel& model, const LoraModel& lora, const fs::path&
       Tensor full = parallel::gather_full(local, p.global_shape, parallel::all_shards(p.shard, group), group);
       tensors.emplace_back(LoraModel::peft_key(p.name), full.dtype() == DType::F32 ? full : full.to(DType::F32));
     }
-  if (group.rank() == 0) {
+  // Every rank learns whether rank 0's writes worked (no rank waits on a failed one).
+  dist::on_rank0(group, "save_adapter", [&] {
     LoraConfig c = lora.config();
     if (c.target_modules.empty() && !c.target_regex) c.target_modules = c.targets_for(model.config().model_type);
     if (c.base_model_name_or_path.empty()) c.base_model_name_or_path = model.source_dir().string();
     io::write_json_file(dir / "adapter_config.json", c.to_json());
     io::save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
-  }
-  group.barrier();
+  });
 }
 
 LoraModel load_adapter(PretrainedModel& model, const fs::path& dir) {

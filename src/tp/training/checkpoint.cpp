@@ -31,22 +31,6 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& output_dir
   return out;
 }
 
-// Rank 0 runs `action`; every rank learns whether it failed and throws the same way.
-void on_rank0(dist::ProcessGroup& group, const std::string& what, const std::function<void()>& action) {
-  std::string error;
-  if (group.rank() == 0) {
-    try {
-      action();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  Tensor failed = Tensor::from_ints({error.empty() ? 0 : 1}, {1});
-  group.broadcast(failed, 0);
-  if (failed.to_int_vector()[0] != 0)
-    fail("{}: {}", what, error.empty() ? std::string("failed on rank 0 (its message says why)") : error);
-}
-
 }  // namespace
 
 std::string rank_file(const std::string& stem, int rank) { return fmt::format("{}_rank{}.safetensors", stem, rank); }
@@ -55,7 +39,7 @@ fs::path write_checkpoint_dir(const fs::path& output_dir, int64_t step, dist::Pr
                               const std::function<void(const fs::path&)>& write_files) {
   const fs::path final_dir = output_dir / fmt::format("checkpoint-{}", step);
   const fs::path tmp = output_dir / fmt::format(".tmp-checkpoint-{}", step);
-  on_rank0(group, "cannot start checkpoint " + final_dir.string(), [&] {
+  dist::on_rank0(group, "cannot start checkpoint " + final_dir.string(), [&] {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
   });
@@ -63,7 +47,7 @@ fs::path write_checkpoint_dir(const fs::path& output_dir, int64_t step, dist::Pr
   // Every rank's files are whole before the directory gets its real name; a rank
   // that dies before this point leaves only the hidden temporary behind.
   group.barrier();
-  on_rank0(group, "cannot finish checkpoint " + final_dir.string(), [&] {
+  dist::on_rank0(group, "cannot finish checkpoint " + final_dir.string(), [&] {
     if (fs::exists(final_dir)) {
       // Re-saving a step (after a resume): the old copy stays until the new one is in place.
       const fs::path old = output_dir / fmt::format(".old-checkpoint-{}", step);

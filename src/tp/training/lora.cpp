@@ -8,6 +8,7 @@
 
 #include "tp/autograd/tape.h"
 #include "tp/dist/functional.h"
+#include "tp/models/presets.h"  // param_seed
 #include "tp/ops/elementwise.h"
 #include "tp/ops/embedding.h"
 #include "tp/ops/linear.h"
@@ -20,12 +21,6 @@ namespace tp::training {
 namespace {
 
 constexpr const char* kPeftPrefix = "base_model.model.";
-
-uint64_t name_seed(uint64_t seed, const std::string& name) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
-  return mix64(seed ^ mix64(h));
-}
 
 // This rank's slice of a full tensor.
 Tensor local_slice(const Tensor& full, const parallel::ParamShard& shard) {
@@ -40,8 +35,7 @@ bool targeted(const std::string& module, const std::optional<std::regex>& patter
   if (pattern) return std::regex_match(module, *pattern);
   for (size_t i = 0; i < targets.size(); ++i) {
     const std::string& t = targets[i];
-    if (module == t || (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
-                        module[module.size() - t.size() - 1] == '.')) {
+    if (module == t || module.ends_with("." + t)) {
       used[i] = true;
       return true;
     }
@@ -119,10 +113,8 @@ class LoraAdapter : public nn::Adapter {
 };
 
 bool LoraModel::is_adapter_parameter(const std::string& name) {
-  auto ends = [&](const std::string& s) {
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
-  return ends(".lora_A.weight") || ends(".lora_B.weight") || ends(".lora_embedding_A") || ends(".lora_embedding_B");
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight") ||
+         name.ends_with(".lora_embedding_A") || name.ends_with(".lora_embedding_B");
 }
 
 std::string LoraModel::peft_key(const std::string& name) { return kPeftPrefix + name; }
@@ -150,13 +142,10 @@ void LoraModel::merge_into_base() {
 
 std::function<Tensor(const nn::Parameter&)> peft_init(uint64_t seed) {
   return [seed](const nn::Parameter& p) {
-    auto ends = [&](const std::string& s) {
-      return p.name.size() > s.size() && p.name.compare(p.name.size() - s.size(), s.size(), s) == 0;
-    };
-    if (ends(".lora_B.weight") || ends(".lora_embedding_A")) return Tensor::zeros(p.global_shape);
-    if (ends(".lora_embedding_B")) return Tensor::randn(p.global_shape, name_seed(seed, p.name));
+    if (p.name.ends_with(".lora_B.weight") || p.name.ends_with(".lora_embedding_A")) return Tensor::zeros(p.global_shape);
+    if (p.name.ends_with(".lora_embedding_B")) return Tensor::randn(p.global_shape, param_seed(seed, p.name));
     const float bound = 1.0f / std::sqrt(static_cast<float>(p.global_shape[1]));
-    return Tensor::rand(p.global_shape, name_seed(seed, p.name), -bound, bound);
+    return Tensor::rand(p.global_shape, param_seed(seed, p.name), -bound, bound);
   };
 }
 
@@ -245,7 +234,7 @@ LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
       f->data = local_slice(full.dtype() == DType::F32 ? full : full.to(DType::F32), f->shard);
     }
     auto adapter = std::make_unique<LoraAdapter>(*A, *B, embedding != nullptr, config.scaling(), config.lora_dropout,
-                                                 name_seed(0x10a4, base->name()));
+                                                 param_seed(0x10a4, base->name()));
     adapter->in_offset = in_offset;
     adapter->modules[0] = modules[0];
     adapter->modules[1] = modules[1];

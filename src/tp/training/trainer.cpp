@@ -70,23 +70,16 @@ void check_same_on_all_ranks(uint64_t value, dist::ProcessGroup& group, const st
 
 // Rank 0 creates output_dir and proves it can write there; every rank learns the outcome.
 void prepare_output_dir(const fs::path& dir, dist::ProcessGroup& group) {
-  std::string error;
-  if (group.rank() == 0) {
+  dist::on_rank0(group, "", [&] {
     std::error_code ec;
     fs::create_directories(dir, ec);
     const fs::path probe = dir / ".tp-write-test";
     std::ofstream out(probe);
-    if (ec || !out) {
-      error = fmt::format("output_dir {} is not writable{}", dir.string(), ec ? ": " + ec.message() : "");
-    } else {
-      out.close();
-      fs::remove(probe, ec);
-      remove_partial_checkpoints(dir);
-    }
-  }
-  Tensor failed = Tensor::from_ints({error.empty() ? 0 : 1}, {1});
-  group.broadcast(failed, 0);
-  if (failed.to_int_vector()[0] != 0) fail("{}", error.empty() ? "rank 0 could not prepare output_dir" : error);
+    TP_CHECK(!ec && out, "output_dir {} is not writable{}", dir.string(), ec ? ": " + ec.message() : "");
+    out.close();
+    fs::remove(probe, ec);
+    remove_partial_checkpoints(dir);
+  });
 }
 
 bool finite(double x) { return std::isfinite(x); }
