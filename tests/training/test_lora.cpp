@@ -101,7 +101,6 @@ Adapted adapted(const std::string& name, bool whole, const training::LoraConfig&
   a.lora = training::apply_lora(*a.model, config, init);
   args.output_dir = scratch(test + (whole ? "-solo" : "-tp"), whole).string();
   a.trainer = std::make_unique<Trainer>(*a.model, args, data, nullptr, training::adapter_training(*a.model, a.lora));
-  a.trainer->add_callback(training::adapter_step_callback(a.lora));
   return a;
 }
 

@@ -107,7 +107,6 @@ int run_train(TrainFlags& f) {
     options = training::adapter_training(model, *lora);
   }
   training::Trainer trainer(model, a, train, eval, options);
-  if (lora) trainer.add_callback(training::adapter_step_callback(*lora));
   if (rank0 && !f.model.json)
     fmt::print(stderr,
                "training {} ({} {}parameters) on {} rank(s): {} blocks of {} tokens from {} documents ({} tokens "

@@ -72,14 +72,9 @@ void* gemm_scratchpad(size_t bytes) {
   return buffer->data();
 }
 
-}  // namespace
-
-namespace {
-
 struct Bf16Choice {
   std::mutex mutex;
   int native = -1;  // -1: not decided yet
-  Bf16GemmRates rates;
 };
 Bf16Choice& bf16_choice() {
   static Bf16Choice c;
@@ -119,8 +114,7 @@ bool bf16_gemm_native() {
       c.native = 0;
     } else {
       TP_CHECK(env == nullptr || *env == 0, "TP_BF16_GEMM='{}' is not one of native, f32", env);
-      c.rates = {probe_gflops(DType::BF16), probe_gflops(DType::F32)};
-      c.native = c.rates.bf16_gflops >= c.rates.f32_gflops ? 1 : 0;
+      c.native = probe_gflops(DType::BF16) >= probe_gflops(DType::F32) ? 1 : 0;
     }
   }
   return c.native == 1;
@@ -130,12 +124,6 @@ void set_bf16_gemm_native(bool native) {
   Bf16Choice& c = bf16_choice();
   std::lock_guard<std::mutex> lock(c.mutex);
   c.native = native ? 1 : 0;
-}
-
-Bf16GemmRates bf16_gemm_probe_rates() {
-  bf16_gemm_native();
-  std::lock_guard<std::mutex> lock(bf16_choice().mutex);
-  return bf16_choice().rates;
 }
 
 size_t gemm_primitives_created() {
@@ -150,6 +138,16 @@ void to_bf16_parallel(const float* src, bf16* dst, size_t n) {
   for (int64_t b = 0; b < blocks; ++b) {
     size_t start = static_cast<size_t>(b) * kBlock;
     convert_f32_to_bf16(src + start, dst + start, std::min(kBlock, n - start));
+  }
+}
+
+void round_to_bf16_parallel(const float* src, float* dst, size_t n) {
+  constexpr size_t kBlock = size_t{1} << 16;
+  int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    size_t start = static_cast<size_t>(b) * kBlock;
+    round_f32_to_bf16(src + start, dst + start, std::min(kBlock, n - start));
   }
 }
 

@@ -36,16 +36,15 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
 // that need every rank to agree (a trainer) make it so with set_bf16_gemm_native.
 bool bf16_gemm_native();
 void set_bf16_gemm_native(bool native);
-struct Bf16GemmRates {
-  double bf16_gflops = 0, f32_gflops = 0;  // of the probe, 0 when set or overridden
-};
-Bf16GemmRates bf16_gemm_probe_rates();
 
 // Primitives created so far (a repeated call must not add one).
 size_t gemm_primitives_created();
 
 // f32 -> bf16 split over OpenMP threads when large (activations before a bf16 GEMM).
 void to_bf16_parallel(const float* src, bf16* dst, size_t n);
+// f32 -> f32 holding the nearest bf16 values, split over OpenMP threads when large
+// (the rounded-f32 form of bf16 arithmetic).
+void round_to_bf16_parallel(const float* src, float* dst, size_t n);
 
 // A per-thread scratch buffer for converting activations to bf16 (grows, never shrinks).
 bf16* bf16_scratch(size_t n);

@@ -60,11 +60,7 @@ Tensor bf16_copy(const Tensor& x) {
 // x rounded to bf16 values, still f32 (bf16 arithmetic run as f32 GEMMs).
 Tensor bf16_valued_copy(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape());
-  const int64_t n = x.numel(), block = 1 << 16;
-  const float* src = x.data<float>();
-  float* dst = out.data<float>();
-#pragma omp parallel for schedule(static) if (n > block)
-  for (int64_t i = 0; i < n; i += block) round_f32_to_bf16(src + i, dst + i, static_cast<size_t>(std::min(block, n - i)));
+  detail::round_to_bf16_parallel(x.data<float>(), out.data<float>(), static_cast<size_t>(x.numel()));
   return out;
 }
 

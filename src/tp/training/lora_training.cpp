@@ -11,26 +11,8 @@ TrainerOptions adapter_training(PretrainedModel& model, LoraModel& lora) {
                                  const std::function<Tensor(const nn::Parameter&)>& values) {
     save_adapter(model, lora, dir, values);
   };
+  o.on_step_begin = [&lora](int64_t step) { lora.begin_step(step); };
   return o;
-}
-
-namespace {
-
-class AdapterSteps : public TrainerCallback {
- public:
-  explicit AdapterSteps(LoraModel& lora) : lora_(lora) {}
-  void on_step_begin(const TrainingArguments&, const TrainerState& state) override {
-    lora_.begin_step(state.global_step);
-  }
-
- private:
-  LoraModel& lora_;
-};
-
-}  // namespace
-
-std::shared_ptr<TrainerCallback> adapter_step_callback(LoraModel& lora) {
-  return std::make_shared<AdapterSteps>(lora);
 }
 
 }  // namespace tp::training

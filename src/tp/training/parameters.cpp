@@ -65,7 +65,8 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
     : group_(tp_group), bf16_(bf16_compute) {
   if (bf16_) {
     // Rank 0's measurement decides for all: ranks must run the same arithmetic.
-    Tensor native = Tensor::from_ints({ops::detail::bf16_gemm_native() ? 1 : 0}, {1});
+    // Only rank 0 probes: ranks sharing cores would time each other's probes.
+    Tensor native = Tensor::from_ints({group_.rank() == 0 && ops::detail::bf16_gemm_native() ? 1 : 0}, {1});
     group_.broadcast(native, 0);
     bf16_native_ = native.to_int_vector()[0] == 1;
     ops::detail::set_bf16_gemm_native(bf16_native_);
@@ -74,15 +75,16 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   // A frozen matrix computes in the step's precision too: under bf16, its bf16
   // values (rounded once; tied ones stay one tensor).
   std::map<const TensorImpl*, Tensor> frozen;
-  auto freeze = [&](nn::Parameter& p, std::map<const TensorImpl*, Tensor>& done) {
+  auto freeze = [&](nn::Parameter& p) {
     if (!bf16_ || p.data.dim() < 2 || p.data.dtype() != DType::F32) return;
-    auto [it, fresh] = done.try_emplace(p.data.impl());
+    auto [it, fresh] = frozen.try_emplace(p.data.impl());
     if (fresh) {
       if (bf16_native_) {
         it->second = p.data.to(DType::BF16);
       } else {
         it->second = Tensor::empty(p.data.shape());
-        round_f32_to_bf16(p.data.data<float>(), it->second.data<float>(), static_cast<size_t>(p.data.numel()));
+        ops::detail::round_to_bf16_parallel(p.data.data<float>(), it->second.data<float>(),
+                                            static_cast<size_t>(p.data.numel()));
       }
     }
     p.data = it->second;
@@ -98,7 +100,7 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
         continue;
       }
       if (trainable && !trainable(p->name)) {
-        freeze(*p, frozen);
+        freeze(*p);
         continue;
       }
       seen[p->data.impl()] = params_.size();

@@ -185,6 +185,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   StepResult r;
   for (const MicroBatch& mb : micro_batches) r.targets += count_targets(mb.labels);
   const int64_t step = state_.global_step;
+  if (options_.on_step_begin) options_.on_step_begin(step);
   TP_CHECK(r.targets > 0, "step {}: its micro-batches have no target to predict (every label is -100)", step + 1);
   const VocabSlice vocab{model_.logits_vocab_start(), model_.config().vocab_size,
                          model_.sharded_logits() ? &model_.mesh().group("tp") : nullptr};
