@@ -1,5 +1,6 @@
 """Helpers of the paired-run benchmark drivers (bench/*/run_*_bench.py)."""
 import json
+import os
 import statistics
 import subprocess
 
@@ -13,3 +14,14 @@ def run_json(cmd, env):
 def summary(values, fmt):
     """'median (min-max)' of values, each formatted with fmt."""
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def setup(build, bench, model, preset=("qwen3", "qwen3-0.6b")):
+    """(bench binary, tprun, env) for a driver: writes the preset model with `tp make-model`
+    when `model` has none, and the environment every run uses (1 OpenMP thread per rank,
+    glibc's huge-page malloc as tprun sets it)."""
+    if not os.path.exists(os.path.join(model, "config.json")):
+        tp = os.path.join(build, "src", "tp")
+        subprocess.run([tp, "make-model", "--arch", preset[0], "--preset", preset[1], "--out", model], check=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
+    return os.path.join(build, "bench", bench), os.path.join(build, "src", "tprun"), env

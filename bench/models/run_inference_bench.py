@@ -18,12 +18,10 @@ the tp = 2 job measures the read bandwidth each rank gets while both read.
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from paired_runs import run_json, summary  # noqa: E402
+from paired_runs import run_json, setup, summary  # noqa: E402
 
 
 
@@ -37,12 +35,7 @@ def main():
     ap.add_argument("--json", help="also write every run's numbers here")
     a = ap.parse_args()
 
-    tp = os.path.join(a.build, "src", "tp")
-    bench = os.path.join(a.build, "bench", "models", "bench_inference")
-    tprun = os.path.join(a.build, "src", "tprun")
-    if not os.path.exists(os.path.join(a.model, "config.json")):
-        subprocess.run([tp, "make-model", "--arch", "qwen3", "--preset", "qwen3-0.6b", "--out", a.model], check=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
+    bench, tprun, env = setup(a.build, "models/bench_inference", a.model)
     args = ["--model", a.model, "--reps", "1", "--prefill", str(a.prefill), "--decode", str(a.decode)]
     cores = sorted(os.sched_getaffinity(0))
 

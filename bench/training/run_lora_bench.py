@@ -14,11 +14,10 @@ median (min-max) over the pairs.
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from paired_runs import run_json, summary  # noqa: E402
+from paired_runs import run_json, setup, summary  # noqa: E402
 
 
 def main():
@@ -31,12 +30,7 @@ def main():
     ap.add_argument("--json", help="also write every run's numbers here")
     a = ap.parse_args()
 
-    tp = os.path.join(a.build, "src", "tp")
-    bench = os.path.join(a.build, "bench", "training", "bench_training")
-    tprun = os.path.join(a.build, "src", "tprun")
-    if not os.path.exists(os.path.join(a.model, "config.json")):
-        subprocess.run([tp, "make-model", "--arch", "qwen3", "--preset", "qwen3-0.6b", "--out", a.model], check=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
+    bench, tprun, env = setup(a.build, "training/bench_training", a.model)
     args = ["--model", a.model, "--seq-len", "512", "--batch", "1", "--steps", str(a.steps), "--dtype", "bf16",
             "--skip-ceilings"]
     launch = {1: ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[0])], 2: [tprun, "--nproc-per-node", "2"]}

@@ -14,21 +14,8 @@ trap 'rm -rf "$dir"' EXIT
   --tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json" --out "$dir/m" >/dev/null
 "$tp" make-model --arch llama --preset tiny --tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json" \
   --out "$dir/other" >/dev/null
-words=(the cat sat on a mat and then it ran far away from home to see what lies beyond hills)
-for i in $(seq 1 200); do
-  echo "${words[$((i % 20))]} ${words[$((i * 7 % 20))]} ${words[$((i * 3 % 20))]}, ${words[$((i * 11 % 20))]}."
-done >"$dir/train.txt"
-fail() { echo "FAIL: $*"; exit 1; }
-expect() {  # expect RC "message part" -- command...
-  local want=$1 text=$2
-  shift 3
-  set +e
-  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
-  local rc=$?
-  set -e
-  [ "$rc" -eq "$want" ] || { cat "$dir/err.txt"; fail "exit $rc, expected $want: $*"; }
-  grep -qF -- "$text" "$dir/err.txt" || { cat "$dir/err.txt"; fail "no '$text' in the error of: $*"; }
-}
+source "$src/tests/cli/cli_test_lib.sh"
+write_sentences "$dir/train.txt" 200
 
 lora=(train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --batch-size 4 --lr 1e-2 --logging-steps 2
   --save-steps 3 --lora-r 8 --lora-alpha 16 --lora-dropout 0.1

@@ -12,24 +12,9 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$tp" make-model --arch llama --preset tiny --set initializer_range=0.1 \
   --tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json" --out "$dir/m" >/dev/null
-words=(the cat sat on a mat and then it ran far away from home to see what lies beyond hills)
-for i in $(seq 1 300); do
-  echo "${words[$((i % 20))]} ${words[$((i * 7 % 20))]} ${words[$((i * 3 % 20))]}, ${words[$((i * 11 % 20))]} ${words[$((i * 13 % 20))]}."
-done >"$dir/train.txt"
+source "$src/tests/cli/cli_test_lib.sh"
+write_sentences "$dir/train.txt" 300
 head -40 "$dir/train.txt" >"$dir/eval.txt"
-
-fail() { echo "FAIL: $*"; exit 1; }
-# expect RC "message part" -- tp ARGS...: runs tp (or tprun) and checks the exit code and stderr.
-expect() {
-  local want=$1 text=$2
-  shift 3
-  set +e
-  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
-  local rc=$?
-  set -e
-  [ "$rc" -eq "$want" ] || { cat "$dir/err.txt"; fail "exit $rc, expected $want: $*"; }
-  grep -qF -- "$text" "$dir/err.txt" || { cat "$dir/err.txt"; fail "no '$text' in the error of: $*"; }
-}
 
 # The common flags; each case adds --data, --seq-len and --lr (options given once).
 base=(train --batch-size 4 --lr-scheduler cosine --logging-steps 2 --save-steps 3)

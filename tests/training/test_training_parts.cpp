@@ -70,21 +70,23 @@ TEST(NoDecay, TransformersNamePatterns) {
 
 TEST(Optimizer, AdamWIsTorchsFormulaAndSgdWithMomentum) {
   for (const std::string optim : {"adamw", "sgd"}) {
-    nn::Embedding e("model.embed_tokens", 3, 4);  // embeddings are decayed
-    e.weight.data = Tensor::randn({3, 4}, 1);
+    // 5 x 13 = 65 elements: four 16-wide vector iterations and a scalar tail. Embeddings are decayed.
+    constexpr int kN = 65;
+    nn::Embedding e("model.embed_tokens", 5, 13);
+    e.weight.data = Tensor::randn({5, 13}, 1);
     auto group = dist::world().split(dist::world_rank(), 0);
     ModelParameters params(e, *group, false);
-    std::vector<float> w = params.params()[0].master.to_vector(), m(12, 0), v(12, 0), b(12, 0);
+    std::vector<float> w = params.params()[0].master.to_vector(), m(kN, 0), v(kN, 0), b(kN, 0);
     const double lr = 0.01, wd = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8;
     std::unique_ptr<Optimizer> opt;
     if (optim == "adamw") opt = std::make_unique<AdamW>(params, AdamWOptions{b1, b2, eps, wd});
     else opt = std::make_unique<SGD>(params, SGDOptions{0.9, wd});
     for (int t = 1; t <= 3; ++t) {
-      Tensor g = Tensor::randn({3, 4}, 10 + t);
+      Tensor g = Tensor::randn({5, 13}, 10 + t);
       params.params()[0].grad.copy_from(g);
       std::vector<float> gs = g.to_vector();
       opt->step(lr, 0.5f);  // a clip coefficient of 0.5, fused
-      for (int i = 0; i < 12; ++i) {
+      for (int i = 0; i < kN; ++i) {
         const double gi = gs[i] * 0.5;
         if (optim == "adamw") {
           w[i] *= 1 - lr * wd;
@@ -99,7 +101,7 @@ TEST(Optimizer, AdamWIsTorchsFormulaAndSgdWithMomentum) {
       }
     }
     std::vector<float> got = params.params()[0].master.to_vector();
-    for (int i = 0; i < 12; ++i) EXPECT_NEAR(got[i], w[i], 1e-6 * (1 + std::abs(w[i]))) << optim << " element " << i;
+    for (int i = 0; i < kN; ++i) EXPECT_NEAR(got[i], w[i], 1e-6 * (1 + std::abs(w[i]))) << optim << " element " << i;
     EXPECT_EQ(opt->steps(), 3);
   }
 }
