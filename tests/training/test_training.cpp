@@ -16,6 +16,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/models/auto.h"
 #include "tp/models/checkpoint.h"
+#include "tp/models/layout.h"
 #include "tp/models/save_pretrained.h"
 #include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"
@@ -153,6 +154,15 @@ TEST_P(Training, TwentyStepLossCurveEqualsTp1AndReplicasStayBitwiseEqual) {
   }
   EXPECT_EQ(steps, 20);
   EXPECT_GT(clipped, 0) << "the curve must include steps that clip";
+  // Transformers' floating_point_ops: 6 x tokens x the parameters other than the
+  // embedding table (and an lm_head tied to it), from the config's layout.
+  const ModelConfig& c = p.par.config();
+  // (The layout lists a tied lm_head's table once, as embed_tokens.)
+  const double non_embedding =
+      static_cast<double>(layout_counts(c).total) - static_cast<double>(c.vocab_size * c.hidden_size);
+  const double tokens = 20.0 * kAccum * kBatch * kSeq;
+  EXPECT_EQ(p.par_trainer->state().num_input_tokens_seen, static_cast<int64_t>(tokens));
+  expect_near_rel(p.par_trainer->state().total_flos, 6.0 * non_embedding * tokens, 1e-9, model + " total_flos");
   EXPECT_LT(h1.back()["train_loss"].get<double>(), h1.front()["loss"].get<double>()) << "the loss falls";
 
   // Every rank holding a slice (all of them for replicated parameters, each
