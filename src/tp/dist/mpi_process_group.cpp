@@ -384,6 +384,83 @@ void MpiProcessGroup::barrier() {
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
+namespace {
+
+// A nonblocking MPI collective; holds its buffers and count arrays until it completes.
+class MpiWork final : public Work {
+ public:
+  explicit MpiWork(std::vector<Tensor> buffers) : buffers_(std::move(buffers)) {}
+  ~MpiWork() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);  // never free buffers MPI writes
+  }
+  bool test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<int> counts;
+
+ private:
+  std::vector<Tensor> buffers_;
+};
+
+void check_flat_f32(const Tensor& t, const char* what) {
+  TP_CHECK(t.defined() && t.dtype() == DType::F32 && t.dim() == 1, "{}: needs a 1-D f32 tensor, got {}", what,
+           t.defined() ? dtype_name(t.dtype()) + std::string(" ") + shape_str(t.shape()) : std::string("none"));
+}
+
+}  // namespace
+
+std::unique_ptr<Work> MpiProcessGroup::all_reduce_async(Tensor t) {
+  check_flat_f32(t, "all_reduce_async");
+  auto work = std::make_unique<MpiWork>(std::vector<Tensor>{t});
+  if (size_ == 1) return work;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), to_count(t.numel(), "all_reduce_async"), MPI_FLOAT, MPI_SUM,
+                           comm_, &work->request_),
+            "MPI_Iallreduce");
+  return work;
+}
+
+std::unique_ptr<Work> MpiProcessGroup::reduce_scatter_async(Tensor full, Tensor out) {
+  check_flat_f32(full, "reduce_scatter_async");
+  check_flat_f32(out, "reduce_scatter_async");
+  const int64_t n = full.numel();
+  TP_CHECK(out.numel() == chunk_span(n, size_, rank_).size,
+           "reduce_scatter_async: rank {} owns {} of {} elements but its output holds {}", rank_,
+           chunk_span(n, size_, rank_).size, n, out.numel());
+  auto work = std::make_unique<MpiWork>(std::vector<Tensor>{full, out});
+  if (size_ == 1) {
+    std::memcpy(out.raw_data(), full.raw_data(), full.nbytes());
+    return work;
+  }
+  for (int r = 0; r < size_; ++r) work->counts.push_back(to_count(chunk_span(n, size_, r).size, "reduce_scatter_async"));
+  check_mpi(MPI_Ireduce_scatter(full.raw_data(), out.raw_data(), work->counts.data(), MPI_FLOAT, MPI_SUM, comm_,
+                                &work->request_),
+            "MPI_Ireduce_scatter");
+  return work;
+}
+
+void MpiProcessGroup::all_gather_in_place(Tensor full) {
+  check_flat_f32(full, "all_gather_in_place");
+  if (size_ == 1) return;
+  const int64_t n = full.numel();
+  counts_.resize(size_);
+  displs_.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    const ChunkSpan span = chunk_span(n, size_, r);
+    counts_[r] = to_count(span.size, "all_gather_in_place");
+    displs_[r] = to_count(span.offset, "all_gather_in_place");
+  }
+  check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full.raw_data(), counts_.data(), displs_.data(),
+                           MPI_FLOAT, comm_),
+            "MPI_Allgatherv");
+}
+
 std::shared_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {
   if (comm_ == MPI_COMM_NULL) return std::make_shared<MpiProcessGroup>(MPI_COMM_NULL, false);
   MPI_Comm sub;
