@@ -34,6 +34,7 @@ class MpiProcessGroup final : public ProcessGroup {
   void all_gather_in_place(Tensor full) override;
   std::shared_ptr<ProcessGroup> split(int color, int key) override;
   std::string backend() const override { return "mpi"; }
+  double collective_seconds() const override { return collective_seconds_; }
 
   MPI_Comm comm() const { return comm_; }
 
@@ -54,6 +55,7 @@ class MpiProcessGroup final : public ProcessGroup {
   Scratch scratch_a_, scratch_b_;
   std::vector<int> counts_, displs_, counts2_, displs2_;
   std::vector<int64_t> meta_;
+  double collective_seconds_ = 0;
 };
 
 }  // namespace tp::dist

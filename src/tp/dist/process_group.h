@@ -76,6 +76,10 @@ class ProcessGroup {
   virtual std::shared_ptr<ProcessGroup> split(int color, int key) = 0;
   // "mpi" (later "nccl"), for messages.
   virtual std::string backend() const = 0;
+  // Seconds this rank has spent inside this group's collectives (blocking calls
+  // and waits on async ones; waiting for slower ranks included), since creation.
+  // Benchmarks report communication time per step from it.
+  virtual double collective_seconds() const = 0;
 };
 
 // Starts the runtime from the launcher's environment (mpirun/tprun ranks); with
