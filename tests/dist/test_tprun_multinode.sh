@@ -122,6 +122,23 @@ expect_ok train2
 same_losses two one || fail "tp = 4 on 2 nodes x 2 ranks logged other losses than on 1 node x 4"
 echo "tp train at tp 4: 2 nodes x 2 ranks log the losses of 1 node x 4 (${elapsed_ms} ms)"
 
+# ---- (2b) dp 2 x tp 2: a tp group per node (tp innermost), dp groups {0,2} {1,3} across the two nodes;
+# the same losses as on one node, and as tp 4 with the same global batch (4 blocks)
+dp_train=(train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --batch-size 2 --lr 3e-3 --max-steps 4
+  --logging-steps 1 --save-steps 1000 --dp-replicate-size 2 --tp-size 2)
+on_one_node dp1 "$tp" "${dp_train[@]}" --output-dir "$dir/dp-one"
+expect_ok dp1
+on_two_nodes dp2 "$tp" "${dp_train[@]}" --output-dir "$dir/dp-two"
+expect_ok dp2
+same_losses dp-two dp-one || fail "dp 2 x tp 2 on 2 nodes logged other losses than on 1 node"
+/usr/bin/python3 - "$dir/dp-two/log_history.jsonl" "$dir/one/log_history.jsonl" <<'EOF' ||
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:])
+sys.exit(0 if len(a) == len(b) == 4 and all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(a, b)) else 1)
+EOF
+  fail "dp 2 x tp 2 across nodes does not log tp 4's losses for the same global batch"
+echo "dp 2 x tp 2 with dp groups across the nodes: the losses of 1 node, and of tp 4 (${elapsed_ms} ms)"
+
 # ---- (3) a node that fails ends the job: every tprun exits non-zero within seconds
 limit=30
 on_two_nodes fail "$env_check" --fail  # rank 3 (node 1) throws while the others wait in an all-reduce
