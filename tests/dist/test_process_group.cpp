@@ -144,6 +144,14 @@ TEST(ProcessGroup, AsyncFlatCollectivesMatchTheSerialSums) {
   }
   EXPECT_THROW(g.reduce_scatter_async(Tensor::zeros({13}), Tensor::zeros({14})), Error);
   EXPECT_THROW(g.all_reduce_async(Tensor::zeros({2, 2})), Error) << "only flat f32 buffers";
+  // The in-place all-gather moves any dtype (bf16 compute copies).
+  for (DType d : kDtypes) {
+    Tensor want = rank_input({13}, 0, d), full = Tensor::zeros({13}, d);
+    const ChunkSpan span = chunk_span(13, g.size(), g.rank());
+    if (span.size > 0) full.narrow(0, span.offset, span.size).copy_from(want.narrow(0, span.offset, span.size));
+    g.all_gather_in_place(full);
+    expect_close(full, want, 0, label("all_gather_in_place", d));
+  }
 }
 
 TEST(ProcessGroup, BroadcastFromLastRank) {

@@ -472,7 +472,8 @@ std::unique_ptr<Work> MpiProcessGroup::reduce_scatter_async(Tensor full, Tensor 
 
 void MpiProcessGroup::all_gather_in_place(Tensor full) {
   CollectiveClock clock(collective_seconds_);
-  check_flat_f32(full, "all_gather_in_place");
+  TP_CHECK(full.defined() && full.dim() == 1, "all_gather_in_place: needs a 1-D tensor, got {}",
+           full.defined() ? shape_str(full.shape()) : std::string("none"));
   if (size_ == 1) return;
   const int64_t n = full.numel();
   counts_.resize(size_);
@@ -483,7 +484,7 @@ void MpiProcessGroup::all_gather_in_place(Tensor full) {
     displs_[r] = to_count(span.offset, "all_gather_in_place");
   }
   check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full.raw_data(), counts_.data(), displs_.data(),
-                           MPI_FLOAT, comm_),
+                           move_type(full.dtype()), comm_),
             "MPI_Allgatherv");
 }
 

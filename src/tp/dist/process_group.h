@@ -59,7 +59,8 @@ class ProcessGroup {
   virtual Tensor all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) = 0;
   virtual void barrier() = 0;
 
-  // Flat f32 buffers (data parallelism over gradient and weight slabs). Pieces
+  // Flat buffers (data parallelism over gradient and weight slabs; the
+  // reductions f32, the in-place all-gather any dtype). Pieces
   // follow the chunk rule over `size` ranks: rank r's piece of n elements is
   // chunk_span(n, size, r).
   //   all_reduce_async: `t` in place (Sum).

@@ -35,20 +35,25 @@ GradientReducer::GradientReducer(ModelParameters& params, dist::ProcessGroup& re
     Bucket& b = buckets_.back();
     b.end = end;
     ++b.params;
-    bucket_of_[ps[i].compute.impl()] = buckets_.size() - 1;
   }
-  // Rank k of the shard group owns the k-th chunk of every bucket.
-  std::vector<SlabRange> owned;
+  // Rank k of the shard group owns the k-th chunk of every bucket (ModelParameters' rule).
+  if (shard_.size() > 1) {
+    std::vector<SlabRange> ranges;
+    for (const Bucket& b : buckets_) ranges.push_back({b.begin, b.end});
+    params_.shard_updates(shard_, ranges);
+  }
   int64_t scratch = 0;
-  for (Bucket& b : buckets_) {
-    b.owned = chunk_span(b.end - b.begin, shard_.size(), shard_.rank());
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    b.owned = shard_.size() > 1 ? params_.owned_chunk(i) : ChunkSpan{0, b.end - b.begin};
     b.scratch = scratch;
     scratch += b.owned.size;
-    if (b.owned.size > 0) owned.push_back({b.begin + b.owned.offset, b.begin + b.owned.offset + b.owned.size});
   }
-  if (shard_.size() > 1) {
-    params_.shard_updates(shard_, owned);
-    scratch_ = Tensor::zeros({std::max<int64_t>(scratch, 1)});
+  if (shard_.size() > 1) scratch_ = Tensor::zeros({std::max<int64_t>(scratch, 1)});
+  // After sharding: sharded masters move the vectors' compute tensors.
+  for (size_t i = 0, b = 0; i < ps.size(); ++i) {
+    while (b + 1 < buckets_.size() && buckets_[b + 1].begin <= ps[i].offset) ++b;
+    bucket_of_[ps[i].compute.impl()] = b;
   }
 }
 
@@ -122,12 +127,8 @@ void GradientReducer::finish() {
 
 void GradientReducer::gather_updated_weights() {
   if (shard_.size() == 1) return;
-  {
-    Timed timed(comm_seconds_);
-    for (const Bucket& b : buckets_) shard_.all_gather_in_place(params_.master_slab().narrow(0, b.begin, b.end - b.begin));
-  }
-  // The chunks other ranks updated reach the bf16 compute copies too (this rank's own did in the update).
-  params_.refresh_compute_weights();
+  Timed timed(comm_seconds_);
+  params_.gather_updated_weights();
 }
 
 double GradientReducer::take_communication_seconds() {

@@ -12,8 +12,9 @@
 //   dp_shard > 1: reduce-scatter each bucket over dp_shard, rank k keeping the
 //     k-th chunk (chunk rule), then all-reduce that chunk over dp_replicate; the
 //     rank updates only its chunks (ModelParameters::shard_updates: optimizer
-//     state for them alone), and after the update the chunks are all-gathered
-//     back into every rank's weights (ZeRO stage 2's communication).
+//     state, and under bf16 the f32 masters, for them alone), and after the
+//     update the chunks are all-gathered back into every rank's compute weights
+//     (Megatron's distributed optimizer; ZeRO stage 2's communication).
 // Losses are normalized by the global target count, so the reduction is a sum.
 #include <chrono>
 #include <memory>

@@ -153,9 +153,8 @@ const TrainableParam& ModelParameters::find(const std::string& name) const {
 
 void ModelParameters::zero_grad() { std::memset(grad_.raw_data(), 0, grad_.nbytes()); }
 
-void round_into_compute_copy(const TrainableParam& p, int64_t begin, int64_t end) {
+void round_into_compute_copy(const TrainableParam& p, const float* src, int64_t begin, int64_t end) {
   if (p.compute.is_same(p.master)) return;
-  const float* src = p.master.data<float>() + begin;
   if (p.compute.dtype() == DType::BF16)
     convert_f32_to_bf16(src, p.compute.data<bf16>() + begin, static_cast<size_t>(end - begin));
   else
@@ -163,10 +162,11 @@ void round_into_compute_copy(const TrainableParam& p, int64_t begin, int64_t end
 }
 
 void ModelParameters::refresh_compute_weights() {
+  TP_CHECK(!masters_sharded_, "refresh_compute_weights: the masters are sharded (use gather_updated_weights)");
   for (TrainableParam& p : params_) {
     const int64_t n = p.master.numel(), block = 1 << 16;
 #pragma omp parallel for schedule(static) if (n > block)
-    for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, b, std::min(n, b + block));
+    for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, p.master.data<float>() + b, b, std::min(n, b + block));
   }
 }
 
@@ -208,13 +208,20 @@ double ModelParameters::global_grad_norm() const {
   return std::sqrt(sum_over_ranks(mine, group_));
 }
 
-void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& owned) {
+void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& buckets) {
+  TP_CHECK(shard_group_ == nullptr, "shard_updates: the updates are sharded already");
   shard_group_ = &shard_group;
+  buckets_ = buckets;
+  std::vector<SlabRange> owned;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const ChunkSpan c = owned_chunk(b);
+    if (c.size > 0) owned.push_back({buckets_[b].begin + c.offset, buckets_[b].begin + c.offset + c.size});
+  }
   state_numel_ = 0;
   size_t r = 0;
   for (TrainableParam& p : params_) {
     p.owned.clear();
-    const int64_t begin = p.offset, end = p.offset + p.master.numel();
+    const int64_t begin = p.offset, end = p.offset + p.grad.numel();
     while (r < owned.size() && owned[r].end <= begin) {
       state_numel_ += owned[r].end - owned[r].begin;
       ++r;
@@ -228,6 +235,105 @@ void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::
     }
   }
   for (; r < owned.size(); ++r) state_numel_ += owned[r].end - owned[r].begin;
+  if (bf16_) shard_masters();
+}
+
+ChunkSpan ModelParameters::owned_chunk(size_t b) const {
+  return chunk_span(buckets_[b].end - buckets_[b].begin, shard_group_->size(), shard_group_->rank());
+}
+
+// Under bf16 the matrices compute on their compute copies: their masters shrink
+// to the owned elements. Vectors compute on their masters, so they move whole
+// to a slab of their own and the full master slab goes.
+void ModelParameters::shard_masters() {
+  int64_t vectors = 0;
+  for (const TrainableParam& p : params_)
+    if (p.compute.is_same(p.master)) vectors += (p.grad.numel() + kAlign - 1) / kAlign * kAlign;
+  vector_slab_ = Tensor::zeros({std::max<int64_t>(vectors, 1)});
+  master_shard_ = Tensor::zeros({std::max<int64_t>(state_numel_, 1)});
+  int64_t at = 0;
+  for (TrainableParam& p : params_) {
+    if (!p.compute.is_same(p.master)) {
+      for (const OwnedSegment& seg : p.owned)
+        std::memcpy(master_shard_.data<float>() + seg.state, p.master.data<float>() + seg.begin,
+                    static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+      p.master = Tensor();
+      continue;
+    }
+    Tensor v = view(vector_slab_, at, p.grad.shape());
+    at += (p.grad.numel() + kAlign - 1) / kAlign * kAlign;
+    v.copy_from(p.master);
+    v.set_requires_grad(true);
+    v.set_grad(p.grad);
+    for (nn::Parameter* ref : p.refs) ref->data = v;
+    p.master = p.compute = v;
+  }
+  master_ = Tensor();
+  masters_sharded_ = true;
+}
+
+float* ModelParameters::owned_master(const TrainableParam& p, const OwnedSegment& seg) {
+  if (p.master.defined()) return p.master.data<float>() + seg.begin;
+  return master_shard_.data<float>() + seg.state;
+}
+
+void ModelParameters::gather_updated_weights() {
+  if (shard_group_ == nullptr) return;
+  if (!masters_sharded_) {
+    for (const SlabRange& b : buckets_) shard_group_->all_gather_in_place(master_.narrow(0, b.begin, b.end - b.begin));
+    refresh_compute_weights();
+    return;
+  }
+  // The compute copies of the matrices chunk by chunk (the update rounded this rank's own into them) ...
+  for (const SlabRange& b : buckets_)
+    shard_group_->all_gather_in_place(compute_copy_.narrow(0, b.begin, b.end - b.begin));
+  // ... and the vectors: each rank's owned parts over zeros, summed (exact).
+  Tensor sum = Tensor::zeros(vector_slab_.shape());
+  for (TrainableParam& p : params_) {
+    if (!p.compute.is_same(p.master)) continue;
+    const int64_t at = (p.master.storage_offset() - vector_slab_.storage_offset()) / sizeof(float);
+    for (const OwnedSegment& seg : p.owned)
+      std::memcpy(sum.data<float>() + at + seg.begin, p.master.data<float>() + seg.begin,
+                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+  }
+  shard_group_->all_reduce(sum);
+  vector_slab_.copy_from(sum);
+}
+
+Tensor ModelParameters::local_view(const Tensor& slab, const TrainableParam& p) {
+  return view(slab, p.offset, p.grad.shape());
+}
+
+Tensor ModelParameters::full_masters() const {
+  if (!masters_sharded_) return master_;
+  // Each rank writes its owned masters into zeros; the sum over the shard group is all of them, exactly.
+  Tensor full = Tensor::zeros({numel_});
+  for (const TrainableParam& p : params_)
+    for (const OwnedSegment& seg : p.owned)
+      std::memcpy(full.data<float>() + p.offset + seg.begin,
+                  const_cast<ModelParameters*>(this)->owned_master(p, seg),
+                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+  shard_group_->all_reduce(full);
+  return full;
+}
+
+void ModelParameters::load_masters(const Tensor& full) {
+  TP_CHECK(full.numel() == numel_, "load_masters: a slab of {} elements, the parameters hold {}", full.numel(), numel_);
+  if (!masters_sharded_) {
+    if (!full.is_same(master_)) master_.copy_from(full);
+    refresh_compute_weights();
+    return;
+  }
+  for (TrainableParam& p : params_) {
+    const float* src = full.data<float>() + p.offset;
+    if (p.master.defined()) {  // a vector: whole on every rank
+      p.master.copy_from(local_view(full, p));
+      continue;
+    }
+    for (const OwnedSegment& seg : p.owned)
+      std::memcpy(owned_master(p, seg), src + seg.begin, static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+    round_into_compute_copy(p, src, 0, p.grad.numel());  // every rank read all of it
+  }
 }
 
 Tensor ModelParameters::state_to_full(const Tensor& state) const {
@@ -254,7 +360,8 @@ void ModelParameters::state_from_full(const Tensor& full, Tensor& state) const {
 }
 
 Tensor ModelParameters::gather_master(const TrainableParam& p) const {
-  return parallel::gather_full(p.master, p.global_shape, p.shards, group_);
+  const Tensor local = p.master.defined() ? p.master : local_view(full_masters(), p);
+  return parallel::gather_full(local, p.global_shape, p.shards, group_);
 }
 
 }  // namespace tp::training

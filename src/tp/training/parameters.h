@@ -11,6 +11,14 @@
 // inputs: the same arithmetic, run as f32 GEMMs.
 //
 // Replicated parameters sit first in the slabs, so one broadcast covers them all.
+//
+// Sharded over dp_shard (shard_updates, Megatron's distributed optimizer): each
+// rank updates only its chunk of every gradient bucket, keeps optimizer state
+// for it alone and, under mixed precision, the f32 master weights of its chunks
+// alone (in f32 training the masters are the weights the model computes with,
+// so they stay whole); after an update the chunks are all-gathered back into
+// every rank's compute weights. The gradient slab stays whole: the backward
+// accumulates into it, and the reduce-scatter leaves each rank its chunk.
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,7 +43,7 @@ struct TrainableParam {
   std::vector<nn::Parameter*> refs;  // every module parameter that shares it
   Shape global_shape;
   std::vector<parallel::ParamShard> shards;  // every tp rank's slice
-  Tensor master;                     // f32 view into the master slab
+  Tensor master;                     // f32 view into the master slab (undefined for a matrix whose masters are sharded)
   Tensor compute;                    // what the model runs with (master, or its bf16 copy)
   Tensor grad;                       // f32 view into the gradient slab
   int64_t offset = 0;                // into the slabs, in elements
@@ -55,8 +63,9 @@ struct SlabRange {
 // The sum of every rank's value, added in rank order: the same bits on every rank. Collective.
 double sum_over_ranks(double value, dist::ProcessGroup& group);
 
-// Writes master[begin, end) into the compute copy (bf16, or bf16 values in f32); nothing when they are one.
-void round_into_compute_copy(const TrainableParam& p, int64_t begin, int64_t end);
+// Writes the masters of elements [begin, end) of p, starting at `master`, into
+// its compute copy (bf16, or bf16 values in f32); nothing when they are one.
+void round_into_compute_copy(const TrainableParam& p, const float* master, int64_t begin, int64_t end);
 
 class ModelParameters {
  public:
@@ -80,12 +89,32 @@ class ModelParameters {
   // Elements of the optimizer state this rank keeps (numel() unless sharded).
   int64_t state_numel() const { return state_numel_; }
 
-  // ZeRO-style sharding over the data-parallel shard group: this rank updates
-  // (and keeps optimizer state for) only `owned` (sorted, disjoint slab ranges);
-  // the ranks of `shard_group` own the rest. Gradient norms then sum each
-  // rank's owned part over `shard_group` too.
-  void shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& owned);
+  // Sharding over the data-parallel shard group: `buckets` cut the slabs into
+  // consecutive ranges (the gradient buckets), and rank k of `shard_group` owns
+  // chunk k of each (the chunk rule): it updates, and keeps optimizer state and
+  // (under bf16 compute) f32 masters for, only those. Gradient norms then sum
+  // each rank's owned part over `shard_group` too.
+  void shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& buckets);
   bool updates_sharded() const { return shard_group_ != nullptr; }
+  bool masters_sharded() const { return masters_sharded_; }
+  // Bytes of f32 master weights this rank holds.
+  int64_t master_bytes() const {
+    return static_cast<int64_t>(masters_sharded_ ? master_shard_.nbytes() + vector_slab_.nbytes() : master_.nbytes());
+  }
+  const std::vector<SlabRange>& buckets() const { return buckets_; }
+  // This rank's chunk of bucket b, relative to the bucket's start.
+  ChunkSpan owned_chunk(size_t b) const;
+  // The master of element seg.begin of p (the rest of the segment follows it).
+  float* owned_master(const TrainableParam& p, const OwnedSegment& seg);
+  // After an update of the owned parts: every rank gets the others' updated
+  // chunks (masters or compute copies), and the compute copies are current. Collective.
+  void gather_updated_weights();
+  // Every parameter's local f32 masters in slab layout (gathered over the shard
+  // group when sharded; collective then), and p's view of such a slab.
+  Tensor full_masters() const;
+  static Tensor local_view(const Tensor& slab, const TrainableParam& p);
+  // Sets the masters (this rank's owned parts) and compute copies from a slab in slab layout.
+  void load_masters(const Tensor& full);
   // Optimizer state between this rank's owned layout and the slab layout (the
   // layout of checkpoints, whatever the sharding): to_full gathers the owned
   // parts of every rank of the shard group (collective), from_full keeps this
@@ -98,7 +127,8 @@ class ModelParameters {
   dist::ProcessGroup& group() const { return group_; }
 
   void zero_grad();
-  // After the masters changed (an optimizer step, a resume): rounds them into the bf16 compute copies.
+  // After the masters changed (an optimizer step, a resume): rounds them into
+  // the bf16 compute copies. Not with sharded masters (gather_updated_weights is the way there).
   void refresh_compute_weights();
   // Makes every rank's gradients of replicated parameters bitwise those of tp
   // rank 0: MPI does not promise that a reduction gives every rank the same bits,
@@ -119,6 +149,11 @@ class ModelParameters {
   Tensor master_, grad_, compute_copy_;
   int64_t numel_ = 0, replicated_end_ = 0, state_numel_ = 0;
   dist::ProcessGroup* shard_group_ = nullptr;
+  std::vector<SlabRange> buckets_;
+  bool masters_sharded_ = false;
+  Tensor master_shard_;  // sharded masters: the owned elements', laid out like the optimizer state
+  Tensor vector_slab_;   // sharded masters: vectors (which compute in f32 on their masters), whole
+  void shard_masters();
 };
 
 }  // namespace tp::training

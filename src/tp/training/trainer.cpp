@@ -377,9 +377,10 @@ json Trainer::evaluate() {
 
 void Trainer::save_model(const fs::path& dir) {
   SaveOptions o;
+  const Tensor full = params_->full_masters();  // collective under sharded masters
   std::map<const nn::Parameter*, Tensor> masters;
   for (const TrainableParam& p : params_->params())
-    for (const nn::Parameter* ref : p.refs) masters[ref] = p.master;
+    for (const nn::Parameter* ref : p.refs) masters[ref] = ModelParameters::local_view(full, p);
   o.values = [&masters](const nn::Parameter& p) {
     auto it = masters.find(&p);
     return it == masters.end() ? p.data : it->second;
@@ -420,9 +421,10 @@ fs::path Trainer::save_checkpoint() {
   // gathered over dp_shard first, so a checkpoint does not depend on the dp layout.
   fs::path dir = write_checkpoint_dir(args_.output_dir, state_.global_step, *job_, [&](const fs::path& tmp) {
     const std::vector<std::pair<std::string, Tensor>> optimizer_state = optimizer_->state();  // collective
+    const Tensor full = params_->full_masters();                                              // collective
     if (dp_rank_ != 0) return;
     std::vector<std::pair<std::string, Tensor>> masters;
-    for (const TrainableParam& p : params_->params()) masters.emplace_back(p.name, p.master);
+    for (const TrainableParam& p : params_->params()) masters.emplace_back(p.name, ModelParameters::local_view(full, p));
     io::save_safetensors(tmp / rank_file("model", rank), masters);
     io::save_safetensors(tmp / rank_file("optimizer", rank), optimizer_state,
                          {{"format", "pt"}, {"optimizer", optimizer_->name()},
@@ -461,14 +463,15 @@ void Trainer::load_checkpoint(const fs::path& dir) {
 
   const int rank = model_.tp_rank();
   auto model_file = io::SafetensorsFile::open(dir / rank_file("model", rank));
+  Tensor full = Tensor::zeros({params_->numel()});  // this tp rank's masters, whatever the dp layout
   for (TrainableParam& p : params_->params()) {
     const io::TensorInfo* info = model_file->find(p.name);
     TP_CHECK(info != nullptr, "{}: no tensor '{}'", model_file->path().string(), p.name);
-    TP_CHECK(info->shape == p.master.shape(), "{}: tensor '{}' has shape {}, this rank's shard is {}",
-             model_file->path().string(), p.name, shape_str(info->shape), shape_str(p.master.shape()));
-    p.master.copy_from(model_file->read(p.name, DType::F32));
+    TP_CHECK(info->shape == p.grad.shape(), "{}: tensor '{}' has shape {}, this rank's shard is {}",
+             model_file->path().string(), p.name, shape_str(info->shape), shape_str(p.grad.shape()));
+    ModelParameters::local_view(full, p).copy_from(model_file->read(p.name, DType::F32));
   }
-  params_->refresh_compute_weights();
+  params_->load_masters(full);
 
   auto opt_file = io::SafetensorsFile::open(dir / rank_file("optimizer", rank));
   std::vector<std::pair<std::string, Tensor>> state;
