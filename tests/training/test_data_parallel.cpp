@@ -19,6 +19,7 @@
 #include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"
 #include "tp/training/data_parallel.h"
+#include "tp/training/lora_training.h"
 #include "tp/training/trainer.h"
 
 using namespace tp;
@@ -197,6 +198,31 @@ TEST(DataParallelMemory, DpShard2UnderBf16ShardsTheMasterWeights) {
                        tag + " compute " + q.name);
     }
   }
+}
+
+// LoRA with dropout on dp 2 x tp 2: the adapter's masks follow each token's row
+// in the global batch, so the run equals one rank with the whole batch.
+TEST(DataParallelLora, DropoutAdaptersTrainAsOneRankWithTheWholeBatch) {
+  if (dist::world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  LoraConfig config;
+  config.r = 4;
+  config.lora_alpha = 8;
+  config.lora_dropout = 0.2;
+  config.target_modules = {"q_proj", "v_proj", "down_proj"};
+  auto init = [](const nn::Parameter& p) {  // a non-zero B, so A's gradients are not zero from the start
+    if (p.name.find("lora_B") != std::string::npos) return Tensor::randn(p.global_shape, p.name.size(), 0.f, 0.05f);
+    return peft_init(3)(p);
+  };
+  PretrainedModel solo = load("llama", solo_mesh()), par = load("llama", mesh_for({"dp2_tp2", 2, 1, 2}));
+  LoraModel solo_lora = apply_lora(solo, config, init), par_lora = apply_lora(par, config, init);
+  Trainer one(solo, args_for(out_dir("lora", true), 2), data(), nullptr, adapter_training(solo, solo_lora));
+  Trainer many(par, args_for(out_dir("lora", false), 1), data(), nullptr, adapter_training(par, par_lora));
+  one.train();
+  many.train();
+  expect_same_curve(many.state().log_history, one.state().log_history, "LoRA dropout 0.2 on dp 2 x tp 2");
+  for (const TrainableParam& q : many.parameters().params())
+    expect_close_rel(many.parameters().gather_master(q), one.parameters().find(q.name).master, 1e-4,
+                     "LoRA final " + q.name);
 }
 
 TEST(DataParallelOverlap, BucketsAreReducedWhileTheBackwardRuns) {

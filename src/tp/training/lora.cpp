@@ -63,8 +63,9 @@ class LoraAdapter : public nn::Adapter {
   // (mixed precision sets it on every Linear); unset for an embedding.
   const nn::Linear* modules[2] = {nullptr, nullptr};
 
-  void begin_step(int64_t step) {
+  void begin_step(int64_t step, int64_t first_row) {
     step_ = step;
+    first_row_ = first_row;
     calls_ = 0;
   }
 
@@ -99,7 +100,7 @@ class LoraAdapter : public nn::Adapter {
     const float keep = static_cast<float>(1.0 / (1.0 - dropout_));
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
-        const uint64_t index = static_cast<uint64_t>(i * full_cols + in_offset + j);
+        const uint64_t index = static_cast<uint64_t>((first_row_ + i) * full_cols + in_offset + j);
         p[i * cols + j] = uniform01(stream, index) >= dropout_ ? keep : 0.f;
       }
     return m;
@@ -108,7 +109,7 @@ class LoraAdapter : public nn::Adapter {
   bool embedding_;
   double scaling_, dropout_;
   uint64_t seed_;
-  int64_t step_ = 0;
+  int64_t step_ = 0, first_row_ = 0;
   uint64_t calls_ = 0;
 };
 
@@ -119,8 +120,8 @@ bool LoraModel::is_adapter_parameter(const std::string& name) {
 
 std::string LoraModel::peft_key(const std::string& name) { return kPeftPrefix + name; }
 
-void LoraModel::begin_step(int64_t step) {
-  for (AdaptedModule& a : adapted_) a.adapter->begin_step(step);
+void LoraModel::begin_step(int64_t step, int64_t first_row) {
+  for (AdaptedModule& a : adapted_) a.adapter->begin_step(step, first_row);
 }
 
 void LoraModel::merge_into_base() {

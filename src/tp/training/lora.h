@@ -51,7 +51,10 @@ class LoraModel {
   static std::string peft_key(const std::string& parameter_name);
   // Dropout masks are keyed by the optimizer step (so a resumed run draws the
   // same ones); the call counter restarts at every step.
-  void begin_step(int64_t global_step);
+  // `first_row`: where this rank's rows (tokens) start in the step's global
+  // micro-batch, so data-parallel ranks draw the masks one rank with the whole
+  // batch would.
+  void begin_step(int64_t global_step, int64_t first_row = 0);
   // y += scaling * B A x in the base weights (this rank's slices), and the
   // adapters detached: the model computes as the merged checkpoint does.
   void merge_into_base();

@@ -11,7 +11,7 @@ TrainerOptions adapter_training(PretrainedModel& model, LoraModel& lora) {
                                  const std::function<Tensor(const nn::Parameter&)>& values) {
     save_adapter(model, lora, dir, values);
   };
-  o.on_step_begin = [&lora](int64_t step) { lora.begin_step(step); };
+  o.on_step_begin = [&lora](int64_t step, int64_t first_row) { lora.begin_step(step, first_row); };
   return o;
 }
 

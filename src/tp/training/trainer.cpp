@@ -217,7 +217,8 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     tokens = c[1];
   }
   const int64_t step = state_.global_step;
-  if (options_.on_step_begin) options_.on_step_begin(step);
+  if (options_.on_step_begin)
+    options_.on_step_begin(step, dp_rank_ * args_.per_device_train_batch_size * train_->seq_len());
   TP_CHECK(r.targets > 0, "step {}: its micro-batches have no target to predict (every label is -100)", step + 1);
   const VocabSlice vocab{model_.logits_vocab_start(), model_.config().vocab_size,
                          model_.sharded_logits() ? &model_.mesh().group("tp") : nullptr};

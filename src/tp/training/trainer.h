@@ -61,9 +61,11 @@ struct TrainerOptions {
   // Replaces save_model's save_pretrained: the directory, and each parameter's
   // local f32 master values (a frozen parameter's are its own).
   std::function<void(const std::filesystem::path&, const std::function<Tensor(const nn::Parameter&)>&)> save_model;
-  // Called at the start of every training_step with the step's index (an
-  // adapter keys its dropout masks by it, so a resumed run draws the same ones).
-  std::function<void(int64_t global_step)> on_step_begin;
+  // Called at the start of every training_step with the step's index and where
+  // this rank's token rows start in each global micro-batch (an adapter keys its
+  // dropout masks by both, so a resumed run, and a data-parallel one, draws the
+  // masks of the uninterrupted one-rank run).
+  std::function<void(int64_t global_step, int64_t first_row)> on_step_begin;
 };
 
 struct MicroBatch {
