@@ -7,11 +7,16 @@
 // tp = 1 and tp = 2 runs of it with PyTorch's.
 //
 //   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
-//                               [--lora-r R]
+//                               [--lora-r R] [--sequence-parallel]
 //
 // --lora-r: train a LoRA adapter of rank R (alpha 2R) on every attention and MLP
 // projection instead of the whole model (frozen base); the report adds the
 // trainable parameters and the optimizer-state and gradient bytes of each rank.
+//
+// Memory of a step, per rank, from the process: the high-water mark of the tensor
+// bytes live during each timed step over those live when it began (activations
+// and the backward's temporaries: what sequence parallelism shrinks), and the
+// resident set before the first step and at its peak.
 //
 // FLOPs per step: 6 x (every Linear weight's elements, this rank's) x tokens, plus
 // attention's two matmuls over the causal triangle, 3x for forward and backward.
@@ -71,6 +76,7 @@ int main(int argc, char** argv) {
   int64_t seq_len = 512, batch = 1, steps = 3, warmup = 1;
   bool skip_ceilings = false;
   int64_t lora_r = 0;
+  bool sequence_parallel = false;
   app.add_option("--model", model_dir)->required();
   app.add_option("--seq-len", seq_len);
   app.add_option("--batch", batch);
@@ -79,11 +85,13 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "compute: bf16 (f32 master weights) or f32");
   app.add_flag("--skip-ceilings", skip_ceilings);
   app.add_option("--lora-r", lora_r, "train a LoRA adapter of this rank on every projection (0: the whole model)");
+  app.add_flag("--sequence-parallel", sequence_parallel, "DistributedConfig::enable_sequence_parallel");
   CLI11_PARSE(app, argc, argv);
 
   auto t_load = Clock::now();
   LoadOptions load = LoadOptions::for_training();
   load.verbose = false;
+  load.distributed_config.enable_sequence_parallel = sequence_parallel;
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, load);
   const double load_s = seconds(t_load);
   dist::ProcessGroup& group = model.mesh().group("tp");
@@ -114,6 +122,8 @@ int main(int argc, char** argv) {
   std::vector<double> losses;
   std::vector<int64_t> faults, fresh_mb;
   std::vector<double> fb_s, norm_s, opt_s;
+  int64_t step_peak_tensor_bytes = 0;
+  const int64_t rss_before_steps = bench::current_rss();
   for (int64_t s = 0; s < warmup + steps; ++s) {
     std::vector<int64_t> blocks;
     for (int64_t b = 0; b < batch; ++b) blocks.push_back((s * batch + b) % data->size());
@@ -121,10 +131,14 @@ int main(int argc, char** argv) {
     group.barrier();
     const int64_t f0 = minor_faults();
     const size_t a0 = allocator_stats().system_allocated_bytes;
+    reset_peak_tensor_bytes();
+    const size_t live0 = allocator_stats().tensor_bytes;
     auto t0 = Clock::now();
     training::StepResult r = trainer.training_step({{ids, ids}});
     group.barrier();  // a step ends when its slowest rank does
     if (s >= warmup) {
+      step_peak_tensor_bytes =
+          std::max(step_peak_tensor_bytes, static_cast<int64_t>(allocator_stats().peak_tensor_bytes - live0));
       step_s.push_back(seconds(t0));
       faults.push_back(minor_faults() - f0);
       fb_s.push_back(r.forward_backward_s);
@@ -152,6 +166,8 @@ int main(int argc, char** argv) {
   // A frozen base computes no weight gradients: 4 x (forward + input gradient) instead of 6 x.
   const double step_flops = (lora ? 4.0 : 6.0) * linear_params * tokens_per_step + attention_flops;
   Tensor all_rss = group.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
+  Tensor all_rss0 = group.all_gather(Tensor::from_ints({rss_before_steps}, {1}), 0);
+  Tensor all_step_peak = group.all_gather(Tensor::from_ints({step_peak_tensor_bytes}, {1}), 0);
   double bf16_gflops = 0, f32_gflops = 0;
   if (!skip_ceilings && model.tp_rank() == 0) {
     bf16_gflops = matmul_gflops(DType::BF16);
@@ -179,6 +195,9 @@ int main(int argc, char** argv) {
     j["step_gflop_per_rank"] = step_flops / 1e9;
     j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    j["sequence_parallel"] = model.sequence_parallel();
+    j["rss_before_steps_bytes_per_rank"] = all_rss0.to_int_vector();
+    j["step_peak_tensor_bytes_per_rank"] = all_step_peak.to_int_vector();
     j["lora_r"] = lora_r;
     j["trainable_parameters"] = trainable;
     j["optimizer_state_bytes_per_rank"] = all_opt.to_int_vector();
