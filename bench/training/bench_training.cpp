@@ -7,7 +7,13 @@
 // tp = 1 and tp = 2 runs of it with PyTorch's.
 //
 //   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
-//                               [--lora-r R] [--sequence-parallel]
+//                               [--lora-r R] [--tp-size T --dp-replicate-size R --dp-shard-size S]
+//                               [--sequence-parallel]
+//
+// --batch is per data-parallel rank (tp ranks of one replica share it); tokens/s
+// counts the global batch. The layout flags are ParallelismConfig's (default: all
+// ranks tensor-parallel). The report gives each step's time inside the tp group's
+// collectives and the data-parallel communication the step waited for.
 //
 // --lora-r: train a LoRA adapter of rank R (alpha 2R) on every attention and MLP
 // projection instead of the whole model (frozen base); the report adds the
@@ -32,6 +38,7 @@
 #include <iostream>
 
 #include "bench_util.h"
+#include "tp/dist/parallelism_config.h"
 #include "tp/dist/process_group.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
@@ -85,6 +92,10 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "compute: bf16 (f32 master weights) or f32");
   app.add_flag("--skip-ceilings", skip_ceilings);
   app.add_option("--lora-r", lora_r, "train a LoRA adapter of this rank on every projection (0: the whole model)");
+  dist::ParallelismConfig parallelism;
+  app.add_option("--tp-size", parallelism.tp_size);
+  app.add_option("--dp-replicate-size", parallelism.dp_replicate_size);
+  app.add_option("--dp-shard-size", parallelism.dp_shard_size);
   app.add_flag("--sequence-parallel", sequence_parallel, "DistributedConfig::enable_sequence_parallel");
   CLI11_PARSE(app, argc, argv);
 
@@ -92,12 +103,15 @@ int main(int argc, char** argv) {
   LoadOptions load = LoadOptions::for_training();
   load.verbose = false;
   load.distributed_config.enable_sequence_parallel = sequence_parallel;
+  load.mesh = parallelism.build_device_mesh();
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, load);
   const double load_s = seconds(t_load);
   dist::ProcessGroup& group = model.mesh().group("tp");
+  dist::ProcessGroup& job = model.mesh().root_group();
   const int64_t V = model.config().vocab_size;
+  const int64_t dp = model.mesh().size("dp"), dp_rank = model.mesh().coordinate("dp");
 
-  std::vector<int32_t> tokens(static_cast<size_t>((warmup + steps) * batch * seq_len));
+  std::vector<int32_t> tokens(static_cast<size_t>((warmup + steps) * batch * dp * seq_len));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % V);
   auto data = std::make_shared<training::TokenBlocks>(training::TokenBlocks::from_tokens(tokens, seq_len));
   training::TrainingArguments args;
@@ -121,25 +135,29 @@ int main(int argc, char** argv) {
   std::vector<double> step_s;
   std::vector<double> losses;
   std::vector<int64_t> faults, fresh_mb;
-  std::vector<double> fb_s, norm_s, opt_s;
+  std::vector<double> fb_s, norm_s, opt_s, tp_comm_s, dp_comm_s;
   int64_t step_peak_tensor_bytes = 0;
   const int64_t rss_before_steps = bench::current_rss();
   for (int64_t s = 0; s < warmup + steps; ++s) {
-    std::vector<int64_t> blocks;
-    for (int64_t b = 0; b < batch; ++b) blocks.push_back((s * batch + b) % data->size());
+    std::vector<int64_t> blocks;  // this replica's slice of the global batch
+    for (int64_t b = 0; b < batch; ++b) blocks.push_back(((s * dp + dp_rank) * batch + b) % data->size());
     Tensor ids = data->batch(blocks);
-    group.barrier();
+    job.barrier();
     const int64_t f0 = minor_faults();
     const size_t a0 = allocator_stats().system_allocated_bytes;
+    const double c0 = group.collective_seconds();
     reset_peak_tensor_bytes();
     const size_t live0 = allocator_stats().tensor_bytes;
     auto t0 = Clock::now();
     training::StepResult r = trainer.training_step({{ids, ids}});
-    group.barrier();  // a step ends when its slowest rank does
+    const double tp_comm = group.collective_seconds() - c0;
+    job.barrier();  // a step ends when its slowest rank does
     if (s >= warmup) {
       step_peak_tensor_bytes =
           std::max(step_peak_tensor_bytes, static_cast<int64_t>(allocator_stats().peak_tensor_bytes - live0));
       step_s.push_back(seconds(t0));
+      tp_comm_s.push_back(tp_comm);
+      dp_comm_s.push_back(r.data_parallel_s);
       faults.push_back(minor_faults() - f0);
       fb_s.push_back(r.forward_backward_s);
       norm_s.push_back(r.grad_norm_s);
@@ -153,30 +171,33 @@ int main(int argc, char** argv) {
   double linear_params = 0;
   for (nn::Module* m : model.lm().modules())
     if (auto* linear = dynamic_cast<nn::Linear*>(m)) linear_params += static_cast<double>(numel(nn::local_shape(linear->weight)));
-  // What the optimizer holds: its state tensors and the gradient slab, this rank's.
-  int64_t optimizer_bytes = 0, trainable = 0;
-  for (const auto& [name, t] : trainer.optimizer().state()) optimizer_bytes += static_cast<int64_t>(t.nbytes());
+  int64_t trainable = 0;
   for (const training::TrainableParam& p : trainer.parameters().params()) trainable += numel(p.global_shape);
-  Tensor all_opt = group.all_gather(Tensor::from_ints({optimizer_bytes}, {1}), 0);
-  const double tokens_per_step = static_cast<double>(batch * seq_len);
+  const double tokens_per_step = static_cast<double>(batch * dp * seq_len);  // global
   const double attention_flops = 3.0 * 2.0 * 2.0 * static_cast<double>(seq_len * (seq_len + 1) / 2) *
                                  static_cast<double>(c.head_dim) *
                                  static_cast<double>(c.num_attention_heads / model.tp_size() * c.num_hidden_layers) *
                                  static_cast<double>(batch);
   // A frozen base computes no weight gradients: 4 x (forward + input gradient) instead of 6 x.
-  const double step_flops = (lora ? 4.0 : 6.0) * linear_params * tokens_per_step + attention_flops;
-  Tensor all_rss = group.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
-  Tensor all_rss0 = group.all_gather(Tensor::from_ints({rss_before_steps}, {1}), 0);
-  Tensor all_step_peak = group.all_gather(Tensor::from_ints({step_peak_tensor_bytes}, {1}), 0);
+  // This rank's work: its replica's tokens.
+  const double step_flops = (lora ? 4.0 : 6.0) * linear_params * static_cast<double>(batch * seq_len) + attention_flops;
+  Tensor all_rss = job.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
+  Tensor all_rss0 = job.all_gather(Tensor::from_ints({rss_before_steps}, {1}), 0);
+  Tensor all_step_peak = job.all_gather(Tensor::from_ints({step_peak_tensor_bytes}, {1}), 0);
+  // What the optimizer holds on each rank (its moments; a dp_shard rank only its chunks').
+  Tensor all_opt_job = job.all_gather(Tensor::from_ints({trainer.optimizer().state_bytes()}, {1}), 0);
   double bf16_gflops = 0, f32_gflops = 0;
-  if (!skip_ceilings && model.tp_rank() == 0) {
+  if (!skip_ceilings && job.rank() == 0) {
     bf16_gflops = matmul_gflops(DType::BF16);
     f32_gflops = matmul_gflops(DType::F32);
   }
-  if (model.tp_rank() == 0) {
+  if (job.rank() == 0) {
     const double t = median(step_s);
+    const dist::ParallelismConfig sizes = parallelism.resolved(job.size());
     nlohmann::ordered_json j;
     j["tp_size"] = model.tp_size();
+    j["dp_replicate_size"] = *sizes.dp_replicate_size;
+    j["dp_shard_size"] = *sizes.dp_shard_size;
     j["threads_per_rank"] = omp_get_max_threads();
     j["compute"] = dtype;
     j["seq_len"] = seq_len;
@@ -192,6 +213,10 @@ int main(int argc, char** argv) {
     // Rank 0's medians: forward + backward (with their collectives), the replicated-gradient sync and global norm, the optimizer.
     j["phase_s_median"] = {{"forward_backward", median(fb_s)}, {"grad_sync_norm", median(norm_s)},
                            {"optimizer", median(opt_s)}};
+    // Communication per step (rank 0): inside the tp group's collectives (all in
+    // the step's critical path), and data-parallel communication not hidden behind the backward.
+    j["tp_collective_s_median"] = median(tp_comm_s);
+    j["dp_exposed_communication_s_median"] = median(dp_comm_s);
     j["step_gflop_per_rank"] = step_flops / 1e9;
     j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
@@ -200,7 +225,7 @@ int main(int argc, char** argv) {
     j["step_peak_tensor_bytes_per_rank"] = all_step_peak.to_int_vector();
     j["lora_r"] = lora_r;
     j["trainable_parameters"] = trainable;
-    j["optimizer_state_bytes_per_rank"] = all_opt.to_int_vector();
+    j["optimizer_state_bytes_per_rank"] = all_opt_job.to_int_vector();
     j["gradient_bytes_per_rank"] = trainer.parameters().numel() * 4;
     if (!skip_ceilings) {
       j["bf16_matmul_gflops_same_run"] = bf16_gflops;

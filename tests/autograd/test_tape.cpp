@@ -83,3 +83,34 @@ TEST(Tape, BackwardNeedsAGradRoot) {
   EXPECT_THROW(autograd::backward(ops::scale(v, 2.0)), Error);  // two elements need an explicit grad
   autograd::clear_tape();
 }
+
+// The hook data parallelism starts its bucket reductions from: each leaf is
+// reported once, as soon as its last use has run, with its whole gradient of
+// this backward already in place; leaves used late in the forward come first.
+TEST(Tape, LeafGradReadyHookReportsCompleteGradientsInBackwardOrder) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2}), c = leaf({5, 6}, {2});
+  Tensor y = ops::mul(a, b);                 // a used here and again below
+  Tensor z = ops::add(ops::mul(y, c), a);    // c used once, late
+  std::vector<std::pair<const TensorImpl*, std::vector<float>>> seen;
+  {
+    autograd::LeafGradReadyHook hook([&](const TensorImpl* leaf) {
+      const Tensor& t = leaf == a.impl() ? a : leaf == b.impl() ? b : c;
+      seen.emplace_back(leaf, grad_of(t));
+    });
+    autograd::backward(ops::sum(z));
+  }
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].first, c.impl()) << "c's only use is the newest";
+  EXPECT_EQ(seen[0].second, (std::vector<float>{3, 8}));         // dz/dc = a*b
+  // a and b are last used by the oldest entry (y = a*b): reported after it, in input order.
+  EXPECT_EQ(seen[1].first, a.impl());
+  EXPECT_EQ(seen[1].second, (std::vector<float>{16, 25}));   // b*c + 1: both uses of a
+  EXPECT_EQ(seen[2].first, b.impl());
+  EXPECT_EQ(grad_of(a), (std::vector<float>{16, 25})) << "nothing added after the report";
+  EXPECT_EQ(grad_of(b), (std::vector<float>{5, 12}));
+  // Without a hook nothing is reported, and the gradients are the same.
+  a.zero_grad();
+  autograd::backward(ops::sum(ops::add(ops::mul(ops::mul(a, b), c), a)));
+  EXPECT_EQ(grad_of(a), (std::vector<float>{16, 25}));
+  EXPECT_EQ(seen.size(), 3u);
+}

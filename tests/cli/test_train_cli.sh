@@ -52,6 +52,27 @@ expect 1 "not a tp training checkpoint" -- "$tp" "${train[@]}" --max-steps 12 --
   --resume-from-checkpoint "$dir/m"
 echo "resume: continues from the newest checkpoint; another tp size is an error naming both"
 
+# ---- data parallel: dp 2 x tp 1 with --batch-size 2 logs the losses of one rank with --batch-size 4
+dp=(train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --lr 3e-3 --max-steps 4 --logging-steps 1
+  --save-steps 1000 --no-save-model --json)
+"$tp" "${dp[@]}" --batch-size 4 --output-dir "$dir/dp-one" >"$dir/one.json" 2>"$dir/log.txt" ||
+  { cat "$dir/log.txt"; fail "the one-rank run failed"; }
+"$tprun" --nproc-per-node 2 "$tp" "${dp[@]}" --batch-size 2 --dp-replicate-size 2 --output-dir "$dir/dp-two" \
+  >"$dir/two.json" 2>"$dir/log.txt" || { cat "$dir/log.txt"; fail "the dp 2 run failed"; }
+grep -q '"dp_replicate_size":2' "$dir/two.json" || fail "the dp run does not report dp_replicate_size 2"
+/usr/bin/python3 - "$dir/dp-one/log_history.jsonl" "$dir/dp-two/log_history.jsonl" <<'PY' || fail "dp 2 != one rank"
+import json, sys
+one, two = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+assert len(one) == len(two) == 4, (one, two)
+for a, b in zip(one, two):
+    assert abs(a - b) <= 1e-4 * abs(a), (one, two)
+PY
+expect 2 "(dp_replicate_size 2 x dp_shard_size 1 x tp_size 2 = 4) does not match num_processes (1)" -- \
+  "$tp" "${dp[@]}" --dp-replicate-size 2 --tp-size 2 --output-dir "$dir/o"
+expect 2 "dp_shard_size is 0; parallelism sizes must be >= 1" -- "$tp" "${dp[@]}" --dp-shard-size 0 \
+  --output-dir "$dir/o"
+echo "data parallel: dp 2 logs one rank's losses for the same global batch; sizes that do not fit are usage errors"
+
 # ---- bad input: an error before any step
 : >"$dir/empty.txt"
 bad=("${base[@]}" --model "$dir/m" --output-dir "$dir/o")

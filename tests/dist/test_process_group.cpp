@@ -120,6 +120,32 @@ TEST(ProcessGroup, ReduceScatterUnevenEveryOpDimAndDtype) {
       }
 }
 
+// The flat f32 forms data parallelism uses: uneven pieces (13 over up to 4
+// ranks, and a buffer smaller than the group), several in flight at once.
+TEST(ProcessGroup, AsyncFlatCollectivesMatchTheSerialSums) {
+  ProcessGroup& g = world();
+  for (int64_t n : {13, 2}) {
+    const Tensor want = reduced_reference({n}, DType::F32, ReduceOp::Sum, g.size());
+    Tensor a = rank_input({n}, g.rank(), DType::F32), b = rank_input({n}, g.rank(), DType::F32);
+    const ChunkSpan span = chunk_span(n, g.size(), g.rank());
+    Tensor piece = Tensor::zeros({span.size});
+    std::unique_ptr<Work> reduce = g.all_reduce_async(a);
+    std::unique_ptr<Work> scatter = g.reduce_scatter_async(b, piece);
+    scatter->wait();
+    reduce->wait();
+    EXPECT_TRUE(reduce->test());
+    expect_close(a, want, 1e-5, fmt::format("all_reduce_async of {}", n));
+    expect_close(piece, want.narrow(0, span.offset, span.size), 1e-5, fmt::format("reduce_scatter_async of {}", n));
+    // Each rank holds only its piece; the in-place all-gather fills in the others'.
+    Tensor full = Tensor::full({n}, -1.0, DType::F32);
+    if (span.size > 0) full.narrow(0, span.offset, span.size).copy_from(piece);
+    g.all_gather_in_place(full);
+    expect_close(full, want, 1e-5, fmt::format("all_gather_in_place of {}", n));
+  }
+  EXPECT_THROW(g.reduce_scatter_async(Tensor::zeros({13}), Tensor::zeros({14})), Error);
+  EXPECT_THROW(g.all_reduce_async(Tensor::zeros({2, 2})), Error) << "only flat f32 buffers";
+}
+
 TEST(ProcessGroup, BroadcastFromLastRank) {
   ProcessGroup& g = world();
   for (DType d : kDtypes) {

@@ -1,11 +1,14 @@
 // Run by CTest through tprun: checks what tprun promises each rank (torchrun's
-// variables, threads per rank, huge-page malloc), then an all-reduce.
+// variables, threads per rank, huge-page malloc), then an all-reduce over the
+// world and one over a group split along nodes (NODE_RANK: a multi-node job).
 //   tprun_env_check [--exit CODE]   (the last rank exits with CODE: exit-code forwarding)
+//   tprun_env_check --fail          (the last rank throws while the others wait in an all-reduce)
 #include <sched.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "tp/dist/process_group.h"
@@ -43,13 +46,40 @@ int main(int argc, char** argv) {
     int per_rank = CPU_COUNT(&set) / std::atoi(env("LOCAL_WORLD_SIZE").c_str());
     expect_env("OMP_NUM_THREADS", std::to_string(per_rank < 1 ? 1 : per_rank));
   }
+  if (const char* master = std::getenv("TP_EXPECT_MASTER")) {  // "ADDR:PORT"
+    std::string m = master;
+    expect_env("MASTER_ADDR", m.substr(0, m.rfind(':')));
+    expect_env("MASTER_PORT", m.substr(m.rfind(':') + 1));
+  }
   tp::dist::init(&argc, &argv);
   tp::dist::ProcessGroup& g = tp::dist::world();
   if (std::to_string(g.size()) != env("WORLD_SIZE") || std::to_string(g.rank()) != env("RANK")) ++failures;
   tp::Tensor t = tp::Tensor::from_ints({g.rank()}, {1}, tp::DType::I64);
   g.all_reduce(t);
   if (static_cast<int64_t>(t.item()) != int64_t{g.size()} * (g.size() - 1) / 2) ++failures;
-  if (argc > 2 && std::strcmp(argv[1], "--exit") == 0 && g.rank() == g.size() - 1) return std::atoi(argv[2]);
-  if (g.rank() == 0 && failures == 0) std::printf("tprun_env_check: %d ranks ok\n", g.size());
+  // Ranks are laid out node-major: this node holds ranks node*N .. node*N + N-1.
+  int local_size = std::atoi(env("LOCAL_WORLD_SIZE").c_str());
+  int node = g.rank() / local_size;
+  expect_env("NODE_RANK", std::to_string(node));
+  expect_env("LOCAL_RANK", std::to_string(g.rank() % local_size));
+  std::shared_ptr<tp::dist::ProcessGroup> on_node = g.split(node, g.rank());
+  tp::Tensor n = tp::Tensor::from_ints({g.rank()}, {1}, tp::DType::I64);
+  on_node->all_reduce(n);
+  int64_t first = int64_t{node} * local_size;
+  if (on_node->size() != local_size || on_node->rank() != g.rank() % local_size ||
+      static_cast<int64_t>(n.item()) != local_size * first + int64_t{local_size} * (local_size - 1) / 2) {
+    std::fprintf(stderr, "[%d] the group of node %d: rank %d of %d, sum %lld\n", g.rank(), node, on_node->rank(),
+                 on_node->size(), static_cast<long long>(n.item()));
+    ++failures;
+  }
+  bool last = g.rank() == g.size() - 1;
+  if (argc > 2 && std::strcmp(argv[1], "--exit") == 0 && last) return std::atoi(argv[2]);
+  if (argc > 1 && std::strcmp(argv[1], "--fail") == 0) {
+    if (last) throw tp::Error("deliberate failure on the last rank");
+    g.all_reduce(t);  // waits for the last rank forever unless its failure ends the job
+  }
+  if (g.rank() == 0 && failures == 0)
+    std::printf("tprun_env_check: %d ranks ok (world sum %lld, %d per node)\n", g.size(),
+                static_cast<long long>(t.item()), local_size);
   return failures == 0 ? 0 : 1;
 }

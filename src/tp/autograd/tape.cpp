@@ -60,10 +60,34 @@ struct TapeEntry {
 };
 
 thread_local std::vector<TapeEntry> tape;
+thread_local std::function<void(const TensorImpl*)> leaf_ready_hook;
+
+bool is_trainable_leaf(const TensorImpl* impl) {
+  const auto& state = impl->grad_state;
+  return state && state->is_leaf && state->requires_grad;
+}
+
+// Adds this backward's gradient `g` of a leaf into the leaf's gradient.
+void deliver_leaf_grad(TensorImpl* impl, const Tensor& g) {
+  auto& state = impl->grad_state;
+  if (!state->grad.defined()) {
+    // A copy: g may be shared with another leaf's gradient, and the next
+    // backward accumulates into this one in place.
+    state->grad = g.dtype() == impl->dtype ? g.clone() : g.to(impl->dtype);
+  } else {
+    accumulate_into(state->grad, g);
+  }
+}
 
 }  // namespace
 
 bool is_grad_enabled() { return grad_enabled; }
+
+LeafGradReadyHook::LeafGradReadyHook(std::function<void(const TensorImpl*)> on_ready)
+    : previous_(std::move(leaf_ready_hook)) {
+  leaf_ready_hook = std::move(on_ready);
+}
+LeafGradReadyHook::~LeafGradReadyHook() { leaf_ready_hook = std::move(previous_); }
 
 NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
@@ -148,8 +172,15 @@ void backward(const Tensor& root, const Tensor& grad_root) {
   std::vector<TapeEntry> entries = std::move(tape);
   tape.clear();
   std::vector<bool> keep(entries.size(), false);
+  // With a hook: each leaf's last use (the oldest entry that takes it as input).
+  std::unordered_map<const TensorImpl*, size_t> last_use;
+  if (leaf_ready_hook)
+    for (size_t i = entries.size(); i-- > 0;)
+      for (const Tensor& in : entries[i].inputs)
+        if (in.defined() && is_trainable_leaf(in.impl())) last_use[in.impl()] = i;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     TapeEntry& e = *it;
+    const size_t index = static_cast<size_t>(entries.rend() - it - 1);
     std::vector<Tensor> grad_outputs(e.outputs.size());
     bool any = false, alive = false;
     for (size_t i = 0; i < e.outputs.size(); ++i) {
@@ -164,7 +195,7 @@ void backward(const Tensor& root, const Tensor& grad_root) {
       any = true;
     }
     if (!any) {
-      keep[entries.rend() - it - 1] = alive;
+      keep[index] = alive;
       continue;
     }
     for (size_t i = 0; i < grad_outputs.size(); ++i)
@@ -179,21 +210,24 @@ void backward(const Tensor& root, const Tensor& grad_root) {
                shape_str(grad_inputs[i].shape()), i, shape_str(in.shape()));
       add_grad(in, grad_inputs[i]);
     }
+    if (!leaf_ready_hook) continue;
+    for (const Tensor& in : e.inputs) {
+      if (!in.defined()) continue;
+      auto last = last_use.find(in.impl());
+      if (last == last_use.end() || last->second != index) continue;
+      last_use.erase(last);  // an entry may list the same leaf twice
+      if (auto g = grads.find(in.impl()); g != grads.end()) {
+        deliver_leaf_grad(in.impl(), g->second);
+        grads.erase(g);
+      }
+      leaf_ready_hook(in.impl());
+    }
   }
   for (size_t i = 0; i < entries.size(); ++i)
     if (keep[i]) tape.push_back(std::move(entries[i]));
   // What is left belongs to leaves (and to non-leaf roots nobody consumed).
-  for (auto& [impl, g] : grads) {
-    auto& state = impl->grad_state;
-    if (!state || !state->is_leaf || !state->requires_grad) continue;
-    if (!state->grad.defined()) {
-      // A copy: g may be shared with another leaf's gradient, and the next
-      // backward accumulates into this one in place.
-      state->grad = g.dtype() == impl->dtype ? g.clone() : g.to(impl->dtype);
-    } else {
-      accumulate_into(state->grad, g);
-    }
-  }
+  for (auto& [impl, g] : grads)
+    if (is_trainable_leaf(impl)) deliver_leaf_grad(const_cast<TensorImpl*>(impl), g);
 }
 
 size_t tape_size() { return tape.size(); }

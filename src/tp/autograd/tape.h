@@ -49,6 +49,22 @@ void record(const char* name, std::vector<Tensor> inputs, std::vector<Tensor> ou
 // Removes the entries it ran (entries of graphs it does not reach stay).
 void backward(const Tensor& root, const Tensor& grad_root = Tensor());
 
+// While one is alive, backward() reports each leaf (that requires grad) as soon
+// as its gradient for this backward is complete (the last tape entry that uses it
+// has run) and added into its buffer; data parallelism starts reducing a bucket
+// of gradients then, while the rest of the backward runs. A leaf whose last use
+// is not reached is not reported. Without a hook the walk does no extra work.
+class LeafGradReadyHook {
+ public:
+  explicit LeafGradReadyHook(std::function<void(const TensorImpl*)> on_ready);
+  ~LeafGradReadyHook();
+  LeafGradReadyHook(const LeafGradReadyHook&) = delete;
+  LeafGradReadyHook& operator=(const LeafGradReadyHook&) = delete;
+
+ private:
+  std::function<void(const TensorImpl*)> previous_;
+};
+
 size_t tape_size();
 void clear_tape();
 

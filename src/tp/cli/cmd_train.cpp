@@ -9,6 +9,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
+#include "tp/dist/parallelism_config.h"
 #include "tp/models/checkpoint.h"
 #include "tp/training/lora_training.h"
 #include "tp/training/loss_plot.h"
@@ -32,6 +33,8 @@ struct TrainFlags {
   std::string resume;
   bool no_loss_parallel = false;
   bool no_save_model = false;
+  std::optional<int64_t> dp_replicate_size, dp_shard_size;
+  std::optional<double> ddp_bucket_cap_mb;
   // LoRA: on when any --lora-* flag is given; PEFT's defaults for the rest.
   std::optional<int64_t> lora_r;
   std::optional<double> lora_alpha, lora_dropout;
@@ -62,6 +65,7 @@ int run_train(TrainFlags& f) {
   a.eval_steps = f.eval_steps;
   a.save_total_limit = f.save_total_limit;
   a.loss_parallel = !f.no_loss_parallel;
+  a.ddp_bucket_cap_mb = f.ddp_bucket_cap_mb;
   if (!f.eval_data.empty()) a.eval_strategy = "steps";
   std::optional<DType> dtype = parse_dtype_flag(f.model.dtype);
   try {
@@ -89,12 +93,21 @@ int run_train(TrainFlags& f) {
   if (!dtype) dtype = config.torch_dtype == "bfloat16" ? DType::BF16 : DType::F32;
   a.bf16 = *dtype == DType::BF16;
 
+  // The mesh dp_replicate x dp_shard x tp (accelerate's ParallelismConfig); the model uses its "tp" dim.
+  const dist::ParallelismConfig parallelism{f.dp_replicate_size, f.dp_shard_size, f.model.tp_size};
+  dist::ParallelismConfig sizes;
+  try {
+    sizes = parallelism.resolved(dist::world_size());
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("--dp-replicate-size / --dp-shard-size / --tp-size: {}", e.what()));
+  }
   LoadOptions load = LoadOptions::for_training();
   load.distributed_config.tp_plan = f.model.tp_plan;
-  load.distributed_config.tp_size = f.model.tp_size;
+  load.distributed_config.tp_size = sizes.tp_size;
   load.distributed_config.enable_sequence_parallel = f.model.sequence_parallel;
+  load.mesh = parallelism.build_device_mesh();
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
-  const bool rank0 = model.tp_rank() == 0;
+  const bool rank0 = dist::world_rank() == 0;
   std::optional<training::LoraModel> lora;
   training::TrainerOptions options;
   if (f.lora()) {
@@ -110,8 +123,9 @@ int run_train(TrainFlags& f) {
   training::Trainer trainer(model, a, train, eval, options);
   if (rank0 && !f.model.json)
     fmt::print(stderr,
-               "training {} ({} {}parameters) on {} rank(s): {} blocks of {} tokens from {} documents ({} tokens "
-               "past the last whole block dropped), {} steps, {} compute, {} loss\n",
+               "training {} ({} {}parameters) on {} rank(s) ({}): {} blocks of {} tokens from {} documents ({} "
+               "tokens past the last whole block dropped), {} steps, {} compute, {} loss, {} MiB of optimizer state "
+               "per rank\n",
                dir.string(), [&] {
                  int64_t n = 0;
                  for (const auto& p : trainer.parameters().params()) n += numel(p.global_shape);
@@ -120,10 +134,12 @@ int run_train(TrainFlags& f) {
                lora ? fmt::format("LoRA (r={} on {}) ", lora->config().r,
                                   fmt::join(lora->config().targets_for(model.config().model_type), ","))
                     : std::string(),
-               model.tp_size(), train->size(), train->seq_len(), train->documents(), train->dropped_tokens(),
-               trainer.state().max_steps, a.bf16 ? "bf16 (f32 master weights)" : "f32",
-               trainer.loss_parallel() ? "vocab-parallel" : "gathered-logits");
-  const int64_t tokens_per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * train->seq_len();
+               dist::world_size(), sizes.to_string(), train->size(), train->seq_len(), train->documents(),
+               train->dropped_tokens(), trainer.state().max_steps, a.bf16 ? "bf16 (f32 master weights)" : "f32",
+               trainer.loss_parallel() ? "vocab-parallel" : "gathered-logits",
+               trainer.optimizer().state_bytes() >> 20);
+  const int64_t tokens_per_step =
+      a.per_device_train_batch_size * a.gradient_accumulation_steps * trainer.dp_size() * train->seq_len();
   trainer.add_callback(std::make_shared<training::ProgressCallback>(rank0 && !f.model.json, tokens_per_step));
   auto logger = std::make_shared<training::JsonLinesLogger>(rank0, fs::path(a.output_dir) / "log_history.jsonl");
   trainer.add_callback(logger);
@@ -141,6 +157,9 @@ int run_train(TrainFlags& f) {
     nlohmann::json j = out.metrics;
     j["global_step"] = out.global_step;
     j["tp_size"] = model.tp_size();
+    j["dp_replicate_size"] = *sizes.dp_replicate_size;
+    j["dp_shard_size"] = *sizes.dp_shard_size;
+    j["optimizer_state_bytes_per_rank"] = trainer.optimizer().state_bytes();
     j["output_dir"] = a.output_dir;
     j["log_history"] = logger->file().string();
     j["loss_curve"] = plotted ? nlohmann::json(png.string()) : nlohmann::json(nullptr);
@@ -200,6 +219,11 @@ Registrar reg("train", "Train (fine-tune) a model on text files with tensor para
   app.add_option("--resume-from-checkpoint", f->resume, "a checkpoint directory, or 'last'");
   app.add_flag("--no-loss-parallel", f->no_loss_parallel, "gather the logits for the loss (as Transformers does)");
   app.add_flag("--no-save-model", f->no_save_model, "do not write the trained model into --output-dir");
+  app.add_option("--dp-replicate-size", f->dp_replicate_size,
+                 "data-parallel replicas (default: ranks / (tp-size x dp-shard-size))");
+  app.add_option("--dp-shard-size", f->dp_shard_size,
+                 "data-parallel ranks that shard the optimizer state between them (ZeRO/FSDP-like; default 1)");
+  app.add_option("--ddp-bucket-cap-mb", f->ddp_bucket_cap_mb, "data parallelism: gradient bucket size (default 25)");
   app.add_flag("--disable-tqdm", a.disable_tqdm, "no progress bar: one line per log");
   app.add_option("--lora-r", f->lora_r, "train a LoRA adapter of this rank instead of the model (PEFT default 8)");
   app.add_option("--lora-alpha", f->lora_alpha, "LoRA alpha: the update is scaled by alpha / r (default 8)");

@@ -1,5 +1,6 @@
 #include "tp/dist/device_mesh.h"
 
+#include <algorithm>
 #include <set>
 
 namespace tp::dist {
@@ -8,7 +9,7 @@ DeviceMesh::DeviceMesh(std::vector<int64_t> sizes, std::vector<std::string> dim_
     : DeviceMesh(world(), std::move(sizes), std::move(dim_names)) {}
 
 DeviceMesh::DeviceMesh(ProcessGroup& group, std::vector<int64_t> sizes, std::vector<std::string> dim_names)
-    : sizes_(std::move(sizes)), names_(std::move(dim_names)) {
+    : sizes_(std::move(sizes)), names_(std::move(dim_names)), root_(&group) {
   TP_CHECK(!sizes_.empty(), "DeviceMesh: at least one dimension is needed");
   TP_CHECK(names_.size() == sizes_.size(), "DeviceMesh: {} sizes {} but {} names [{}]", sizes_.size(),
            shape_str(sizes_), names_.size(), fmt::join(names_, ", "));
@@ -48,17 +49,82 @@ DeviceMesh DeviceMesh::tp_mesh(int64_t tp_size) {
 int64_t DeviceMesh::dim_index(const std::string& name) const {
   for (size_t i = 0; i < names_.size(); ++i)
     if (names_[i] == name) return static_cast<int64_t>(i);
-  fail("DeviceMesh has no dim named '{}'; valid names: [{}]", name, fmt::join(names_, ", "));
+  std::vector<std::string> valid = names_;
+  for (const Flattened& f : flattened_) valid.push_back(f.name);
+  fail("DeviceMesh has no dim named '{}'; valid names: [{}]", name, fmt::join(valid, ", "));
+}
+
+const DeviceMesh::Flattened* DeviceMesh::find_flattened(const std::string& name) const {
+  for (const Flattened& f : flattened_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+bool DeviceMesh::has_dim(const std::string& name) const {
+  return find_flattened(name) != nullptr || std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
+ProcessGroup& DeviceMesh::root_group() const {
+  TP_CHECK(root_ != nullptr, "{} is a sub-mesh: it has no root group (ask the mesh it came from)", to_string());
+  return *root_;
+}
+
+ProcessGroup& DeviceMesh::group(const std::string& name) const {
+  if (const Flattened* f = find_flattened(name)) return *f->group;
+  return group(dim_index(name));
+}
+
+int64_t DeviceMesh::size(const std::string& name) const {
+  if (const Flattened* f = find_flattened(name)) return f->size;
+  return size(dim_index(name));
+}
+
+int DeviceMesh::coordinate(const std::string& name) const {
+  if (const Flattened* f = find_flattened(name)) return f->coordinate;
+  return coordinate(dim_index(name));
 }
 
 DeviceMesh DeviceMesh::operator[](const std::string& name) const {
-  int64_t d = dim_index(name);
   DeviceMesh sub;
-  sub.sizes_ = {sizes_[d]};
   sub.names_ = {name};
+  if (const Flattened* f = find_flattened(name)) {
+    sub.sizes_ = {f->size};
+    sub.coords_ = {f->coordinate};
+    sub.groups_ = {f->group};
+    return sub;
+  }
+  int64_t d = dim_index(name);
+  sub.sizes_ = {sizes_[d]};
   sub.coords_ = {coords_[d]};
   sub.groups_ = {groups_[d]};
   return sub;
+}
+
+DeviceMesh DeviceMesh::with_flattened(const std::vector<std::string>& dims, const std::string& name) const {
+  TP_CHECK(root_ != nullptr, "DeviceMesh::with_flattened: {} is a sub-mesh; flatten dims of the mesh it came from",
+           to_string());
+  TP_CHECK(!dims.empty(), "DeviceMesh::with_flattened: no dims to flatten into '{}'", name);
+  TP_CHECK(!has_dim(name), "DeviceMesh::with_flattened: {} already has a dim named '{}'", to_string(), name);
+  std::vector<bool> inside(sizes_.size(), false);
+  for (const std::string& d : dims) {
+    const int64_t i = dim_index(d);
+    TP_CHECK(!inside[i], "DeviceMesh::with_flattened: dim '{}' is listed twice", d);
+    inside[i] = true;
+  }
+  Flattened f{name, 1, 0, nullptr};
+  int64_t color = 0;
+  for (int64_t d = 0; d < ndim(); ++d) {
+    if (inside[d]) {
+      f.coordinate = static_cast<int>(f.coordinate * sizes_[d] + coords_[d]);
+      f.size *= sizes_[d];
+    } else {
+      color = color * sizes_[d] + coords_[d];
+    }
+  }
+  f.group = root_->split(static_cast<int>(color), f.coordinate);
+  DeviceMesh out = *this;
+  out.flattened_.push_back(std::move(f));
+  return out;
 }
 
 int64_t DeviceMesh::size(int64_t dim) const { return sizes_.at(normalize_dim(dim, ndim())); }

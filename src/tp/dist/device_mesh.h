@@ -24,8 +24,16 @@ class DeviceMesh {
   // 1-D {"tp"} over the world; tp_size must equal the world size.
   static DeviceMesh tp_mesh(int64_t tp_size);
 
-  // The 1-D sub-mesh along `name` that contains this rank.
+  // The 1-D sub-mesh along `name` (a dim or a flattened dim) that contains this rank.
   DeviceMesh operator[](const std::string& name) const;
+  // torch's mesh[dims]._flatten(name): a copy of this mesh that also answers to
+  // `name`, the 1-D mesh of the ranks sharing every coordinate outside `dims`
+  // (ordered row-major over `dims`). E.g. {"dp_replicate", "dp_shard"} -> "dp".
+  // Collective over the mesh's ranks.
+  DeviceMesh with_flattened(const std::vector<std::string>& dims, const std::string& name) const;
+  bool has_dim(const std::string& name) const;  // a dim or a flattened dim
+  // Every rank of the mesh (the group it was built over; not for sub-meshes).
+  ProcessGroup& root_group() const;
 
   int64_t ndim() const { return static_cast<int64_t>(sizes_.size()); }
   int64_t size(int64_t dim = 0) const;
@@ -33,9 +41,9 @@ class DeviceMesh {
   int coordinate(int64_t dim) const;
   ProcessGroup& group(int64_t dim = 0) const;
   // By dim name: styles ask for mesh.group("tp"), so they work on any mesh that has a "tp" dim.
-  ProcessGroup& group(const std::string& name) const { return group(dim_index(name)); }
-  int64_t size(const std::string& name) const { return size(dim_index(name)); }
-  int coordinate(const std::string& name) const { return coordinate(dim_index(name)); }
+  ProcessGroup& group(const std::string& name) const;
+  int64_t size(const std::string& name) const;
+  int coordinate(const std::string& name) const;
   const std::vector<std::string>& dim_names() const { return names_; }
   const std::vector<int64_t>& sizes() const { return sizes_; }
   int64_t dim_index(const std::string& name) const;  // error lists the valid names
@@ -50,6 +58,15 @@ class DeviceMesh {
   std::vector<std::string> names_;
   std::vector<int> coords_;
   std::vector<std::shared_ptr<ProcessGroup>> groups_;  // one per mesh dim
+  ProcessGroup* root_ = nullptr;                       // the group the mesh spans (not for sub-meshes)
+  struct Flattened {
+    std::string name;
+    int64_t size = 1;
+    int coordinate = 0;
+    std::shared_ptr<ProcessGroup> group;
+  };
+  std::vector<Flattened> flattened_;
+  const Flattened* find_flattened(const std::string& name) const;
 };
 
 }  // namespace tp::dist

@@ -1,6 +1,7 @@
 #include "tp/dist/mpi_process_group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <type_traits>
@@ -142,6 +143,19 @@ void fill_counts(std::vector<int>& counts, std::vector<int>& displs, int64_t out
   }
 }
 
+// Adds the time its scope takes to a group's collective clock.
+class CollectiveClock {
+ public:
+  explicit CollectiveClock(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~CollectiveClock() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 void check_dtype_supported(const Tensor& t, const char* what) {
   TP_CHECK(t.defined(), "{}: the tensor is undefined", what);
 }
@@ -178,6 +192,7 @@ MpiProcessGroup::~MpiProcessGroup() {
 }
 
 void MpiProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
+  CollectiveClock clock(collective_seconds_);
   check_dtype_supported(t, "all_reduce");
   if (size_ == 1) return;
   int64_t n = t.numel();
@@ -198,6 +213,7 @@ void MpiProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
 }
 
 Tensor MpiProcessGroup::all_gather(const Tensor& local, int64_t dim) {
+  CollectiveClock clock(collective_seconds_);
   check_dtype_supported(local, "all_gather");
   int64_t d = normalize_dim(dim, local.dim());
   Shape out_shape = local.shape();
@@ -249,6 +265,7 @@ std::vector<Shape> MpiProcessGroup::exchange_shapes(const Tensor& t, int64_t fre
 }
 
 Tensor MpiProcessGroup::all_gather_uneven(const Tensor& local, int64_t dim, std::vector<int64_t>* sizes) {
+  CollectiveClock clock(collective_seconds_);
   check_dtype_supported(local, "all_gather_uneven");
   int64_t d = normalize_dim(dim, local.dim());
   if (size_ == 1) {
@@ -276,6 +293,7 @@ Tensor MpiProcessGroup::all_gather_uneven(const Tensor& local, int64_t dim, std:
 }
 
 Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp op) {
+  CollectiveClock clock(collective_seconds_);
   check_dtype_supported(full, "reduce_scatter");
   int64_t d = normalize_dim(dim, full.dim());
   DimSplit s = split_at(full.shape(), d);
@@ -322,6 +340,7 @@ Tensor MpiProcessGroup::reduce_scatter(const Tensor& full, int64_t dim, ReduceOp
 }
 
 void MpiProcessGroup::broadcast(Tensor& t, int root) {
+  CollectiveClock clock(collective_seconds_);
   check_dtype_supported(t, "broadcast");
   TP_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group (size {})", root, size_);
   if (size_ == 1) return;
@@ -330,6 +349,7 @@ void MpiProcessGroup::broadcast(Tensor& t, int root) {
 }
 
 Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) {
+  CollectiveClock clock(collective_seconds_);
   check_dtype_supported(input, "all_to_all");
   int64_t sd = normalize_dim(split_dim, input.dim());
   int64_t cd = normalize_dim(concat_dim, input.dim());
@@ -380,8 +400,91 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
 }
 
 void MpiProcessGroup::barrier() {
+  CollectiveClock clock(collective_seconds_);
   if (size_ == 1) return;
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+}
+
+namespace {
+
+// A nonblocking MPI collective; holds its buffers and count arrays until it completes.
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::vector<Tensor> buffers, double& clock) : buffers_(std::move(buffers)), clock_(clock) {}
+  ~MpiWork() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);  // never free buffers MPI writes
+  }
+  bool test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+  void wait() override {
+    CollectiveClock clock(clock_);
+    if (request_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<int> counts;
+
+ private:
+  std::vector<Tensor> buffers_;
+  double& clock_;
+};
+
+void check_flat_f32(const Tensor& t, const char* what) {
+  TP_CHECK(t.defined() && t.dtype() == DType::F32 && t.dim() == 1, "{}: needs a 1-D f32 tensor, got {}", what,
+           t.defined() ? dtype_name(t.dtype()) + std::string(" ") + shape_str(t.shape()) : std::string("none"));
+}
+
+}  // namespace
+
+std::unique_ptr<Work> MpiProcessGroup::all_reduce_async(Tensor t) {
+  CollectiveClock clock(collective_seconds_);
+  check_flat_f32(t, "all_reduce_async");
+  auto work = std::make_unique<MpiWork>(std::vector<Tensor>{t}, collective_seconds_);
+  if (size_ == 1) return work;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), to_count(t.numel(), "all_reduce_async"), MPI_FLOAT, MPI_SUM,
+                           comm_, &work->request_),
+            "MPI_Iallreduce");
+  return work;
+}
+
+std::unique_ptr<Work> MpiProcessGroup::reduce_scatter_async(Tensor full, Tensor out) {
+  CollectiveClock clock(collective_seconds_);
+  check_flat_f32(full, "reduce_scatter_async");
+  check_flat_f32(out, "reduce_scatter_async");
+  const int64_t n = full.numel();
+  TP_CHECK(out.numel() == chunk_span(n, size_, rank_).size,
+           "reduce_scatter_async: rank {} owns {} of {} elements but its output holds {}", rank_,
+           chunk_span(n, size_, rank_).size, n, out.numel());
+  auto work = std::make_unique<MpiWork>(std::vector<Tensor>{full, out}, collective_seconds_);
+  if (size_ == 1) {
+    std::memcpy(out.raw_data(), full.raw_data(), full.nbytes());
+    return work;
+  }
+  for (int r = 0; r < size_; ++r) work->counts.push_back(to_count(chunk_span(n, size_, r).size, "reduce_scatter_async"));
+  check_mpi(MPI_Ireduce_scatter(full.raw_data(), out.raw_data(), work->counts.data(), MPI_FLOAT, MPI_SUM, comm_,
+                                &work->request_),
+            "MPI_Ireduce_scatter");
+  return work;
+}
+
+void MpiProcessGroup::all_gather_in_place(Tensor full) {
+  CollectiveClock clock(collective_seconds_);
+  check_flat_f32(full, "all_gather_in_place");
+  if (size_ == 1) return;
+  const int64_t n = full.numel();
+  counts_.resize(size_);
+  displs_.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    const ChunkSpan span = chunk_span(n, size_, r);
+    counts_[r] = to_count(span.size, "all_gather_in_place");
+    displs_[r] = to_count(span.offset, "all_gather_in_place");
+  }
+  check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full.raw_data(), counts_.data(), displs_.data(),
+                           MPI_FLOAT, comm_),
+            "MPI_Allgatherv");
 }
 
 std::shared_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {

@@ -25,6 +25,8 @@ void TrainingArguments::validate() const {
   TP_CHECK(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
            "adam_beta1 and adam_beta2 must be in [0, 1), got {} and {}", adam_beta1, adam_beta2);
   TP_CHECK(adam_epsilon >= 0, "adam_epsilon must be >= 0, got {}", adam_epsilon);
+  TP_CHECK(!ddp_bucket_cap_mb || *ddp_bucket_cap_mb > 0, "ddp_bucket_cap_mb must be > 0, got {}",
+           ddp_bucket_cap_mb.value_or(0));
   TP_CHECK(max_grad_norm >= 0, "max_grad_norm must be >= 0 (0 disables clipping), got {}", max_grad_norm);
   TP_CHECK(warmup_steps >= 0, "warmup_steps must be >= 0, got {}", warmup_steps);
   parse_schedule(lr_scheduler_type);
@@ -54,6 +56,7 @@ json TrainingArguments::to_json() const {
             {"adam_beta2", adam_beta2},
             {"adam_epsilon", adam_epsilon},
             {"max_grad_norm", max_grad_norm},
+            {"ddp_bucket_cap_mb", ddp_bucket_cap_mb ? nlohmann::json(*ddp_bucket_cap_mb) : nlohmann::json(nullptr)},
             {"lr_scheduler_type", lr_scheduler_type},
             {"warmup_steps", warmup_steps},
             {"optim", optim},

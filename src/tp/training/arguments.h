@@ -37,6 +37,9 @@ struct TrainingArguments {
   bool bf16 = false;                  // bf16 compute, f32 master weights, gradients and optimizer state
   bool loss_parallel = true;          // vocab-parallel cross-entropy when lm_head is column-parallel
   bool disable_tqdm = false;
+  // Data parallelism: gradients are reduced in buckets of about this many MiB
+  // (DDP's bucket_cap_mb; unset: 25).
+  std::optional<double> ddp_bucket_cap_mb;
 
   // Checks every value; errors name the argument and the value.
   void validate() const;

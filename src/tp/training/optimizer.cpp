@@ -13,17 +13,21 @@ namespace {
 // Elements per task: the update of one block and its bf16 rounding stay in cache.
 constexpr int64_t kBlock = 4096;
 
-// Runs `update(begin, end)` over every parameter's elements in blocks, split over
-// threads, then rounds the block's new masters into the bf16 compute copy.
+// Runs `update(p, begin, end, state)` over the elements this rank owns of every
+// parameter (all of them unless the updates are sharded), in blocks split over
+// threads: elements [begin, end) of p, whose optimizer state starts at `state`;
+// then rounds the block's new masters into the bf16 compute copy.
 template <class Update>
 void for_each_block(ModelParameters& params, Update update) {
   for (TrainableParam& p : params.params()) {
-    const int64_t n = p.master.numel(), blocks = (n + kBlock - 1) / kBlock;
+    for (const OwnedSegment& seg : p.owned) {
+      const int64_t n = seg.end - seg.begin, blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (blocks > 16)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t begin = b * kBlock, end = std::min(n, begin + kBlock);
-      update(p, begin, end);
-      round_into_compute_copy(p, begin, end);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t begin = seg.begin + b * kBlock, end = std::min(seg.end, begin + kBlock);
+        update(p, begin, end, seg.state + (begin - seg.begin));
+        round_into_compute_copy(p, begin, end);
+      }
     }
   }
 }
@@ -32,15 +36,19 @@ Tensor slab_view(const Tensor& slab, const TrainableParam& p) {
   return slab.narrow(0, p.offset, p.master.numel()).reshape(p.master.shape());
 }
 
-std::vector<std::pair<std::string, Tensor>> views_of(const ModelParameters& params, const Tensor& slab,
+// Each parameter's state as a tensor of its local shape (gathered over the shard
+// group when sharded: checkpoints hold the same files whatever the sharding).
+std::vector<std::pair<std::string, Tensor>> views_of(const ModelParameters& params, const Tensor& state,
                                                      const std::string& suffix) {
+  const Tensor slab = params.state_to_full(state);
   std::vector<std::pair<std::string, Tensor>> out;
   for (const TrainableParam& p : params.params()) out.emplace_back(p.name + "." + suffix, slab_view(slab, p));
   return out;
 }
 
-void load_views(const ModelParameters& params, Tensor& slab, const std::string& suffix,
+void load_views(const ModelParameters& params, Tensor& state_slab, const std::string& suffix,
                 const std::vector<std::pair<std::string, Tensor>>& state) {
+  Tensor slab = params.updates_sharded() ? Tensor::zeros({params.numel()}) : state_slab;
   for (const TrainableParam& p : params.params()) {
     const std::string key = p.name + "." + suffix;
     const Tensor* found = nullptr;
@@ -52,6 +60,7 @@ void load_views(const ModelParameters& params, Tensor& slab, const std::string& 
     Tensor dst = slab_view(slab, p);
     dst.copy_from(*found);
   }
+  params.state_from_full(slab, state_slab);
 }
 
 }  // namespace
@@ -108,8 +117,8 @@ AdamWKernel adamw_kernel() {
 }  // namespace
 
 AdamW::AdamW(ModelParameters& params, AdamWOptions options)
-    : params_(params), o_(options), exp_avg_(Tensor::zeros({params.numel()})),
-      exp_avg_sq_(Tensor::zeros({params.numel()})) {}
+    : params_(params), o_(options), exp_avg_(Tensor::zeros({params.state_numel()})),
+      exp_avg_sq_(Tensor::zeros({params.state_numel()})) {}
 
 void AdamW::step(double lr, float grad_scale) {
   ++steps_;
@@ -126,11 +135,10 @@ void AdamW::step(double lr, float grad_scale) {
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
   const AdamWKernel kernel = adamw_kernel();
-  for_each_block(params_, [&](TrainableParam& p, int64_t begin, int64_t end) {
+  for_each_block(params_, [&](TrainableParam& p, int64_t begin, int64_t end, int64_t state) {
     AdamWScalars pc = c;
     pc.keep = static_cast<float>(1 - lr * (p.decay ? o_.weight_decay : 0.0));
-    kernel(pc, p.master.data<float>() + begin, p.grad.data<float>() + begin, m + p.offset + begin,
-           v + p.offset + begin, end - begin);
+    kernel(pc, p.master.data<float>() + begin, p.grad.data<float>() + begin, m + state, v + state, end - begin);
   });
 }
 
@@ -147,7 +155,7 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state,
 }
 
 SGD::SGD(ModelParameters& params, SGDOptions options) : params_(params), o_(options) {
-  if (o_.momentum != 0) momentum_buffer_ = Tensor::zeros({params.numel()});
+  if (o_.momentum != 0) momentum_buffer_ = Tensor::zeros({params.state_numel()});
 }
 
 void SGD::step(double lr, float grad_scale) {
@@ -155,13 +163,13 @@ void SGD::step(double lr, float grad_scale) {
   ++steps_;
   const float rate = static_cast<float>(lr), mu = static_cast<float>(o_.momentum);
   float* buf = momentum_buffer_.defined() ? momentum_buffer_.data<float>() : nullptr;
-  for_each_block(params_, [&](TrainableParam& p, int64_t begin, int64_t end) {
+  for_each_block(params_, [&](TrainableParam& p, int64_t begin, int64_t end, int64_t state) {
     const float lambda = static_cast<float>(p.decay ? o_.weight_decay : 0.0);
-    float* w = p.master.data<float>();
-    const float* g = p.grad.data<float>();
-    float* b = buf ? buf + p.offset : nullptr;
+    float* w = p.master.data<float>() + begin;
+    const float* g = p.grad.data<float>() + begin;
+    float* b = buf ? buf + state : nullptr;
 #pragma omp simd
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = 0; i < end - begin; ++i) {
       float d = g[i] * grad_scale + lambda * w[i];
       if (b) d = b[i] = first ? d : mu * b[i] + d;
       w[i] -= rate * d;

@@ -1,6 +1,6 @@
 #pragma once
 // Optimizers over a rank's local shards (ModelParameters' slabs): every rank
-// updates only what it holds, so no communication. The math is torch.optim's,
+// updates only what it owns (all it holds, or its dp_shard part), so no communication. The math is torch.optim's,
 // element for element, in f32 like torch on f32 parameters:
 //   AdamW (torch.optim.AdamW, amsgrad off), step t = 1, 2, ...:
 //     w *= 1 - lr·λ                       (decoupled decay first; λ = 0 for no-decay params)
@@ -28,6 +28,8 @@ class Optimizer {
   virtual void step(double lr, float grad_scale = 1.f) = 0;
   virtual std::string name() const = 0;
   int64_t steps() const { return steps_; }
+  // Bytes of optimizer state this rank holds (what sharding over dp_shard divides).
+  virtual int64_t state_bytes() const = 0;
   // This rank's state as named local tensors (for checkpoints), and back.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) = 0;
@@ -45,6 +47,7 @@ class AdamW : public Optimizer {
   AdamW(ModelParameters& params, AdamWOptions options);
   void step(double lr, float grad_scale = 1.f) override;
   std::string name() const override { return "adamw_torch"; }
+  int64_t state_bytes() const override { return static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes()); }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;
 
@@ -63,6 +66,9 @@ class SGD : public Optimizer {
   SGD(ModelParameters& params, SGDOptions options);
   void step(double lr, float grad_scale = 1.f) override;
   std::string name() const override { return "sgd"; }
+  int64_t state_bytes() const override {
+    return momentum_buffer_.defined() ? static_cast<int64_t>(momentum_buffer_.nbytes()) : 0;
+  }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;
 

@@ -124,6 +124,8 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
     numel_ += (p.refs[0]->data.numel() + kAlign - 1) / kAlign * kAlign;
     if (p.replicated) replicated_end_ = numel_;
   }
+  state_numel_ = numel_;
+  for (TrainableParam& p : params_) p.owned = {{0, p.refs[0]->data.numel(), p.offset}};
   master_ = Tensor::zeros({numel_});
   grad_ = Tensor::zeros({numel_});
   if (bf16_) compute_copy_ = Tensor::zeros({numel_}, bf16_native_ ? DType::BF16 : DType::F32);
@@ -174,29 +176,81 @@ void ModelParameters::sync_replicated_grads() {
   group_.broadcast(replicated, 0);
 }
 
-double ModelParameters::global_grad_norm() const {
-  double mine = 0;
-  for (const TrainableParam& p : params_) {
-    if (!p.counted) continue;
-    // Blocks over threads, summed in block order: the same bits for a given thread count.
-    const float* g = p.grad.data<float>();
-    const int64_t n = p.grad.numel(), block = 1 << 16, blocks = (n + block - 1) / block;
-    std::vector<double> part(static_cast<size_t>(blocks));
-#pragma omp parallel for schedule(static) if (blocks > 1)
-    for (int64_t b = 0; b < blocks; ++b) part[b] = sum_squares(g + b * block, std::min(block, n - b * block));
-    for (double s : part) mine += s;
-  }
+double sum_over_ranks(double value, dist::ProcessGroup& group) {
   // Every rank adds the same partial sums in the same order: the same bits everywhere.
   int64_t bits;
-  std::memcpy(&bits, &mine, sizeof bits);
-  std::vector<int64_t> all = group_.all_gather(Tensor::from_ints({bits}, {1}), 0).to_int_vector();
+  std::memcpy(&bits, &value, sizeof bits);
+  std::vector<int64_t> all = group.all_gather(Tensor::from_ints({bits}, {1}), 0).to_int_vector();
   double total = 0;
   for (int64_t b : all) {
     double part;
     std::memcpy(&part, &b, sizeof part);
     total += part;
   }
-  return std::sqrt(total);
+  return total;
+}
+
+double ModelParameters::global_grad_norm() const {
+  double mine = 0;
+  for (const TrainableParam& p : params_) {
+    if (!p.counted) continue;
+    for (const OwnedSegment& seg : p.owned) {
+      // Blocks over threads, summed in block order: the same bits for a given thread count.
+      const float* g = p.grad.data<float>() + seg.begin;
+      const int64_t n = seg.end - seg.begin, block = 1 << 16, blocks = (n + block - 1) / block;
+      std::vector<double> part(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) if (blocks > 1)
+      for (int64_t b = 0; b < blocks; ++b) part[b] = sum_squares(g + b * block, std::min(block, n - b * block));
+      for (double s : part) mine += s;
+    }
+  }
+  if (shard_group_ != nullptr) mine = sum_over_ranks(mine, *shard_group_);
+  return std::sqrt(sum_over_ranks(mine, group_));
+}
+
+void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& owned) {
+  shard_group_ = &shard_group;
+  state_numel_ = 0;
+  size_t r = 0;
+  for (TrainableParam& p : params_) {
+    p.owned.clear();
+    const int64_t begin = p.offset, end = p.offset + p.master.numel();
+    while (r < owned.size() && owned[r].end <= begin) {
+      state_numel_ += owned[r].end - owned[r].begin;
+      ++r;
+    }
+    // Every owned range that overlaps this parameter, each at its place in the state.
+    int64_t state = state_numel_;
+    for (size_t k = r; k < owned.size() && owned[k].begin < end; ++k) {
+      const int64_t lo = std::max(begin, owned[k].begin), hi = std::min(end, owned[k].end);
+      if (lo < hi) p.owned.push_back({lo - p.offset, hi - p.offset, state + (lo - owned[k].begin)});
+      state += owned[k].end - owned[k].begin;
+    }
+  }
+  for (; r < owned.size(); ++r) state_numel_ += owned[r].end - owned[r].begin;
+}
+
+Tensor ModelParameters::state_to_full(const Tensor& state) const {
+  if (shard_group_ == nullptr) return state;
+  // Each rank writes its owned parts into zeros; the sum over the shard group is every part, exactly.
+  Tensor full = Tensor::zeros({numel_});
+  for (const TrainableParam& p : params_)
+    for (const OwnedSegment& seg : p.owned)
+      std::memcpy(full.data<float>() + p.offset + seg.begin, state.data<float>() + seg.state,
+                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+  shard_group_->all_reduce(full);
+  return full;
+}
+
+void ModelParameters::state_from_full(const Tensor& full, Tensor& state) const {
+  if (shard_group_ == nullptr) {
+    if (!full.is_same(state)) state.copy_from(full);
+    return;
+  }
+  for (const TrainableParam& p : params_)
+    for (const OwnedSegment& seg : p.owned)
+      std::memcpy(state.data<float>() + seg.state, full.data<float>() + p.offset + seg.begin,
+                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
 }
 
 Tensor ModelParameters::gather_master(const TrainableParam& p) const {

@@ -24,6 +24,12 @@ namespace tp::training {
 // rmsnorm, ".norm" or "_norm" get no weight decay (embeddings do).
 bool decays(const std::string& name);
 
+// Part of a parameter whose update this rank owns: local elements [begin, end),
+// their optimizer state at [state, state + end - begin) of the state slabs.
+struct OwnedSegment {
+  int64_t begin = 0, end = 0, state = 0;
+};
+
 struct TrainableParam {
   std::string name;                  // the checkpoint name (the first of tied names)
   std::vector<nn::Parameter*> refs;  // every module parameter that shares it
@@ -36,7 +42,18 @@ struct TrainableParam {
   bool decay = true;
   bool replicated = false;           // every tp rank holds all of it
   bool counted = true;               // this rank's slice counts toward the global norm
+  // What this rank updates: all of it, state laid out like the slabs, unless the
+  // optimizer is sharded over data-parallel ranks (ModelParameters::shard_updates).
+  std::vector<OwnedSegment> owned;
 };
+
+// [begin, end) elements of the slabs.
+struct SlabRange {
+  int64_t begin = 0, end = 0;
+};
+
+// The sum of every rank's value, added in rank order: the same bits on every rank. Collective.
+double sum_over_ranks(double value, dist::ProcessGroup& group);
 
 // Writes master[begin, end) into the compute copy (bf16, or bf16 values in f32); nothing when they are one.
 void round_into_compute_copy(const TrainableParam& p, int64_t begin, int64_t end);
@@ -60,6 +77,21 @@ class ModelParameters {
   Tensor& grad_slab() { return grad_; }
   int64_t numel() const { return numel_; }              // local elements, padding included
   int64_t replicated_numel() const { return replicated_end_; }
+  // Elements of the optimizer state this rank keeps (numel() unless sharded).
+  int64_t state_numel() const { return state_numel_; }
+
+  // ZeRO-style sharding over the data-parallel shard group: this rank updates
+  // (and keeps optimizer state for) only `owned` (sorted, disjoint slab ranges);
+  // the ranks of `shard_group` own the rest. Gradient norms then sum each
+  // rank's owned part over `shard_group` too.
+  void shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& owned);
+  bool updates_sharded() const { return shard_group_ != nullptr; }
+  // Optimizer state between this rank's owned layout and the slab layout (the
+  // layout of checkpoints, whatever the sharding): to_full gathers the owned
+  // parts of every rank of the shard group (collective), from_full keeps this
+  // rank's. Without sharding both are the identity.
+  Tensor state_to_full(const Tensor& state) const;
+  void state_from_full(const Tensor& full, Tensor& state) const;
   bool bf16_compute() const { return bf16_; }
   // Under bf16 compute: native bf16 GEMMs (else bf16 values in f32); every rank agrees.
   bool bf16_native() const { return bf16_native_; }
@@ -74,7 +106,7 @@ class ModelParameters {
   void sync_replicated_grads();
   // The L2 norm of the whole model's gradient: each slice counted once (sharded
   // squares summed over ranks, replicated and tied parameters once), the same
-  // value on every rank. Collective.
+  // value on every rank. Reads only the owned parts. Collective.
   double global_grad_norm() const;
 
   // The full tensor of a parameter's master weights (collective).
@@ -85,7 +117,8 @@ class ModelParameters {
   bool bf16_, bf16_native_ = false;
   std::vector<TrainableParam> params_;
   Tensor master_, grad_, compute_copy_;
-  int64_t numel_ = 0, replicated_end_ = 0;
+  int64_t numel_ = 0, replicated_end_ = 0, state_numel_ = 0;
+  dist::ProcessGroup* shard_group_ = nullptr;
 };
 
 }  // namespace tp::training

@@ -15,6 +15,7 @@
 #include "tp/models/save_pretrained.h"
 #include "tp/nn/layers.h"
 #include "tp/training/checkpoint.h"
+#include "tp/training/data_parallel.h"
 #include "tp/training/loss.h"
 
 namespace tp::training {
@@ -113,28 +114,40 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   }
   TP_CHECK(args_.eval_strategy == "no" || eval_ != nullptr, "eval_strategy 'steps' needs eval data");
   schedule_ = parse_schedule(args_.lr_scheduler_type);
+  const dist::DeviceMesh& mesh = model_.mesh();
+  job_ = &mesh.root_group();
+  if (mesh.has_dim("dp") && mesh.size("dp") > 1) {
+    dp_ = &mesh.group("dp");
+    dp_size_ = mesh.size("dp");
+    dp_rank_ = mesh.coordinate("dp");
+  }
   const int64_t B = args_.per_device_train_batch_size, K = args_.gradient_accumulation_steps;
-  const int64_t batches = (train_->size() + B - 1) / B;
+  const int64_t batches = (train_->size() + B * dp_size_ - 1) / (B * dp_size_);
   steps_per_epoch_ = batches / K;
   TP_CHECK(steps_per_epoch_ >= 1,
-           "{} holds {} blocks of {} tokens: fewer than one optimizer step needs ({} micro-batches of {} blocks); "
-           "add data, or lower the batch size, gradient accumulation or seq_len", train_->source(), train_->size(),
-           train_->seq_len(), K, B);
+           "{} holds {} blocks of {} tokens: fewer than one optimizer step needs ({} micro-batches of {} blocks on "
+           "each of {} data-parallel rank(s)); add data, or lower the batch size, gradient accumulation or seq_len",
+           train_->source(), train_->size(), train_->seq_len(), K, B, dp_size_);
   total_steps_ = args_.max_steps > 0
                      ? args_.max_steps
                      : static_cast<int64_t>(std::ceil(args_.num_train_epochs * static_cast<double>(steps_per_epoch_)));
   warmup_ = args_.warmup_steps >= 1 ? static_cast<int64_t>(args_.warmup_steps)
                                     : static_cast<int64_t>(std::ceil(args_.warmup_steps * total_steps_));
 
-  dist::ProcessGroup& group = model_.mesh().group("tp");
-  check_same_on_all_ranks(train_->fingerprint(), group, "the training data");
-  if (eval_) check_same_on_all_ranks(eval_->fingerprint(), group, "the eval data");
-  prepare_output_dir(args_.output_dir, group);
+  // Every rank reads all the data and takes its slice: they must hold the same.
+  check_same_on_all_ranks(train_->fingerprint(), *job_, "the training data");
+  if (eval_) check_same_on_all_ranks(eval_->fingerprint(), *job_, "the eval data");
+  prepare_output_dir(args_.output_dir, *job_);
 
   if (args_.loss_parallel && model_.can_shard_logits()) model_.set_sharded_logits(true);
-  params_ = std::make_unique<ModelParameters>(model_.lm(), group, args_.bf16, options_.trainable);
+  params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable);
   TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
-  optimizer_ = make_optimizer(args_, *params_);
+  if (dp_ != nullptr) {
+    const double mib = args_.ddp_bucket_cap_mb.value_or(25.0);
+    reducer_ = std::make_unique<GradientReducer>(*params_, mesh.group("dp_replicate"), mesh.group("dp_shard"),
+                                                 static_cast<int64_t>(mib * 1024 * 1024));
+  }
+  optimizer_ = make_optimizer(args_, *params_);  // sized for what this rank updates (after sharding)
 
   // Transformers' floating_point_ops: 6 flops per token per parameter, embeddings
   // (and an lm_head tied to them) left out.
@@ -148,7 +161,7 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   state_.logging_steps = args_.logging_steps;
   state_.eval_steps = args_.eval_steps.value_or(args_.logging_steps);
   state_.save_steps = args_.save_steps;
-  state_.train_batch_size = B;
+  state_.train_batch_size = B * dp_size_;
 }
 
 Trainer::~Trainer() {
@@ -169,7 +182,14 @@ std::vector<MicroBatch> Trainer::micro_batches_for(int64_t step) const {
       epoch_order(train_->size(), static_cast<uint64_t>(args_.data_seed.value_or(args_.seed)), epoch);
   std::vector<MicroBatch> out;
   for (int64_t k = 0; k < K; ++k) {
-    const int64_t first = (within * K + k) * B, last = std::min<int64_t>(first + B, train_->size());
+    // This dp rank's slice of the global micro-batch of B x dp blocks (the last one of an epoch may be short).
+    const int64_t global = (within * K + k) * B * dp_size_;
+    const int64_t first = std::min<int64_t>(global + dp_rank_ * B, train_->size());
+    const int64_t last = std::min<int64_t>(first + B, std::min<int64_t>(global + (dp_rank_ + 1) * B, train_->size()));
+    if (first == last) {
+      out.push_back({});  // nothing for this replica: it still takes part in the gradient reduction
+      continue;
+    }
     std::vector<int64_t> blocks(order.begin() + first, order.begin() + last);
     Tensor ids = train_->batch(blocks);
     out.push_back({ids, ids});
@@ -183,7 +203,19 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   TP_CHECK(!micro_batches.empty(), "training_step needs at least one micro-batch");
   autograd::clear_tape();  // nothing of an earlier failed step may take part
   StepResult r;
-  for (const MicroBatch& mb : micro_batches) r.targets += count_targets(mb.labels);
+  int64_t tokens = 0;
+  for (const MicroBatch& mb : micro_batches) {
+    if (!mb.input_ids.defined()) continue;
+    r.targets += count_targets(mb.labels);
+    tokens += mb.input_ids.numel();
+  }
+  if (dp_ != nullptr) {  // the step's targets and tokens over every replica: the loss is normalized by all of them
+    Tensor counts = Tensor::from_ints({r.targets, tokens}, {2});
+    dp_->all_reduce(counts);
+    const std::vector<int64_t> c = counts.to_int_vector();
+    r.targets = c[0];
+    tokens = c[1];
+  }
   const int64_t step = state_.global_step;
   if (options_.on_step_begin) options_.on_step_begin(step);
   TP_CHECK(r.targets > 0, "step {}: its micro-batches have no target to predict (every label is -100)", step + 1);
@@ -192,13 +224,22 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const auto t0 = Clock::now();
   params_->zero_grad();
-  for (const MicroBatch& mb : micro_batches) {
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    const MicroBatch& mb = micro_batches[k];
+    // The last backward reduces gradient buckets over dp as they complete (DDP's no_sync before it).
+    std::unique_ptr<autograd::LeafGradReadyHook> watch;
+    if (reducer_ && k + 1 == micro_batches.size()) watch = reducer_->watch_backward();
+    if (!mb.input_ids.defined()) continue;
     Tensor loss = causal_lm_loss(forward_logits(mb.input_ids), mb.labels, static_cast<double>(r.targets), vocab);
     r.loss += loss.item();
     autograd::backward(loss);
-    state_.num_input_tokens_seen += mb.input_ids.numel();
-    state_.total_flos += flos_per_token_ * static_cast<double>(mb.input_ids.numel());
   }
+  if (reducer_) {
+    reducer_->finish();
+    r.loss = sum_over_ranks(r.loss, *dp_);
+  }
+  state_.num_input_tokens_seen += tokens;
+  state_.total_flos += flos_per_token_ * static_cast<double>(tokens);
   // Nothing has touched the weights yet: a bad step leaves the model (and the last checkpoint) as they were.
   TP_CHECK(finite(r.loss), "step {}: the loss is {}; stopping before the update (lower the learning rate, or check "
            "the data)", step + 1, r.loss);
@@ -219,6 +260,10 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   r.learning_rate = lr_at(step);
   const auto t2 = Clock::now();
   optimizer_->step(r.learning_rate, grad_scale);
+  if (reducer_) {
+    reducer_->gather_updated_weights();
+    r.data_parallel_s = reducer_->take_communication_seconds();
+  }
   r.optimizer_s = since(t2);
   ++state_.global_step;
   state_.epoch = static_cast<double>(state_.global_step) / static_cast<double>(steps_per_epoch_);
@@ -281,7 +326,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   out.global_step = state_.global_step;
   out.training_loss = run_steps_ > 0 ? run_loss_ / static_cast<double>(run_steps_) : 0.0;
   const double samples = static_cast<double>(steps * args_.per_device_train_batch_size *
-                                             args_.gradient_accumulation_steps);
+                                             args_.gradient_accumulation_steps * dp_size_);
   out.metrics = {{"train_runtime", runtime},
                  {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
                  {"train_steps_per_second", runtime > 0 ? static_cast<double>(steps) / runtime : 0.0},
@@ -302,12 +347,20 @@ json Trainer::evaluate() {
   double loss_sum = 0;
   int64_t targets = 0, batches = 0;
   const int64_t B = args_.per_device_eval_batch_size;
+  // Batch i goes to dp rank i % dp; the sums are added over dp.
   for (int64_t first = 0; first < eval_->size(); first += B, ++batches) {
+    if (batches % dp_size_ != dp_rank_) continue;
     std::vector<int64_t> blocks;
     for (int64_t i = first; i < std::min(first + B, eval_->size()); ++i) blocks.push_back(i);
     Tensor ids = eval_->batch(blocks);
     loss_sum += causal_lm_loss(forward_logits(ids), ids, 1.0, vocab).item();  // normalizer 1: the sum
     targets += count_targets(ids);
+  }
+  if (dp_ != nullptr) {
+    loss_sum = sum_over_ranks(loss_sum, *dp_);
+    Tensor t = Tensor::from_ints({targets}, {1});
+    dp_->all_reduce(t);
+    targets = t.to_int_vector()[0];
   }
   const double runtime = std::chrono::duration<double>(Clock::now() - start).count();
   const double loss = loss_sum / static_cast<double>(std::max<int64_t>(targets, 1));
@@ -332,10 +385,14 @@ void Trainer::save_model(const fs::path& dir) {
     return it == masters.end() ? p.data : it->second;
   };
   const fs::path out = dir.empty() ? fs::path(args_.output_dir) : dir;
-  if (options_.save_model)
-    options_.save_model(out, o.values);
-  else
-    save_pretrained(model_, out, o);
+  // Replicas hold the same weights: the first one's tp group writes them.
+  if (dp_rank_ == 0) {
+    if (options_.save_model)
+      options_.save_model(out, o.values);
+    else
+      save_pretrained(model_, out, o);
+  }
+  if (dp_ != nullptr) job_->barrier();
 }
 
 json Trainer::checkpoint_identity() const {
@@ -352,18 +409,22 @@ json Trainer::checkpoint_identity() const {
           {"train_data", {{"fingerprint", std::to_string(train_->fingerprint())},
                           {"seq_len", train_->seq_len()},
                           {"blocks", train_->size()}}},
-          {"per_device_train_batch_size", args_.per_device_train_batch_size},
-          {"gradient_accumulation_steps", args_.gradient_accumulation_steps}};
+          // The global batch, not how it is split: a run may resume on another number of dp ranks.
+          {"total_train_batch_size",
+           args_.per_device_train_batch_size * args_.gradient_accumulation_steps * dp_size_}};
 }
 
 fs::path Trainer::save_checkpoint() {
-  dist::ProcessGroup& group = model_.mesh().group("tp");
-  const int rank = group.rank();
-  fs::path dir = write_checkpoint_dir(args_.output_dir, state_.global_step, group, [&](const fs::path& tmp) {
+  const int rank = model_.tp_rank();
+  // Files per tp rank, written by the first replica; the optimizer state is
+  // gathered over dp_shard first, so a checkpoint does not depend on the dp layout.
+  fs::path dir = write_checkpoint_dir(args_.output_dir, state_.global_step, *job_, [&](const fs::path& tmp) {
+    const std::vector<std::pair<std::string, Tensor>> optimizer_state = optimizer_->state();  // collective
+    if (dp_rank_ != 0) return;
     std::vector<std::pair<std::string, Tensor>> masters;
     for (const TrainableParam& p : params_->params()) masters.emplace_back(p.name, p.master);
     io::save_safetensors(tmp / rank_file("model", rank), masters);
-    io::save_safetensors(tmp / rank_file("optimizer", rank), optimizer_->state(),
+    io::save_safetensors(tmp / rank_file("optimizer", rank), optimizer_state,
                          {{"format", "pt"}, {"optimizer", optimizer_->name()},
                           {"steps", std::to_string(optimizer_->steps())}});
     if (rank != 0) return;
@@ -373,7 +434,7 @@ fs::path Trainer::save_checkpoint() {
                         {{"identity", checkpoint_identity()}, {"counters", counters}, {"args", args_.to_json()}});
     io::write_json_file(tmp / "config.json", model_.config().to_json());
   });
-  if (rank == 0 && args_.save_total_limit) rotate_checkpoints(args_.output_dir, *args_.save_total_limit);
+  if (job_->rank() == 0 && args_.save_total_limit) rotate_checkpoints(args_.output_dir, *args_.save_total_limit);
   for (auto& cb : callbacks_) cb->on_save(args_, state_, dir);
   return dir;
 }
@@ -398,8 +459,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   TP_CHECK(differences.empty(), "cannot resume from {}: the run differs from the one that saved it ({})",
            dir.string(), fmt::join(differences, "; "));
 
-  dist::ProcessGroup& group = model_.mesh().group("tp");
-  const int rank = group.rank();
+  const int rank = model_.tp_rank();
   auto model_file = io::SafetensorsFile::open(dir / rank_file("model", rank));
   for (TrainableParam& p : params_->params()) {
     const io::TensorInfo* info = model_file->find(p.name);

@@ -12,6 +12,15 @@
 // whole step), the replicated gradients made identical on every rank, the true
 // global gradient norm and clipping, the optimizer on each rank's shards, the
 // schedule. Every tp rank runs the same steps on the same batches.
+//
+// Data parallelism comes with the model's mesh (dist::ParallelismConfig: dims
+// dp_replicate, dp_shard, tp and the flattened dp): each global micro-batch is
+// per_device_train_batch_size x dp blocks, and dp rank d trains on the d-th
+// slice (all tp ranks of a replica on the same one). The loss is normalized by
+// the targets of the whole global step, gradients are summed over dp in buckets
+// while the backward runs (GradientReducer), and the loss, the token counts and
+// the gradient norm are global: a dp x tp run logs what one rank with the whole
+// global batch would.
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -29,6 +38,8 @@
 #include "tp/training/schedule.h"
 
 namespace tp::training {
+
+class GradientReducer;
 
 // Hooks around the loop (Transformers' TrainerCallback); called on every rank.
 class TrainerCallback {
@@ -67,6 +78,8 @@ struct StepResult {
   int64_t targets = 0;
   // Where the step's time went (this rank's wall clock, seconds).
   double forward_backward_s = 0, grad_norm_s = 0, optimizer_s = 0;
+  // Data-parallel communication this rank waited for (not hidden behind the backward).
+  double data_parallel_s = 0;
 };
 
 struct TrainOutput {
@@ -90,7 +103,9 @@ class Trainer {
   TrainOutput train(const std::string& resume_from_checkpoint = "");
   // Mean loss over the eval blocks (and perplexity), logged as eval_*.
   nlohmann::json evaluate();
-  // One optimizer step on the given micro-batches (what train() runs per step).
+  // One optimizer step on the given micro-batches (what train() runs per step);
+  // under data parallelism each dp rank passes its own slice of the global step
+  // (every dp rank the same number of micro-batches; a slice may be empty).
   StepResult training_step(const std::vector<MicroBatch>& micro_batches);
 
   // save_pretrained of the f32 master weights (Hugging Face files), or the
@@ -105,8 +120,11 @@ class Trainer {
   const TrainingArguments& args() const { return args_; }
   ModelParameters& parameters() { return *params_; }
   Optimizer& optimizer() { return *optimizer_; }
+  GradientReducer* gradient_reducer() { return reducer_.get(); }  // null without data parallelism
   PretrainedModel& model() { return model_; }
   bool loss_parallel() const { return model_.sharded_logits(); }
+  int64_t dp_size() const { return dp_size_; }
+  int dp_rank() const { return dp_rank_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t warmup() const { return warmup_; }
   double lr_at(int64_t step) const;
@@ -122,7 +140,12 @@ class Trainer {
   TrainingArguments args_;
   std::shared_ptr<const TokenBlocks> train_, eval_;
   TrainerOptions options_;
+  dist::ProcessGroup* job_ = nullptr;  // every rank of the model's mesh
+  dist::ProcessGroup* dp_ = nullptr;   // this rank's data-parallel group (null: no data parallelism)
+  int64_t dp_size_ = 1;
+  int dp_rank_ = 0;
   std::unique_ptr<ModelParameters> params_;
+  std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<Optimizer> optimizer_;
   ScheduleType schedule_;
   int64_t steps_per_epoch_ = 1, total_steps_ = 0, warmup_ = 0;

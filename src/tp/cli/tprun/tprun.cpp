@@ -1,7 +1,9 @@
 // tprun: a torchrun-like launcher on top of OpenMPI's mpirun (see tp/dist/launch.h).
 //   tprun --nproc-per-node N [...] PROGRAM ARGS...   -> exec mpirun ... tprun --exec-rank PROGRAM ARGS...
 //   tprun --exec-rank PROGRAM ARGS...                 -> (in each rank) export RANK etc., exec PROGRAM
-// Both steps exec, so the job's exit code is tprun's.
+// Both steps exec, so the job's exit code is tprun's. With several nodes
+// (tp/dist/multinode.h) tprun stays to supervise mpirun (node 0) or OpenMPI's
+// daemon (other nodes), and `tprun --rsh-agent HOST COMMAND` is mpirun's remote shell.
 #include <sched.h>
 #include <unistd.h>
 
@@ -10,8 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "tp/dist/launch.h"
+#include "tp/dist/multinode.h"
 #include "tp/tensor/error.h"
 
 extern char** environ;
@@ -58,12 +62,18 @@ int main(int argc, char** argv) {
       TP_CHECK(args.size() > 1, "tprun --exec-rank: no PROGRAM given");
       exec({args.begin() + 1, args.end()});
     }
+    if (args[0] == "--rsh-agent") return tp::dist::run_rsh_agent({args.begin() + 1, args.end()});
     tp::dist::LaunchOptions options = tp::dist::parse_launch_args(args);
     const char* omp = std::getenv("OMP_NUM_THREADS");
     const char* mpirun = std::getenv("TP_MPIRUN");
-    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    tp::dist::LaunchPlan plan = tp::dist::plan_launch(options, mpirun ? mpirun : "mpirun", self, cpu_count(),
-                                                      geteuid() == 0, omp ? omp : "");
+    tp::dist::LaunchHost host{.mpirun = mpirun ? mpirun : "mpirun",
+                              .self = std::filesystem::read_symlink("/proc/self/exe").string(),
+                              .cores = cpu_count(),
+                              .root = geteuid() == 0,
+                              .omp_threads_env = omp ? omp : ""};
+    std::optional<tp::dist::RunDir> rundir;
+    if (options.rendezvous()) host.rundir = rundir.emplace().path();
+    tp::dist::LaunchPlan plan = tp::dist::plan_launch(options, host);
     if (!plan.note.empty()) {
       std::printf("%s\n", plan.note.c_str());
       return 0;
@@ -72,7 +82,8 @@ int main(int argc, char** argv) {
     // The ranks' output reaches the terminal through mpirun's pipes, so they
     // cannot see it is one: progress bars (tp train) ask this instead.
     if (isatty(STDERR_FILENO)) setenv("TP_STDERR_IS_TTY", "1", 1);
-    exec(plan.argv);
+    if (!options.rendezvous()) exec(plan.argv);
+    return options.node_rank == 0 ? tp::dist::run_node0(options, plan) : tp::dist::run_node(options);
   } catch (const tp::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
