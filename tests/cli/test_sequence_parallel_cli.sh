@@ -2,7 +2,8 @@
 # --sequence-parallel as a user runs it: `tp plan` shows the all-gathers and
 # reduce-scatters that replace the all-reduces; at tp = 2 through tprun, `tp
 # forward` gives the same logits with it as without (a prompt of 5 tokens: 3 and 2
-# per rank), `tp generate` the same tokens, and `tp train` the same logged losses.
+# per rank), `tp generate` the same tokens, and `tp train` the same logged losses,
+# also with 2 data-parallel replicas of tp 2.
 set -euo pipefail
 tp=$1
 tprun=$2
@@ -36,10 +37,17 @@ train=(train --model "$dir/t" --data "$dir/train.txt" --seq-len 15 --batch-size 
   --logging-steps 1)
 "$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --output-dir "$dir/off" 2>/dev/null
 "$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --sequence-parallel --output-dir "$dir/on" 2>/dev/null
-/usr/bin/python3 - "$dir/off/log_history.jsonl" "$dir/on/log_history.jsonl" <<'PY'
+# Under data parallelism too: 2 replicas of tp 2 (4 ranks), each sequence-parallel within its tp group.
+dp=(--nproc-per-node 4 "$tp" "${train[@]}" --tp-size 2 --dp-replicate-size 2)
+"$tprun" "${dp[@]}" --output-dir "$dir/dp-off" 2>/dev/null
+"$tprun" "${dp[@]}" --sequence-parallel --output-dir "$dir/dp-on" 2>/dev/null
+/usr/bin/python3 - "$dir" <<'PY'
 import json, sys
-off, on = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
-assert len(off) == 4 and len(on) == 4, (off, on)
-assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(off, on)), (off, on)
-print("tp train at tp 2, seq 15: the same losses with --sequence-parallel:", on)
+def losses(run):
+    return [json.loads(l)["loss"] for l in open(f"{sys.argv[1]}/{run}/log_history.jsonl") if '"loss"' in l]
+for off, on, layout in (("off", "on", "tp 2"), ("dp-off", "dp-on", "dp 2 x tp 2")):
+    a, b = losses(off), losses(on)
+    assert len(a) == 4 and len(b) == 4, (off, a, b)
+    assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (off, a, b)
+    print(f"tp train at {layout}, seq 15: the same losses with --sequence-parallel:", b)
 PY
