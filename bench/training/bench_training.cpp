@@ -8,6 +8,7 @@
 //
 //   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
 //                               [--lora-r R] [--tp-size T --dp-replicate-size R --dp-shard-size S]
+//                               [--sequence-parallel]
 //
 // --batch is per data-parallel rank (tp ranks of one replica share it); tokens/s
 // counts the global batch. The layout flags are ParallelismConfig's (default: all
@@ -17,6 +18,11 @@
 // --lora-r: train a LoRA adapter of rank R (alpha 2R) on every attention and MLP
 // projection instead of the whole model (frozen base); the report adds the
 // trainable parameters and the optimizer-state and gradient bytes of each rank.
+//
+// Memory of a step, per rank, from the process: the high-water mark of the tensor
+// bytes live during each timed step over those live when it began (activations
+// and the backward's temporaries: what sequence parallelism shrinks), and the
+// resident set before the first step and at its peak.
 //
 // FLOPs per step: 6 x (every Linear weight's elements, this rank's) x tokens, plus
 // attention's two matmuls over the causal triangle, 3x for forward and backward.
@@ -77,6 +83,7 @@ int main(int argc, char** argv) {
   int64_t seq_len = 512, batch = 1, steps = 3, warmup = 1;
   bool skip_ceilings = false;
   int64_t lora_r = 0;
+  bool sequence_parallel = false;
   app.add_option("--model", model_dir)->required();
   app.add_option("--seq-len", seq_len);
   app.add_option("--batch", batch);
@@ -89,11 +96,13 @@ int main(int argc, char** argv) {
   app.add_option("--tp-size", parallelism.tp_size);
   app.add_option("--dp-replicate-size", parallelism.dp_replicate_size);
   app.add_option("--dp-shard-size", parallelism.dp_shard_size);
+  app.add_flag("--sequence-parallel", sequence_parallel, "DistributedConfig::enable_sequence_parallel");
   CLI11_PARSE(app, argc, argv);
 
   auto t_load = Clock::now();
   LoadOptions load = LoadOptions::for_training();
   load.verbose = false;
+  load.distributed_config.enable_sequence_parallel = sequence_parallel;
   load.mesh = parallelism.build_device_mesh();
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, load);
   const double load_s = seconds(t_load);
@@ -127,6 +136,8 @@ int main(int argc, char** argv) {
   std::vector<double> losses;
   std::vector<int64_t> faults, fresh_mb;
   std::vector<double> fb_s, norm_s, opt_s, tp_comm_s, dp_comm_s;
+  int64_t step_peak_tensor_bytes = 0;
+  const int64_t rss_before_steps = bench::current_rss();
   for (int64_t s = 0; s < warmup + steps; ++s) {
     std::vector<int64_t> blocks;  // this replica's slice of the global batch
     for (int64_t b = 0; b < batch; ++b) blocks.push_back(((s * dp + dp_rank) * batch + b) % data->size());
@@ -135,11 +146,15 @@ int main(int argc, char** argv) {
     const int64_t f0 = minor_faults();
     const size_t a0 = allocator_stats().system_allocated_bytes;
     const double c0 = group.collective_seconds();
+    reset_peak_tensor_bytes();
+    const size_t live0 = allocator_stats().tensor_bytes;
     auto t0 = Clock::now();
     training::StepResult r = trainer.training_step({{ids, ids}});
     const double tp_comm = group.collective_seconds() - c0;
     job.barrier();  // a step ends when its slowest rank does
     if (s >= warmup) {
+      step_peak_tensor_bytes =
+          std::max(step_peak_tensor_bytes, static_cast<int64_t>(allocator_stats().peak_tensor_bytes - live0));
       step_s.push_back(seconds(t0));
       tp_comm_s.push_back(tp_comm);
       dp_comm_s.push_back(r.data_parallel_s);
@@ -167,6 +182,8 @@ int main(int argc, char** argv) {
   // This rank's work: its replica's tokens.
   const double step_flops = (lora ? 4.0 : 6.0) * linear_params * static_cast<double>(batch * seq_len) + attention_flops;
   Tensor all_rss = job.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
+  Tensor all_rss0 = job.all_gather(Tensor::from_ints({rss_before_steps}, {1}), 0);
+  Tensor all_step_peak = job.all_gather(Tensor::from_ints({step_peak_tensor_bytes}, {1}), 0);
   // What the optimizer holds on each rank (its moments; a dp_shard rank only its chunks').
   Tensor all_opt_job = job.all_gather(Tensor::from_ints({trainer.optimizer().state_bytes()}, {1}), 0);
   double bf16_gflops = 0, f32_gflops = 0;
@@ -203,6 +220,9 @@ int main(int argc, char** argv) {
     j["step_gflop_per_rank"] = step_flops / 1e9;
     j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    j["sequence_parallel"] = model.sequence_parallel();
+    j["rss_before_steps_bytes_per_rank"] = all_rss0.to_int_vector();
+    j["step_peak_tensor_bytes_per_rank"] = all_step_peak.to_int_vector();
     j["lora_r"] = lora_r;
     j["trainable_parameters"] = trainable;
     j["optimizer_state_bytes_per_rank"] = all_opt_job.to_int_vector();

@@ -107,6 +107,27 @@ TEST(Functional, AllGatherToRegion) {
   }
 }
 
+// Sequence parallelism's pair on [B, T, H] along T = 3, which leaves rank 3 of 4 no
+// token: all-gather (bwd reduce-scatter) into a block, reduce-scatter (bwd
+// all-gather) out of it.
+TEST(Functional, SequenceGatherThenReduceScatterWithUnevenAndEmptyChunks) {
+  ProcessGroup& g = world();
+  int r = g.rank(), w = g.size();
+  ChunkSpan mine = chunk_span(3, w, r);
+  Tensor x = filled({2, mine.size, 4}, r + 1).set_requires_grad(true);
+  Tensor y = all_gather_to_region(x, 1, g);
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 4}));
+  for (int64_t t = 0; t < 3; ++t) {
+    int owner = 0;
+    while (chunk_span(3, w, owner).offset + chunk_span(3, w, owner).size <= t) ++owner;
+    expect_close(y.narrow(1, t, 1), filled({2, 1, 4}, owner + 1), 0, "fwd all-gather, token " + std::to_string(t));
+  }
+  Tensor z = reduce_scatter_to_region(y, 1, g);  // every rank holds the same y: w times this rank's tokens
+  expect_close(z, filled({2, mine.size, 4}, w * (r + 1)), 0, "fwd reduce-scatter");
+  autograd::backward(z, filled(z.shape(), 1));
+  expect_close(x.grad(), filled({2, mine.size, 4}, w), 0, "bwd all-gather then reduce-scatter");
+}
+
 TEST(Functional, AllReduceGrad) {
   ProcessGroup& g = world();
   Tensor grad = filled({4}, g.rank() + 1);

@@ -306,8 +306,9 @@ TEST(Styles, PackedColwiseOnFusedGateUpMatchesSeparateWeights) {
 TEST(Styles, RegistryListsEveryShippedStyleAndTakesUserStyles) {
   for (const char* name : {"colwise", "colwise_gather_output", "colwise_rep", "rowwise", "rowwise_split_input",
                            "rowwise_rep", "embedding_rowwise", "embedding_colwise", "packed_colwise",
-                           "packed_rowwise", "sequence_parallel", "replicated_with_grad_allreduce", "all_reduce",
-                           "local_params"})
+                           "packed_rowwise", "sequence_parallel", "sequence_parallel_gather_output",
+                           "gather_sequence_input", "scatter_sequence_output", "replicated_with_grad_allreduce",
+                           "all_reduce", "local_params"})
     EXPECT_NE(parallel::find_style(name), nullptr) << name;
   parallel::register_style("colwise_custom", std::make_shared<parallel::ColwiseParallel>());
   check_linear({"colwise_custom"}, 0, -1);

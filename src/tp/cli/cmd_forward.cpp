@@ -32,6 +32,7 @@ int run_forward(const ForwardFlags& f) {
 Registrar reg("forward", "Run one forward pass and write the logits to a safetensors file", [](CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
   add_model_flags(app, f->model);
+  add_sequence_parallel_flag(app, f->model);
   add_adapter_flag(app, f->adapter);
   app.add_option("--input-ids", f->input_ids, "comma-separated token ids, e.g. 1,2,3")->required();
   app.add_option("--out", f->out, "output .safetensors file (f32 tensor `logits` [seq, vocab])")->required();

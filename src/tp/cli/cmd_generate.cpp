@@ -116,6 +116,7 @@ int run_generate(const GenerateFlags& f) {
 Registrar reg("generate", "Generate text from a prompt (greedy or sampled), streaming on rank 0", [](CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   add_model_flags(app, f->model);
+  add_sequence_parallel_flag(app, f->model);
   add_adapter_flag(app, f->adapter);
   app.add_option("--prompt", f->prompts, "prompt text (repeat for a batch); needs tokenizer.json in --model");
   app.add_option("--input-ids", f->input_ids, "prompt token ids, e.g. 1,2,3 (repeat for a batch)");

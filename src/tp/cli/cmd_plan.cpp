@@ -25,7 +25,7 @@ int run_plan(const PlanFlags& f) {
   const ModelConfig config =
       io::TensorStore::present(dir) ? Checkpoint::open(dir).config() : ModelConfig::load(dir / "config.json");
   DType dtype = parse_dtype_flag(f.model.dtype).value_or(config.torch_dtype == "bfloat16" ? DType::BF16 : DType::F32);
-  PlanReport report = make_plan_report(config, {.tp_size = f.model.tp_size, .tp_plan = f.model.tp_plan}, dtype);
+  PlanReport report = make_plan_report(config, load_options(f.model).distributed_config, dtype);
   if (f.model.json) {
     std::cout << plan_report_json(report).dump(2) << "\n";
   } else {
@@ -39,6 +39,7 @@ Registrar reg("plan", "Show how a tp_size splits a model (per-rank shapes, bytes
               [](CLI::App& app) {
                 auto f = std::make_shared<PlanFlags>();
                 add_model_flags(app, f->model);
+                add_sequence_parallel_flag(app, f->model);
                 return [f] { return run_plan(*f); };
               });
 

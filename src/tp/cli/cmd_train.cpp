@@ -104,6 +104,7 @@ int run_train(TrainFlags& f) {
   LoadOptions load = LoadOptions::for_training();
   load.distributed_config.tp_plan = f.model.tp_plan;
   load.distributed_config.tp_size = sizes.tp_size;
+  load.distributed_config.enable_sequence_parallel = f.model.sequence_parallel;
   load.mesh = parallelism.build_device_mesh();
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
   const bool rank0 = dist::world_rank() == 0;
@@ -178,6 +179,7 @@ Registrar reg("train", "Train (fine-tune) a model on text files with tensor para
   auto f = std::make_shared<TrainFlags>();
   TrainingArguments& a = f->args;
   add_model_flags(app, f->model);
+  add_sequence_parallel_flag(app, f->model);
   app.get_option("--dtype")->description(
       "compute: auto (config.json's torch_dtype), f32, or bf16 (bf16 GEMM operands; f32 master weights, gradients "
       "and optimizer state)");

@@ -18,6 +18,13 @@ void add_model_flags(CLI::App& app, ModelFlags& flags) {
   app.add_flag("--json", flags.json, "print one JSON document");
 }
 
+void add_sequence_parallel_flag(CLI::App& app, ModelFlags& flags) {
+  app.add_flag("--sequence-parallel", flags.sequence_parallel,
+               "sequence parallelism: norms and residual adds on sequence shards, an all-gather along the sequence "
+               "before each column-parallel block and a reduce-scatter after each row-parallel one instead of the "
+               "all-reduces (less activation memory per rank; same results)");
+}
+
 std::optional<DType> parse_dtype_flag(const std::string& value) {
   if (value == "auto") return std::nullopt;
   if (value == "f32" || value == "float32") return DType::F32;
@@ -30,6 +37,7 @@ LoadOptions load_options(const ModelFlags& flags) {
   o.dtype = parse_dtype_flag(flags.dtype);
   o.distributed_config.tp_plan = flags.tp_plan;
   o.distributed_config.tp_size = flags.tp_size;
+  o.distributed_config.enable_sequence_parallel = flags.sequence_parallel;
   return o;
 }
 

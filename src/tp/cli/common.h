@@ -15,11 +15,14 @@ struct ModelFlags {
   std::string dtype = "auto";
   std::string tp_plan = "auto";
   std::optional<int64_t> tp_size;
+  bool sequence_parallel = false;
   bool json = false;
 };
 
 // Adds --model (required), --dtype, --tp-plan, --tp-size and --json.
 void add_model_flags(CLI::App& app, ModelFlags& flags);
+// Adds --sequence-parallel (DistributedConfig::enable_sequence_parallel).
+void add_sequence_parallel_flag(CLI::App& app, ModelFlags& flags);
 // auto -> unset (config.json's torch_dtype); f32, bf16. Errors list the choices.
 std::optional<DType> parse_dtype_flag(const std::string& value);
 LoadOptions load_options(const ModelFlags& flags);

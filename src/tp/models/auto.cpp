@@ -11,6 +11,8 @@
 #include "tp/models/loader.h"
 #include "tp/models/variants.h"
 #include "tp/parallel/apply.h"
+#include "tp/parallel/registry.h"
+#include "tp/parallel/sequence.h"
 
 namespace tp {
 
@@ -69,8 +71,19 @@ parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const Distribut
   std::vector<std::string> modules;
   for (nn::Module* m : tree.modules())
     if (!m->name().empty()) modules.push_back(m->name());
-  parallel::ResolvedPlan plan = parallel::resolve_plan(model.shipped_plan(), user, param_refs(tree), modules);
+  parallel::Plan shipped = model.shipped_plan();
+  if (dc.enable_sequence_parallel) {
+    const parallel::Plan sp = model.sequence_parallel_plan();
+    TP_CHECK(!sp.empty(), "model_type '{}' has no sequence-parallel layout; turn enable_sequence_parallel off",
+             model.config().model_type);
+    shipped = parallel::merge_plans(shipped, sp);
+  }
+  parallel::ResolvedPlan plan = parallel::resolve_plan(shipped, user, param_refs(tree), modules);
   parallel::StyleOverrides o = model.check_tp(plan, tp_size);
+  if (dc.enable_sequence_parallel) {
+    parallel::use_sequence_parallel_styles(plan, tree, o);
+    plan.sequence_parallel = true;
+  }
   if (overrides != nullptr) *overrides = std::move(o);
   return plan;
 }
@@ -123,9 +136,14 @@ void PretrainedModel::set_sharded_logits(bool on) {
   sharded_logits_ = on;
   if (tp_size() == 1) return;
   nn::Module* head = lm_head_module();
-  const std::string& planned = resolved_.module_style.at("lm_head");
+  if (!on) {
+    head->set_style(&parallel::style_for("lm_head", resolved_.module_style.at("lm_head"), overrides_), mesh_.get());
+    return;
+  }
   // colwise keeps the output Shard(-1): the same slices as the planned style, without the gather.
-  head->set_style(&parallel::style_for("lm_head", on ? "colwise" : planned, overrides_), mesh_.get());
+  const parallel::TensorParallelLayer& colwise = parallel::get_style("colwise");
+  sharded_head_style_ = resolved_.sequence_parallel ? colwise.sequence_parallel_variant(*head) : nullptr;
+  head->set_style(sharded_head_style_ ? sharded_head_style_.get() : &colwise, mesh_.get());
 }
 
 int64_t PretrainedModel::logits_vocab_start() const {

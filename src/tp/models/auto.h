@@ -60,6 +60,8 @@ class PretrainedModel {
   const dist::DeviceMesh& mesh() const { return *mesh_; }
   int64_t tp_size() const { return mesh_->size("tp"); }
   int tp_rank() const { return mesh_->coordinate("tp"); }
+  // Activations between blocks are sequence shards (DistributedConfig::enable_sequence_parallel).
+  bool sequence_parallel() const { return resolved_.sequence_parallel; }
 
   // ids [B, T] or [T] -> logits [B, T, V] (f32, full vocabulary on every rank). No grad.
   Tensor forward(const Tensor& ids);
@@ -86,6 +88,7 @@ class PretrainedModel {
   std::filesystem::path source_dir_;
   std::vector<SourceTensor> source_tensors_;
   bool sharded_logits_ = false;
+  std::shared_ptr<const parallel::TensorParallelLayer> sharded_head_style_;  // its sequence-parallel colwise
   nn::Module* lm_head_module() const;
 };
 

@@ -30,6 +30,11 @@ class CausalLM : public nn::Module {
   // The architecture's base_model_tp_plan (keys under "model.") plus
   // lm_head: colwise_gather_output; a tied model's embedding is vocab-parallel.
   virtual parallel::Plan shipped_plan() const = 0;
+  // Entries merged over the shipped plan under sequence parallelism
+  // (tp/parallel/sequence.h): the modules that run on sequence shards, the blocks
+  // that all-gather the sequence on entry. Empty: the architecture has no
+  // sequence-parallel layout.
+  virtual parallel::Plan sequence_parallel_plan() const { return {}; }
   // Size checks the plan needs (heads, kv heads, intermediate size ...) before any
   // weight is read; returns the style overrides the model needs (e.g. KV-head
   // replication when tp_size > num_key_value_heads).

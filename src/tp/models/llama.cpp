@@ -206,6 +206,23 @@ parallel::Plan LlamaForCausalLM::shipped_plan() const {
   return plan;
 }
 
+// Megatron's layout (torch's plan for it): norms and residual adds on sequence
+// shards; the attention and MLP blocks gather the sequence once on entry (their
+// projections keep their styles, which turn into their sequence-parallel forms);
+// the final norm gathers it for lm_head. A replicated embedding keeps its tokens'
+// rows; a vocab-parallel one (its style's form) reduce-scatters.
+parallel::Plan LlamaForCausalLM::sequence_parallel_plan() const {
+  parallel::Plan plan = {{"model.layers.*.input_layernorm", "sequence_parallel"},
+                         {"model.layers.*.self_attn", "gather_sequence_input"},
+                         {"model.layers.*.post_attention_layernorm", "sequence_parallel"},
+                         {"model.layers.*.mlp", "gather_sequence_input"},
+                         {"model.norm", "sequence_parallel_gather_output"}};
+  const parallel::Plan shipped = shipped_plan();
+  if (std::none_of(shipped.begin(), shipped.end(), [](const auto& e) { return e.first == "model.embed_tokens"; }))
+    plan.insert(plan.begin(), {"model.embed_tokens", "scatter_sequence_output"});
+  return plan;
+}
+
 parallel::StyleOverrides LlamaForCausalLM::check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const {
   parallel::StyleOverrides overrides;
   auto style_of = [&](const std::string& module) {

@@ -99,6 +99,7 @@ class LlamaForCausalLM : public CausalLM {
   nn::Linear& lm_head;
 
   parallel::Plan shipped_plan() const override;
+  parallel::Plan sequence_parallel_plan() const override;
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;

@@ -36,6 +36,7 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
 
   PlanReport r;
   r.tp_size = tp;
+  r.sequence_parallel = resolved.sequence_parallel;
   r.dtype = dtype;
   r.warnings = resolved.warnings;
   r.total_bytes_per_rank.assign(static_cast<size_t>(tp), 0);
@@ -84,6 +85,7 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
 nlohmann::ordered_json plan_report_json(const PlanReport& r) {
   nlohmann::ordered_json j;
   j["tp_size"] = r.tp_size;
+  j["sequence_parallel"] = r.sequence_parallel;
   j["dtype"] = dtype_name(r.dtype);
   j["parameters"] = nlohmann::ordered_json::array();
   for (const PlanParamRow& p : r.parameters) {
@@ -106,7 +108,8 @@ nlohmann::ordered_json plan_report_json(const PlanReport& r) {
 }
 
 void print_plan_report(std::ostream& out, const PlanReport& r) {
-  fmt::print(out, "tp_size {} · weights {} · {} parameters\n\n", r.tp_size, dtype_name(r.dtype), r.parameters.size());
+  fmt::print(out, "tp_size {}{} · weights {} · {} parameters\n\n", r.tp_size,
+             r.sequence_parallel ? " · sequence parallel" : "", dtype_name(r.dtype), r.parameters.size());
   fmt::print(out, "{:<52} {:<30} {:<16} {:<16} {:>12}\n", "parameter", "style", "global", "rank 0", "bytes/rank");
   for (const PlanParamRow& p : r.parameters) {
     std::string style = p.style.empty() ? "(replicated)" : p.style;

@@ -28,6 +28,7 @@ struct PlanCollective {
 
 struct PlanReport {
   int64_t tp_size = 1;
+  bool sequence_parallel = false;
   DType dtype = DType::F32;
   std::vector<PlanParamRow> parameters;
   std::vector<PlanCollective> collectives;

@@ -4,6 +4,8 @@
 //   rank r computes Y_r = X A_r + b_r, a Shard(-1) piece of Y.
 // fwd: input identity (X replicated)   bwd: all-reduce dX (each rank holds a partial sum)
 // colwise_gather_output also all-gathers Y (bwd: keeps the local slice of dY).
+// Under sequence parallelism X comes from an all-gather along the sequence whose
+// backward reduce-scatter does the reduction of dX instead (once per block).
 // With KV heads replicated (tp > kv heads), a slice's ranks also sum its
 // parameters' gradients, each having seen only its own query heads' part.
 // packed_colwise cuts a fused weight (e.g. gate_up_proj) into split_factor groups
@@ -57,6 +59,7 @@ ParamShard ColwiseParallel::shard_param(const nn::Module& module, const std::str
 
 std::vector<Tensor> ColwiseParallel::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                                   const dist::DeviceMesh& mesh) const {
+  if (options_.sequence_parallel) return inputs;
   for (Tensor& x : inputs) x = dist::copy_to_region(x, mesh.group("tp"));
   return inputs;
 }
@@ -91,6 +94,10 @@ std::vector<CollectiveCost> ColwiseParallel::forward_collectives(const nn::Modul
                                                                  const TpRank& tp) const {
   if (!options_.gather_output) return {};
   return {{"all_gather", output_features(module) * 4}};
+}
+
+std::shared_ptr<const TensorParallelLayer> ColwiseParallel::sequence_parallel_variant(const nn::Module& module) const {
+  return variant_with<ColwiseParallel>(options_, &Options::sequence_parallel);
 }
 
 }  // namespace tp::parallel

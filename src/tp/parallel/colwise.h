@@ -17,6 +17,10 @@ class ColwiseParallel : public TensorParallelLayer {
     bool gather_output = false;  // all-gather the output on the last dim
     int64_t split_factor = 1;    // > 1: packed weight, StridedShard
     int64_t kv_replicas = 1;     // > 1: each slice is held by this many consecutive ranks
+    // The input is an all-gather of sequence shards (sequence parallelism), whose
+    // backward reduce-scatter sums the ranks' partial input gradients: no
+    // all-reduce of dX here.
+    bool sequence_parallel = false;
   };
   ColwiseParallel() : ColwiseParallel(Options{}) {}
   explicit ColwiseParallel(Options options);
@@ -34,6 +38,7 @@ class ColwiseParallel : public TensorParallelLayer {
                                 const dist::DeviceMesh& mesh) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
   std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
+  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 
  protected:
   dist::Placement placement_for(const Shape& global_shape) const;

@@ -17,12 +17,17 @@ void EmbeddingRowwise::install_forward(nn::Module& module, const TpRank& tp) con
 
 Tensor EmbeddingRowwise::transform_output_post_forward(nn::Module& module, Tensor output,
                                                        const dist::DeviceMesh& mesh) const {
+  if (sequence_parallel_) return dist::reduce_scatter_to_region(output, 1, mesh.group("tp"));
   return dist::reduce_from_region(output, mesh.group("tp"));
 }
 
 std::vector<CollectiveCost> EmbeddingRowwise::forward_collectives(const nn::Module& module,
                                                                   const TpRank& tp) const {
-  return {{"all_reduce", output_features(module) * 4}};
+  return {{sequence_parallel_ ? "reduce_scatter" : "all_reduce", output_features(module) * 4}};
+}
+
+std::shared_ptr<const TensorParallelLayer> EmbeddingRowwise::sequence_parallel_variant(const nn::Module& module) const {
+  return sequence_parallel_ ? nullptr : std::make_shared<EmbeddingRowwise>(true);
 }
 
 ParamShard EmbeddingColwise::shard_param(const nn::Module& module, const std::string& param_name,
@@ -38,6 +43,11 @@ Tensor EmbeddingColwise::transform_output_post_forward(nn::Module& module, Tenso
 std::vector<CollectiveCost> EmbeddingColwise::forward_collectives(const nn::Module& module,
                                                                   const TpRank& tp) const {
   return {{"all_gather", output_features(module) * 4}};
+}
+
+std::shared_ptr<const TensorParallelLayer> EmbeddingColwise::sequence_parallel_variant(const nn::Module& module) const {
+  fail("'{}' is embedding_colwise, which has no sequence-parallel form yet; use embedding_rowwise (vocab-parallel) "
+       "or no style for it, or turn sequence parallelism off", module.name());
 }
 
 }  // namespace tp::parallel

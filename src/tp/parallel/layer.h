@@ -11,6 +11,7 @@
 // Each transform is a differentiable collective (tp/dist/functional.h), so the
 // backward communication of a style is the adjoint of its forward.
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,16 @@ class TensorParallelLayer {
   // For `tp plan`: collectives per forward of a module with this style.
   virtual std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const {
     return {};
+  }
+
+  // Under sequence parallelism (DistributedConfig::enable_sequence_parallel) the
+  // activations between blocks are sequence shards: the style that serves
+  // `module` there instead of this one (same parameter slices, other
+  // communication). Null: this style as it is (it moves no activations, e.g.
+  // replicated_with_grad_allreduce). A style that cannot run there throws,
+  // naming the module.
+  virtual std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const {
+    return nullptr;
   }
 };
 

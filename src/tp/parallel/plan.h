@@ -29,6 +29,11 @@ struct DistributedConfig {
   // "auto" (the architecture's shipped plan), a JSON object text, or a path to a JSON file
   // whose entries are merged over the shipped plan (the user wins).
   std::string tp_plan = "auto";
+  // Megatron-style sequence parallelism: between the blocks, activations are
+  // sequence shards (Shard(1) of [B, T, H]; norms and residual adds run on them),
+  // an all-gather along the sequence enters each column-parallel block and a
+  // reduce-scatter leaves each row-parallel one, in place of the all-reduces.
+  bool enable_sequence_parallel = false;
 };
 
 // A parameter of the module tree, before any weight is read.
@@ -42,6 +47,7 @@ struct ResolvedPlan {
   Plan plan;                                      // shipped + user, as merged
   std::map<std::string, std::string> param_style;   // parameter -> style (covered parameters only)
   std::map<std::string, std::string> module_style;  // module -> style whose hooks run around its forward
+  bool sequence_parallel = false;                   // the styles run in their sequence-parallel form
   std::vector<std::string> warnings;
 };
 

@@ -6,6 +6,7 @@
 #include "tp/parallel/embedding.h"
 #include "tp/parallel/replicated.h"
 #include "tp/parallel/rowwise.h"
+#include "tp/parallel/sequence.h"
 
 namespace tp::parallel {
 
@@ -28,6 +29,10 @@ StyleRegistry shipped_styles() {
       {"embedding_rowwise", std::make_shared<EmbeddingRowwise>()},
       {"embedding_colwise", std::make_shared<EmbeddingColwise>()},
       {"sequence_parallel", std::make_shared<SequenceParallel>()},
+      {"sequence_parallel_gather_output",
+       std::make_shared<SequenceParallel>(SequenceParallel::Options{.gather_output = true})},
+      {"gather_sequence_input", std::make_shared<GatherSequenceInput>()},
+      {"scatter_sequence_output", std::make_shared<ScatterSequenceOutput>()},
       {"replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllreduce>()},
       {"all_reduce", std::make_shared<AllReduceOutput>()},
       {"local_params", std::make_shared<LocalParams>()},

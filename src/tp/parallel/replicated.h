@@ -15,26 +15,13 @@ class ReplicatedWithGradAllreduce : public TensorParallelLayer {
                                 const dist::DeviceMesh& mesh) const override;
 };
 
-// sequence_parallel: parameters replicated; the replicated input is split on
-// the sequence dim (fwd: keep the local chunk / bwd: all-gather), the output
-// stays sequence-sharded, and parameter gradients are all-reduced.
-class SequenceParallel : public TensorParallelLayer {
- public:
-  explicit SequenceParallel(int64_t sequence_dim = 1) : sequence_dim_(sequence_dim) {}
-  std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
-                                                   const dist::DeviceMesh& mesh) const override;
-  Tensor context_around_forward(nn::Module& module, const std::function<Tensor()>& forward,
-                                const dist::DeviceMesh& mesh) const override;
-
- private:
-  int64_t sequence_dim_;
-};
-
 // all_reduce: the module's output is a partial sum; fwd all-reduce, bwd none.
 class AllReduceOutput : public TensorParallelLayer {
  public:
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
   std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
+  // None yet (a Partial output on sequence shards would be reduce-scattered): the error names the module.
+  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 };
 
 // local_params: the module's parameters are sharded by their own plan entries

@@ -4,6 +4,8 @@
 //   X = [X_1, ..., X_p] split the same way; rank r computes X_r A_r, a Partial sum of Y.
 // fwd: all-reduce (Partial -> Replicate), then add the replicated bias once
 // bwd: none (dY is replicated; dX_r = dY A_r^T is already this rank's slice)
+// Under sequence parallelism: fwd reduce-scatter along the sequence (dim 1), then
+// the bias on this rank's tokens; bwd all-gather of dY along the sequence.
 // rowwise_split_input receives X replicated and keeps its slice (bwd: all-gather dX).
 // packed_rowwise splits the input dim of a fused weight group by group (StridedShard).
 #include "tp/dist/functional.h"
@@ -44,7 +46,9 @@ std::vector<Tensor> RowwiseParallel::transform_inputs_pre_forward(nn::Module& mo
 
 Tensor RowwiseParallel::transform_output_post_forward(nn::Module& module, Tensor output,
                                                       const dist::DeviceMesh& mesh) const {
-  Tensor y = dist::reduce_from_region(output, mesh.group("tp"));
+  dist::ProcessGroup& g = mesh.group("tp");
+  Tensor y = options_.sequence_parallel ? dist::reduce_scatter_to_region(output, 1, g)
+                                        : dist::reduce_from_region(output, g);
   auto* linear = dynamic_cast<nn::Linear*>(&module);
   if (linear != nullptr && linear->bias != nullptr) y = ops::add(y, linear->bias->data);
   return y;
@@ -52,7 +56,11 @@ Tensor RowwiseParallel::transform_output_post_forward(nn::Module& module, Tensor
 
 std::vector<CollectiveCost> RowwiseParallel::forward_collectives(const nn::Module& module,
                                                                  const TpRank& tp) const {
-  return {{"all_reduce", output_features(module) * 4}};
+  return {{options_.sequence_parallel ? "reduce_scatter" : "all_reduce", output_features(module) * 4}};
+}
+
+std::shared_ptr<const TensorParallelLayer> RowwiseParallel::sequence_parallel_variant(const nn::Module& module) const {
+  return variant_with<RowwiseParallel>(options_, &Options::sequence_parallel);
 }
 
 }  // namespace tp::parallel

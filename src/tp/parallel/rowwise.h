@@ -11,6 +11,9 @@ class RowwiseParallel : public TensorParallelLayer {
   struct Options {
     bool split_input = false;  // input arrives replicated: keep this rank's slice of its last dim
     int64_t split_factor = 1;  // > 1: packed weight, StridedShard on the last dim
+    // Sequence parallelism: the output of [B, T, ...] is reduce-scattered along T
+    // (Partial -> Shard(1)) instead of all-reduced.
+    bool sequence_parallel = false;
   };
   RowwiseParallel() : RowwiseParallel(Options{}) {}
   explicit RowwiseParallel(Options options) : options_(options) {}
@@ -24,6 +27,7 @@ class RowwiseParallel : public TensorParallelLayer {
                                                    const dist::DeviceMesh& mesh) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
   std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
+  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 
  private:
   Options options_;

@@ -20,6 +20,17 @@ nn::Embedding& as_embedding(nn::Module& module, const char* style);
 // Output width of a Linear or Embedding (0 for other modules), for cost estimates.
 int64_t output_features(const nn::Module& module);
 
+// A style's sequence-parallel form: the style again with `options.*flag` set;
+// null when it is set already (the style is that form).
+template <class Style>
+std::shared_ptr<const TensorParallelLayer> variant_with(const typename Style::Options& options,
+                                                       bool Style::Options::*flag) {
+  if (options.*flag) return nullptr;
+  typename Style::Options o = options;
+  o.*flag = true;
+  return std::make_shared<Style>(o);
+}
+
 // fwd identity / bwd all-reduce over `group` of each parameter's gradient, for
 // styles whose replicated parameters see only part of the data on each rank.
 Tensor with_grad_allreduced_params(nn::Module& module, const std::function<Tensor()>& forward,

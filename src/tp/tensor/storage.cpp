@@ -42,6 +42,11 @@ size_t round_capacity(size_t bytes) {
   return (bytes + 63) / 64 * 64;
 }
 
+void add_tensor_bytes(AllocatorStats& stats, size_t bytes) {
+  stats.tensor_bytes += bytes;
+  stats.peak_tensor_bytes = std::max(stats.peak_tensor_bytes, stats.tensor_bytes);
+}
+
 void* system_allocate(size_t capacity) {
   size_t alignment = capacity >= kHugePage ? kHugePage : 64;
   void* p = nullptr;
@@ -76,6 +81,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   s->bytes_ = bytes;
   std::lock_guard<std::mutex> lock(c.mutex);
   c.stats.live_bytes += s->capacity_;
+  add_tensor_bytes(c.stats, bytes);
   return s;
 }
 
@@ -135,6 +141,7 @@ std::shared_ptr<Storage> Storage::allocate_exact(size_t bytes) {
     c.stats.system_allocated_bytes += need > kSlab / 2 ? round_capacity(need) : kSlab;
   }
   c.stats.live_bytes += need;
+  add_tensor_bytes(c.stats, bytes);
   return s;
 }
 
@@ -151,12 +158,14 @@ Storage::~Storage() {
     BlockCache& c = cache();
     std::lock_guard<std::mutex> lock(c.mutex);
     c.stats.live_bytes -= exact_;
+    c.stats.tensor_bytes -= bytes_;
     return;
   }
   if (capacity_ == 0) return;
   BlockCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   c.stats.live_bytes -= capacity_;
+  c.stats.tensor_bytes -= bytes_;
   if (c.stats.cached_bytes + capacity_ > max_cached_bytes()) {
     std::free(data_);
     return;
@@ -174,6 +183,12 @@ AllocatorStats allocator_stats() {
   BlockCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.stats;
+}
+
+void reset_peak_tensor_bytes() {
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.stats.peak_tensor_bytes = c.stats.tensor_bytes;
 }
 
 void release_cached_memory() {

@@ -49,8 +49,15 @@ struct AllocatorStats {
   size_t live_bytes = 0;
   size_t system_allocations = 0;  // calls that had to ask the OS for memory
   size_t system_allocated_bytes = 0;  // and what they asked for (each byte is a page fault's worth later)
+  // What the live buffers were asked for (live_bytes counts the blocks holding
+  // them, up to twice as large), and its high-water mark since the last reset.
+  size_t tensor_bytes = 0;
+  size_t peak_tensor_bytes = 0;
 };
 AllocatorStats allocator_stats();
+// Starts a new high-water mark of tensor_bytes at its current value (like
+// torch.cuda.reset_peak_memory_stats), e.g. to measure one training step.
+void reset_peak_tensor_bytes();
 // Returns every cached block to the OS.
 void release_cached_memory();
 
