@@ -94,6 +94,12 @@ int main(int argc, char** argv) {
            tp::convert(wide.raw_data(), tp::DType::F32, full_bf16.raw_data(), tp::DType::BF16, n);
          },
          [&] { g.all_reduce(full_bf16); }},
+        // Data parallelism's nonblocking forms (started, then waited for at once) vs the blocking calls.
+        {"all_reduce_async f32", [&] { MPI_Allreduce(MPI_IN_PLACE, full.raw_data(), cn, MPI_FLOAT, MPI_SUM, comm); },
+         [&] { g.all_reduce_async(full)->wait(); }},
+        {"reduce_scatter_async",
+         [&] { MPI_Reduce_scatter_block(full.raw_data(), out_local.raw_data(), cl, MPI_FLOAT, MPI_SUM, comm); },
+         [&] { g.reduce_scatter_async(full, out_local)->wait(); }},
         // Not a pair of equals: the cost of gathering along the last dim (reorder) vs dim 0.
         {"all_gather f32 dim -1",
          [&] { MPI_Allgather(local.raw_data(), cl, MPI_FLOAT, out_full.raw_data(), cl, MPI_FLOAT, comm); },

@@ -1,7 +1,5 @@
 #include "tp/training/data_parallel.h"
 
-#include <cstring>
-
 namespace tp::training {
 
 namespace {
@@ -42,14 +40,8 @@ GradientReducer::GradientReducer(ModelParameters& params, dist::ProcessGroup& re
     for (const Bucket& b : buckets_) ranges.push_back({b.begin, b.end});
     params_.shard_updates(shard_, ranges);
   }
-  int64_t scratch = 0;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    Bucket& b = buckets_[i];
-    b.owned = shard_.size() > 1 ? params_.owned_chunk(i) : ChunkSpan{0, b.end - b.begin};
-    b.scratch = scratch;
-    scratch += b.owned.size;
-  }
-  if (shard_.size() > 1) scratch_ = Tensor::zeros({std::max<int64_t>(scratch, 1)});
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    buckets_[i].owned = shard_.size() > 1 ? params_.owned_chunk(i) : ChunkSpan{0, buckets_[i].end - buckets_[i].begin};
   // After sharding: sharded masters move the vectors' compute tensors.
   for (size_t i = 0, b = 0; i < ps.size(); ++i) {
     while (b + 1 < buckets_.size() && buckets_[b + 1].begin <= ps[i].offset) ++b;
@@ -57,16 +49,10 @@ GradientReducer::GradientReducer(ModelParameters& params, dist::ProcessGroup& re
   }
 }
 
-GradientReducer::~GradientReducer() {
-  // A step that failed midway: collectives in flight must finish before their buffers go.
-  for (Bucket& b : buckets_) b.work.reset();
-}
-
 std::unique_ptr<autograd::LeafGradReadyHook> GradientReducer::watch_backward() {
   for (Bucket& b : buckets_) {
     b.pending = b.params;
     b.ready = false;
-    b.work.reset();
   }
   next_launch_ = static_cast<int64_t>(buckets_.size()) - 1;
   launched_during_backward_ = 0;
@@ -81,48 +67,31 @@ void GradientReducer::on_ready(const TensorImpl* leaf) {
   const int64_t before = next_launch_;
   launch_ready();
   launched_during_backward_ += before - next_launch_;
-  // Let MPI move the collectives in flight along (it progresses only inside MPI calls).
-  for (int64_t i = static_cast<int64_t>(buckets_.size()) - 1; i > next_launch_; --i)
-    if (buckets_[i].work) buckets_[i].work->test();
 }
 
 void GradientReducer::launch_ready() {
-  while (next_launch_ >= 0 && buckets_[next_launch_].ready) launch(buckets_[next_launch_--]);
+  while (next_launch_ >= 0 && buckets_[next_launch_].ready) reduce(buckets_[next_launch_--]);
 }
 
-Tensor GradientReducer::owned_grad(const Bucket& b) const {
-  return params_.grad_slab().narrow(0, b.begin + b.owned.offset, b.owned.size);
-}
-
-void GradientReducer::launch(Bucket& b) {
+void GradientReducer::reduce(const Bucket& b) {
   Timed timed(comm_seconds_);
   Tensor grads = params_.grad_slab().narrow(0, b.begin, b.end - b.begin);
-  if (shard_.size() > 1)
-    b.work = shard_.reduce_scatter_async(grads, scratch_.narrow(0, b.scratch, b.owned.size));
-  else
-    b.work = replicate_.all_reduce_async(grads);
+  if (shard_.size() == 1) {
+    replicate_.all_reduce(grads);
+    return;
+  }
+  // The reduce-scatter's result, as an all-reduce of which this rank keeps (and
+  // then reads) only its chunk; replicas of the chunk then add theirs.
+  shard_.all_reduce(grads);
+  if (replicate_.size() > 1) {
+    Tensor mine = grads.narrow(0, b.owned.offset, b.owned.size);
+    replicate_.all_reduce(mine);
+  }
 }
 
 void GradientReducer::finish() {
   for (Bucket& b : buckets_) b.ready = true;  // parameters the backward did not reach have their gradients too
   launch_ready();
-  Timed timed(comm_seconds_);
-  for (int64_t i = static_cast<int64_t>(buckets_.size()) - 1; i >= 0; --i) {
-    Bucket& b = buckets_[i];
-    b.work->wait();
-    b.work.reset();
-    if (shard_.size() == 1) continue;
-    // The summed chunk goes back to its place in the gradient slab, then replicas add theirs.
-    Tensor mine = owned_grad(b);
-    if (b.owned.size > 0)
-      std::memcpy(mine.raw_data(), scratch_.data<float>() + b.scratch, static_cast<size_t>(b.owned.size) * 4);
-    if (replicate_.size() > 1) b.work = replicate_.all_reduce_async(mine);
-  }
-  for (Bucket& b : buckets_)
-    if (b.work) {
-      b.work->wait();
-      b.work.reset();
-    }
 }
 
 void GradientReducer::gather_updated_weights() {
