@@ -35,7 +35,7 @@ echo "tp forward / generate at tp 2: the same logits (bitwise) and tokens with -
 write_sentences "$dir/train.txt" 200
 train=(train --model "$dir/t" --data "$dir/train.txt" --seq-len 15 --batch-size 2 --lr 3e-3 --max-steps 4
   --logging-steps 1)
-"$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --output-dir "$dir/off" 2>/dev/null
+"$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --save-steps 2 --output-dir "$dir/off" 2>/dev/null
 "$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --sequence-parallel --output-dir "$dir/on" 2>/dev/null
 # Under data parallelism too: 2 replicas of tp 2 (4 ranks), each sequence-parallel within its tp group.
 dp=(--nproc-per-node 4 "$tp" "${train[@]}" --tp-size 2 --dp-replicate-size 2)
@@ -50,4 +50,20 @@ for off, on, layout in (("off", "on", "tp 2"), ("dp-off", "dp-on", "dp 2 x tp 2"
     assert len(a) == 4 and len(b) == 4, (off, a, b)
     assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (off, a, b)
     print(f"tp train at {layout}, seq 15: the same losses with --sequence-parallel:", b)
+PY
+
+# A checkpoint saved without sequence parallelism resumes with it (the layout splits no parameter),
+# and the resumed steps log the uninterrupted run's losses.
+cp -r "$dir/off" "$dir/resumed"
+rm -rf "$dir/resumed/checkpoint-4" "$dir/resumed/log_history.jsonl"
+"$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --sequence-parallel --output-dir "$dir/resumed" \
+  --resume-from-checkpoint "$dir/resumed/checkpoint-2" 2>"$dir/err.txt" || { cat "$dir/err.txt"; fail "resume with --sequence-parallel"; }
+/usr/bin/python3 - "$dir" <<'PY'
+import json, sys
+def losses(run):
+    return {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(f"{sys.argv[1]}/{run}/log_history.jsonl") if '"loss"' in l}
+a, b = losses("off"), losses("resumed")
+assert 3 in b and 4 in b, b
+assert all(abs(a[s] - b[s]) <= 1e-5 * abs(a[s]) for s in (3, 4)), (a, b)
+print("resumed with --sequence-parallel from a checkpoint saved without: steps 3-4 log", b[3], b[4])
 PY

@@ -400,8 +400,14 @@ void Trainer::save_model(const fs::path& dir) {
 json Trainer::checkpoint_identity() const {
   json params = json::array();
   for (const TrainableParam& p : params_->params()) params.push_back({p.name, p.global_shape});
+  // The plan without the sequence-parallel layout's entries: they split no
+  // parameter, so a run may resume with sequence parallelism turned on or off.
+  std::set<std::pair<std::string, std::string>> layout;
+  if (model_.sequence_parallel())
+    for (const auto& entry : model_.lm().sequence_parallel_plan()) layout.insert(entry);
   json plan = json::object();
-  for (const auto& [k, v] : model_.tp_plan()) plan[k] = v;
+  for (const auto& [k, v] : model_.tp_plan())
+    if (!layout.count({k, v})) plan[k] = v;
   return {{"tp_size", model_.tp_size()},
           {"tp_plan", plan},
           {"model_type", model_.config().model_type},
