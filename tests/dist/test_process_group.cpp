@@ -120,37 +120,32 @@ TEST(ProcessGroup, ReduceScatterUnevenEveryOpDimAndDtype) {
       }
 }
 
-// The flat f32 forms data parallelism uses: uneven pieces (13 over up to 4
-// ranks, and a buffer smaller than the group), several in flight at once.
-TEST(ProcessGroup, AsyncFlatCollectivesMatchTheSerialSums) {
+// The in-place all-gather of data parallelism's weight slabs, every dtype:
+// uneven pieces (13 over up to 4 ranks, and a buffer smaller than the group),
+// and one above the 8 MiB a round moves (several rounds).
+TEST(ProcessGroup, AllGatherInPlaceFillsInEveryRanksPiece) {
   ProcessGroup& g = world();
-  for (int64_t n : {13, 2}) {
-    const Tensor want = reduced_reference({n}, DType::F32, ReduceOp::Sum, g.size());
-    Tensor a = rank_input({n}, g.rank(), DType::F32), b = rank_input({n}, g.rank(), DType::F32);
-    const ChunkSpan span = chunk_span(n, g.size(), g.rank());
-    Tensor piece = Tensor::zeros({span.size});
-    std::unique_ptr<Work> reduce = g.all_reduce_async(a);
-    std::unique_ptr<Work> scatter = g.reduce_scatter_async(b, piece);
-    scatter->wait();
-    reduce->wait();
-    EXPECT_TRUE(reduce->test());
-    expect_close(a, want, 1e-5, fmt::format("all_reduce_async of {}", n));
-    expect_close(piece, want.narrow(0, span.offset, span.size), 1e-5, fmt::format("reduce_scatter_async of {}", n));
-    // Each rank holds only its piece; the in-place all-gather fills in the others'.
-    Tensor full = Tensor::full({n}, -1.0, DType::F32);
-    if (span.size > 0) full.narrow(0, span.offset, span.size).copy_from(piece);
-    g.all_gather_in_place(full);
-    expect_close(full, want, 1e-5, fmt::format("all_gather_in_place of {}", n));
-  }
-  EXPECT_THROW(g.reduce_scatter_async(Tensor::zeros({13}), Tensor::zeros({14})), Error);
-  EXPECT_THROW(g.all_reduce_async(Tensor::zeros({2, 2})), Error) << "only flat f32 buffers";
-  // The in-place all-gather moves any dtype (bf16 compute copies).
-  for (DType d : kDtypes) {
-    Tensor want = rank_input({13}, 0, d), full = Tensor::zeros({13}, d);
-    const ChunkSpan span = chunk_span(13, g.size(), g.rank());
-    if (span.size > 0) full.narrow(0, span.offset, span.size).copy_from(want.narrow(0, span.offset, span.size));
-    g.all_gather_in_place(full);
-    expect_close(full, want, 0, label("all_gather_in_place", d));
+  for (int64_t n : {int64_t{13}, int64_t{2}, int64_t{5} << 20})
+    for (DType d : kDtypes) {
+      if (n > 13 && d != DType::F32) continue;
+      Tensor want = rank_input({n}, 0, d), full = Tensor::zeros({n}, d);
+      const ChunkSpan span = chunk_span(n, g.size(), g.rank());
+      if (span.size > 0) full.narrow(0, span.offset, span.size).copy_from(want.narrow(0, span.offset, span.size));
+      g.all_gather_in_place(full);
+      expect_close(full, want, 0, fmt::format("all_gather_in_place of {} {}", n, dtype_name(d)));
+    }
+  EXPECT_THROW(g.all_gather_in_place(Tensor::zeros({2, 2})), Error) << "only flat buffers";
+}
+
+// An all-reduce above 8 MiB runs in pieces: the sum is the serial one throughout.
+TEST(ProcessGroup, LargeAllReduceInPiecesMatchesTheSerialSum) {
+  ProcessGroup& g = world();
+  const Shape shape{(int64_t{5} << 20) + 7};  // 20 MiB of f32 and a tail: three pieces, the last short
+  for (DType d : {DType::F32, DType::BF16}) {
+    Tensor t = rank_input(shape, g.rank(), d);
+    g.all_reduce(t);
+    expect_close(t, reduced_reference(shape, d, ReduceOp::Sum, g.size()), tolerance(d),
+                 fmt::format("all_reduce of {} {}", shape[0], dtype_name(d)));
   }
 }
 

@@ -29,8 +29,6 @@ class MpiProcessGroup final : public ProcessGroup {
   void broadcast(Tensor& t, int root) override;
   Tensor all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) override;
   void barrier() override;
-  std::unique_ptr<Work> all_reduce_async(Tensor t) override;
-  std::unique_ptr<Work> reduce_scatter_async(Tensor full, Tensor out) override;
   void all_gather_in_place(Tensor full) override;
   std::shared_ptr<ProcessGroup> split(int color, int key) override;
   std::string backend() const override { return "mpi"; }

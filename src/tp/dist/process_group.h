@@ -26,15 +26,6 @@ enum class ReduceOp { Sum, Avg, Max };
 // "sum", "avg", "max"
 const char* reduce_op_name(ReduceOp op);
 
-// A collective in flight (the *_async forms): its buffers must stay untouched
-// until wait() returns. test() lets MPI progress it while the caller computes.
-class Work {
- public:
-  virtual ~Work() = default;
-  virtual bool test() = 0;  // true once complete
-  virtual void wait() = 0;
-};
-
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -59,17 +50,9 @@ class ProcessGroup {
   virtual Tensor all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) = 0;
   virtual void barrier() = 0;
 
-  // Flat buffers (data parallelism over gradient and weight slabs; the
-  // reductions f32, the in-place all-gather any dtype). Pieces
-  // follow the chunk rule over `size` ranks: rank r's piece of n elements is
-  // chunk_span(n, size, r).
-  //   all_reduce_async: `t` in place (Sum).
-  //   reduce_scatter_async: the sum over ranks of `full`, this rank's piece written
-  //     into `out` (its size); `full` is read only.
-  //   all_gather_in_place: every rank's piece of `full` is its own; afterwards every
-  //     rank holds every piece.
-  virtual std::unique_ptr<Work> all_reduce_async(Tensor t) = 0;
-  virtual std::unique_ptr<Work> reduce_scatter_async(Tensor full, Tensor out) = 0;
+  // A flat buffer of any dtype (data parallelism's weight slabs): every rank's
+  // piece of `full` (the chunk rule: rank r's piece of n elements is
+  // chunk_span(n, size, r)) is its own; afterwards every rank holds every piece.
   virtual void all_gather_in_place(Tensor full) = 0;
 
   // A new group of the ranks that pass the same `color`, ordered by `key`
@@ -78,7 +61,7 @@ class ProcessGroup {
   // "mpi" (later "nccl"), for messages.
   virtual std::string backend() const = 0;
   // Seconds this rank has spent inside this group's collectives (blocking calls
-  // and waits on async ones; waiting for slower ranks included), since creation.
+  // calls; waiting for slower ranks included), since creation.
   // Benchmarks report communication time per step from it.
   virtual double collective_seconds() const = 0;
 };
