@@ -2,23 +2,6 @@
 
 namespace tp::training {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Adds the time its scope took to `total`.
-class Timed {
- public:
-  explicit Timed(double& total) : total_(total), start_(Clock::now()) {}
-  ~Timed() { total_ += std::chrono::duration<double>(Clock::now() - start_).count(); }
-
- private:
-  double& total_;
-  Clock::time_point start_;
-};
-
-}  // namespace
-
 GradientReducer::GradientReducer(ModelParameters& params, dist::ProcessGroup& replicate, dist::ProcessGroup& shard,
                                  int64_t bucket_bytes)
     : params_(params), replicate_(replicate), shard_(shard) {
@@ -47,6 +30,7 @@ GradientReducer::GradientReducer(ModelParameters& params, dist::ProcessGroup& re
     while (b + 1 < buckets_.size() && buckets_[b + 1].begin <= ps[i].offset) ++b;
     bucket_of_[ps[i].compute.impl()] = b;
   }
+  comm_clock_ = replicate_.collective_seconds() + shard_.collective_seconds();
 }
 
 std::unique_ptr<autograd::LeafGradReadyHook> GradientReducer::watch_backward() {
@@ -74,7 +58,6 @@ void GradientReducer::launch_ready() {
 }
 
 void GradientReducer::reduce(const Bucket& b) {
-  Timed timed(comm_seconds_);
   Tensor grads = params_.grad_slab().narrow(0, b.begin, b.end - b.begin);
   if (shard_.size() == 1) {
     replicate_.all_reduce(grads);
@@ -96,13 +79,14 @@ void GradientReducer::finish() {
 
 void GradientReducer::gather_updated_weights() {
   if (shard_.size() == 1) return;
-  Timed timed(comm_seconds_);
   params_.gather_updated_weights();
 }
 
 double GradientReducer::take_communication_seconds() {
-  const double s = comm_seconds_;
-  comm_seconds_ = 0;
+  // The groups' own clocks: every dp collective runs on one of the two.
+  const double now = replicate_.collective_seconds() + shard_.collective_seconds();
+  const double s = now - comm_clock_;
+  comm_clock_ = now;
   return s;
 }
 

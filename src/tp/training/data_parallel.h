@@ -18,12 +18,11 @@
 // The collectives are blocking, and the dp_shard reduction is an all-reduce of
 // which each rank keeps its chunk, because that is what runs fastest on CPU
 // ranks (bench/dist/bench_collectives, 2 ranks, 8-64 MiB): OpenMPI's
-// nonblocking all-reduce took 2.4-2.8x the blocking one's time (no progress
-// thread, and no idle core to overlap with), and its reduce-scatter 3-4x an
-// all-reduce of the same buffer; a Qwen3 step's exposed dp_shard communication
-// fell from 2.3-2.8 s to 0.6-0.9 s with this choice.
+// nonblocking all-reduce took 1.8-2.6x the blocking one's time (no progress
+// thread, and no idle core to overlap with), and its reduce-scatter, blocking
+// or not, 1.5-3.8x an all-reduce of the same buffer; a Qwen3 step's dp_shard
+// communication fell from 2.3-2.8 s to 0.6-0.9 s with this choice.
 // Losses are normalized by the global target count, so the reduction is a sum.
-#include <chrono>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -77,7 +76,7 @@ class GradientReducer {
   std::vector<Bucket> buckets_;
   std::unordered_map<const TensorImpl*, size_t> bucket_of_;
   int64_t next_launch_ = -1;  // buckets are reduced from the last to the first
-  double comm_seconds_ = 0;
+  double comm_clock_ = 0;  // the groups' collective seconds at the last take
   int64_t launched_during_backward_ = 0;
 };
 

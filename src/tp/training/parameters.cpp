@@ -272,7 +272,7 @@ void ModelParameters::shard_masters() {
   masters_sharded_ = true;
 }
 
-float* ModelParameters::owned_master(const TrainableParam& p, const OwnedSegment& seg) {
+float* ModelParameters::owned_master(const TrainableParam& p, const OwnedSegment& seg) const {
   if (p.master.defined()) return p.master.data<float>() + seg.begin;
   return master_shard_.data<float>() + seg.state;
 }
@@ -304,17 +304,21 @@ Tensor ModelParameters::local_view(const Tensor& slab, const TrainableParam& p) 
   return view(slab, p.offset, p.grad.shape());
 }
 
-Tensor ModelParameters::full_masters() const {
-  if (!masters_sharded_) return master_;
-  // Each rank writes its owned masters into zeros; the sum over the shard group is all of them, exactly.
+Tensor ModelParameters::gather_owned(
+    const std::function<const float*(const TrainableParam&, const OwnedSegment&)>& source) const {
+  // Each rank writes its owned parts into zeros; the sum over the shard group is every part, exactly.
   Tensor full = Tensor::zeros({numel_});
   for (const TrainableParam& p : params_)
     for (const OwnedSegment& seg : p.owned)
-      std::memcpy(full.data<float>() + p.offset + seg.begin,
-                  const_cast<ModelParameters*>(this)->owned_master(p, seg),
+      std::memcpy(full.data<float>() + p.offset + seg.begin, source(p, seg),
                   static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
   shard_group_->all_reduce(full);
   return full;
+}
+
+Tensor ModelParameters::full_masters() const {
+  if (!masters_sharded_) return master_;
+  return gather_owned([this](const TrainableParam& p, const OwnedSegment& seg) { return owned_master(p, seg); });
 }
 
 void ModelParameters::load_masters(const Tensor& full) {
@@ -338,14 +342,9 @@ void ModelParameters::load_masters(const Tensor& full) {
 
 Tensor ModelParameters::state_to_full(const Tensor& state) const {
   if (shard_group_ == nullptr) return state;
-  // Each rank writes its owned parts into zeros; the sum over the shard group is every part, exactly.
-  Tensor full = Tensor::zeros({numel_});
-  for (const TrainableParam& p : params_)
-    for (const OwnedSegment& seg : p.owned)
-      std::memcpy(full.data<float>() + p.offset + seg.begin, state.data<float>() + seg.state,
-                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
-  shard_group_->all_reduce(full);
-  return full;
+  return gather_owned([&state](const TrainableParam&, const OwnedSegment& seg) {
+    return static_cast<const float*>(state.data<float>() + seg.state);
+  });
 }
 
 void ModelParameters::state_from_full(const Tensor& full, Tensor& state) const {

@@ -105,7 +105,7 @@ class ModelParameters {
   // This rank's chunk of bucket b, relative to the bucket's start.
   ChunkSpan owned_chunk(size_t b) const;
   // The master of element seg.begin of p (the rest of the segment follows it).
-  float* owned_master(const TrainableParam& p, const OwnedSegment& seg);
+  float* owned_master(const TrainableParam& p, const OwnedSegment& seg) const;
   // After an update of the owned parts: every rank gets the others' updated
   // chunks (masters or compute copies), and the compute copies are current. Collective.
   void gather_updated_weights();
@@ -154,6 +154,8 @@ class ModelParameters {
   Tensor master_shard_;  // sharded masters: the owned elements', laid out like the optimizer state
   Tensor vector_slab_;   // sharded masters: vectors (which compute in f32 on their masters), whole
   void shard_masters();
+  // Every rank's owned parts in slab layout, `source` giving a segment's first value. Collective.
+  Tensor gather_owned(const std::function<const float*(const TrainableParam&, const OwnedSegment&)>& source) const;
 };
 
 }  // namespace tp::training
