@@ -49,8 +49,7 @@ int run_generate(const GenerateFlags& f) {
   generation::GenerateOptions options;
   options.max_new_tokens = f.max_new_tokens;
   options.sampling = {.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = f.seed};
-  options.eos_token_ids = tokenizer ? tokenizer->eos_token_ids() : model.config().eos_token_ids;
-  if (options.eos_token_ids.empty()) options.eos_token_ids = model.config().eos_token_ids;
+  options.eos_token_ids = generation::default_eos_token_ids(model, tokenizer ? &*tokenizer : nullptr);
 
   const bool rank0 = model.tp_rank() == 0;
   const bool stream = rank0 && !f.model.json && !f.no_stream && prompts.size() == 1;

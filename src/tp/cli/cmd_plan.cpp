@@ -22,8 +22,7 @@ struct PlanFlags {
 int run_plan(const PlanFlags& f) {
   if (!f.model.tp_size) throw UsageError("--tp-size is required (the number of ranks to plan for)");
   const std::filesystem::path dir = f.model.model;
-  const ModelConfig config =
-      io::TensorStore::present(dir) ? Checkpoint::open(dir).config() : ModelConfig::load(dir / "config.json");
+  const ModelConfig config = Checkpoint::read_config(dir);
   DType dtype = parse_dtype_flag(f.model.dtype).value_or(config.torch_dtype == "bfloat16" ? DType::BF16 : DType::F32);
   PlanReport report = make_plan_report(config, load_options(f.model).distributed_config, dtype);
   if (f.model.json) {

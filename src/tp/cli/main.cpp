@@ -7,6 +7,7 @@
 #include "tp/cli/command.h"
 #include "tp/dist/process_group.h"
 #include "tp/tensor/error.h"
+#include "tp/version.h"
 
 namespace tp::cli {
 

@@ -48,7 +48,8 @@ std::string launch_usage() {
          "  (node 0's address) and --master-port (default 29500), each with its --node-rank; they form one\n"
          "  job of M*N ranks (rank = node_rank * N + local_rank). Node 0 waits --join-timeout seconds\n"
          "  (default 600) for the others. If a rank or a node fails, every node's tprun exits non-zero.\n"
-         "  With --hostfile F instead, node 0 alone starts every node's ranks over ssh.\n";
+         "  With --hostfile F instead, node 0 alone starts every node's ranks over ssh.\n"
+         "  tprun --version prints tp's version.\n";
 }
 
 LaunchOptions parse_launch_args(const std::vector<std::string>& args) {

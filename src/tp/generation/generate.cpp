@@ -92,4 +92,9 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   return result;
 }
 
+std::vector<int64_t> default_eos_token_ids(const PretrainedModel& model, const Tokenizer* tokenizer) {
+  std::vector<int64_t> ids = tokenizer ? tokenizer->eos_token_ids() : std::vector<int64_t>{};
+  return ids.empty() ? model.config().eos_token_ids : ids;
+}
+
 }  // namespace tp::generation

@@ -8,6 +8,7 @@
 
 #include "tp/generation/sampling.h"
 #include "tp/models/auto.h"
+#include "tp/tokenizer/tokenizer.h"
 
 namespace tp::generation {
 
@@ -27,5 +28,10 @@ struct GenerateResult {
 GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& options,
                         const std::function<void(int64_t row, int64_t token)>& on_token = {});
+
+// The ids generation stops at unless told otherwise: the tokenizer's (its
+// generation_config.json and tokenizer_config.json) when there is one, else
+// config.json's eos_token_id.
+std::vector<int64_t> default_eos_token_ids(const PretrainedModel& model, const Tokenizer* tokenizer);
 
 }  // namespace tp::generation

@@ -8,6 +8,10 @@ namespace tp {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+ModelConfig Checkpoint::read_config(const std::filesystem::path& dir) {
+  return io::TensorStore::present(dir) ? open(dir).config() : ModelConfig::load(dir / "config.json");
+}
+
 Checkpoint Checkpoint::open(const fs::path& dir) {
   TP_CHECK(fs::is_directory(dir), "model directory {} does not exist or is not a directory", dir.string());
   TP_CHECK(fs::exists(dir / "config.json"), "{}: no config.json (a Hugging Face model directory needs one)",

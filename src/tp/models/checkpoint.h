@@ -18,6 +18,9 @@ namespace tp {
 class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& dir);
+  // The model's config without reading weights: checked against the weights'
+  // headers when `dir` has any (open(dir).config()), else config.json alone.
+  static ModelConfig read_config(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const { return weights_.dir(); }
   const ModelConfig& config() const { return config_; }

@@ -17,6 +17,7 @@
 #include "tp/dist/launch.h"
 #include "tp/dist/multinode.h"
 #include "tp/tensor/error.h"
+#include "tp/version.h"
 
 extern char** environ;
 
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::printf("%s", tp::dist::launch_usage().c_str());
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::printf("tprun %s\n", TP_VERSION);
+    return 0;
   }
   try {
     if (!args.empty() && args[0] == "--exec-rank") {
