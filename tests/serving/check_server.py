@@ -9,6 +9,7 @@ frees its slot; the API key is enforced.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from client import Server, stream_tokens
 
 args = None
 failures = []
+MODEL_FIELD = {}  # {"model": name} when --model-name is given
 
 
 def check(cond, what):
@@ -27,11 +29,20 @@ def check(cond, what):
 
 
 def generate(extra):
-    """token_ids and text of `tp generate --json` (one process, tp = 1) for one prompt."""
-    out = subprocess.run([args.tp, "generate", "--model", args.model, "--json"] + extra,
-                         check=True, capture_output=True, text=True).stdout
-    j = json.loads(out.strip().splitlines()[-1])
-    return j["token_ids"], j.get("text")
+    """token_ids and text of `tp generate --json` (one process, tp = 1) for one prompt;
+    kept in --expect-cache, so a second server of the same model reuses them."""
+    key = " ".join(extra)
+    cache = {}
+    if args.expect_cache and os.path.exists(args.expect_cache):
+        cache = json.load(open(args.expect_cache))
+    if key not in cache:
+        out = subprocess.run([args.tp, "generate", "--model", args.model, "--json"] + extra,
+                             check=True, capture_output=True, text=True).stdout
+        j = json.loads(out.strip().splitlines()[-1])
+        cache[key] = [j["token_ids"], j.get("text")]
+        if args.expect_cache:
+            json.dump(cache, open(args.expect_cache, "w"))
+    return tuple(cache[key])
 
 
 # Prompts of different lengths (token ids below the vocabulary) and budgets.
@@ -57,7 +68,7 @@ def completion(server, body, stream):
 
 def check_greedy(server):
     want = [generate(["--input-ids", ",".join(map(str, p)), "--max-new-tokens", str(n)])[0] for p, n in ID_CASES]
-    body = lambda p, n: {"prompt": p, "max_tokens": n, "temperature": 0, "return_token_ids": True}
+    body = lambda p, n: dict(MODEL_FIELD, prompt=p, max_tokens=n, temperature=0, return_token_ids=True)
     for (p, n), w in zip(ID_CASES, want):  # one at a time
         ids, _, finish = completion(server, body(p, n), stream=False)
         check(ids == w, f"alone: prompt of {len(p)} tokens gave {ids}, tp generate {w}")
@@ -184,11 +195,17 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--api-key")
     p.add_argument("--slots", type=int, default=8)
+    p.add_argument("--model-name", help="the served model name: requests name it, /v1/models lists it")
+    p.add_argument("--expect-cache", help="JSON file keeping tp generate's answers between runs")
     args = p.parse_args()
     server = Server(args.url, api_key=args.api_key)
     server.wait_healthy()
     status, models = server.request("GET", "/v1/models")
     check(status == 200 and models["data"][0]["object"] == "model", f"/v1/models: {status} {models}")
+    if args.model_name:
+        check(models["data"][0]["id"] == args.model_name, f"/v1/models lists {models['data'][0]['id']}")
+        global MODEL_FIELD
+        MODEL_FIELD = {"model": args.model_name}
     check_auth(server)
     check_greedy(server)
     check_text(server)
