@@ -298,6 +298,9 @@ void HttpServer::start() {
   const int threads = s.options.threads;
   s.server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.server.set_payload_max_length(size_t{16} << 20);
+  // Each token is a small write: without this, Nagle's algorithm waits for the
+  // client's delayed ACK (~40 ms) before sending the next one.
+  s.server.set_tcp_nodelay(true);
   s.routes();
   if (s.options.port == 0) {
     s.bound_port = s.server.bind_to_any_port(s.options.host);
