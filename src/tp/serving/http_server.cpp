@@ -109,7 +109,7 @@ struct HttpServer::Impl {
                      "model", "invalid_request_error", "model_not_found");
     std::vector<int64_t>& ids = job->generation.prompt;
     if (endpoint == Endpoint::ChatCompletions) {
-      if (!chat) throw ApiError(400, "this model has no chat template (tokenizer_config.json's chat_template); use /v1/completions", "messages");
+      if (!chat || !tokenizer) throw ApiError(400, "this model has no chat template (tokenizer_config.json's chat_template); use /v1/completions", "messages");
       // The template writes the special tokens itself (as Transformers' apply_chat_template(tokenize=True)).
       ids = tokenizer->encode(chat(r.messages), /*add_special_tokens=*/false);
     } else if (r.prompt_is_ids) {
