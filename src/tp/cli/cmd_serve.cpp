@@ -17,6 +17,12 @@
 #include "tp/serving/engine.h"
 #include "tp/serving/http_server.h"
 #include "tp/tokenizer/tokenizer.h"
+// Chat templates come from tp/chat (branch `chat`); until it is merged the
+// server answers /v1/chat/completions with 400 (no template).
+#if __has_include("tp/chat/chat_template.h")
+#include "tp/chat/chat_template.h"
+#define TP_SERVE_HAS_CHAT_TEMPLATES 1
+#endif
 
 namespace tp::cli {
 namespace {
@@ -36,6 +42,24 @@ struct ServeFlags {
   std::optional<int64_t> max_model_len;
   bool disable_log_requests = false;
 };
+
+// The model's chat template as the server's renderer; none when the model has
+// no template (the chat endpoint then answers 400).
+serving::ChatRenderer chat_renderer(const std::filesystem::path& dir, bool verbose) {
+#ifdef TP_SERVE_HAS_CHAT_TEMPLATES
+  try {
+    auto tmpl = std::make_shared<const chat::ChatTemplate>(chat::ChatTemplate::from_model_dir(dir));
+    return [tmpl](const std::vector<serving::ChatMessage>& messages) {
+      std::vector<chat::Message> m;
+      for (const serving::ChatMessage& x : messages) m.push_back({x.role, x.content});
+      return tmpl->apply(m, /*add_generation_prompt=*/true);
+    };
+  } catch (const Error& e) {
+    if (verbose) fmt::print(stderr, "tp serve: no chat template ({}): /v1/chat/completions answers 400\n", e.what());
+  }
+#endif
+  return {};
+}
 
 // The context a sequence slot holds: the flag, else the model's, at most 4096
 // by default (the KV cache is allocated up front for every slot).
@@ -89,7 +113,8 @@ int run_serve(const ServeFlags& f) {
     so.vocab_size = model.config().vocab_size;
     so.log_requests = !f.disable_log_requests;
     so.threads = static_cast<int>(std::max<int64_t>(64, 4 * f.max_num_seqs));
-    server = std::make_unique<serving::HttpServer>(so, engine.scheduler(), tokenizer, serving::ChatRenderer{});
+    server = std::make_unique<serving::HttpServer>(so, engine.scheduler(), tokenizer,
+                                                   tokenizer ? chat_renderer(dir, true) : serving::ChatRenderer{});
     server->start();
     fmt::print(stderr,
                "tp serve: '{}' on http://{}:{} (tp_size {}, {} sequence slots of {} tokens, KV cache {:.1f} MiB per "
