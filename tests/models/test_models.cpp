@@ -86,6 +86,42 @@ TEST_P(Equivalence, SamplingPicksTheSameTokensOnEveryRank) {
   EXPECT_NE(generation::generate(many, kPrompts, opt).tokens, r.tokens);
 }
 
+TEST_P(Equivalence, ARowOfABatchWithIdleRowsHasTheBitsOfItsPromptAlone) {
+  // What a server's continuous batching relies on (tp/serving/engine.h): one
+  // cache of several rows, prompts prefilled on one-row views, then decode
+  // steps over rows of different lengths next to an idle row. Every row's
+  // logits must be the ones its prompt gets alone.
+  PretrainedModel many = load(GetParam().model, false);
+  CausalLM& lm = many.lm();
+  const std::vector<int64_t> a = kPrompts[0], b = kPrompts[1];
+  const int64_t ta = static_cast<int64_t>(a.size()), tb = static_cast<int64_t>(b.size());
+  KVState batch = lm.make_kv_state(3, 24);
+  std::vector<Tensor> batch_logits;
+  for (auto [row, prompt] : {std::pair{0, a}, std::pair{2, b}}) {
+    KVState view = batch.rows(row, 1);
+    const int64_t t = static_cast<int64_t>(prompt.size());
+    batch_logits.push_back(lm.forward_ids(Tensor::from_ints(prompt, {1, t}), &view, {t - 1}, {t}));
+    batch.take_lengths(view, row);
+  }
+  EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{ta, 0, tb}));
+  KVState sa = lm.make_kv_state(1, ta + 8), sb = lm.make_kv_state(1, tb + 8);
+  Tensor la = lm.forward_ids(Tensor::from_ints(a, {1, ta}), &sa, {ta - 1}, {ta});
+  Tensor lb = lm.forward_ids(Tensor::from_ints(b, {1, tb}), &sb, {tb - 1}, {tb});
+  EXPECT_TRUE(equal(batch_logits[0], la));
+  EXPECT_TRUE(equal(batch_logits[1], lb));
+  for (int step = 0; step < 4; ++step) {
+    const int64_t na = 3 + step, nb = 200 + step;
+    Tensor lbatch = lm.forward_ids(Tensor::from_ints({na, 0, nb}, {3, 1}), &batch, {0, 0, 0}, {1, 0, 1});
+    la = lm.forward_ids(Tensor::from_ints({na}, {1, 1}), &sa, {0});
+    lb = lm.forward_ids(Tensor::from_ints({nb}, {1, 1}), &sb, {0});
+    EXPECT_TRUE(equal(lbatch.narrow(0, 0, 1), la)) << GetParam().model << " step " << step << " row 0";
+    EXPECT_TRUE(equal(lbatch.narrow(0, 2, 1), lb)) << GetParam().model << " step " << step << " row 2";
+  }
+  EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{ta + 4, 0, tb + 4}));
+  batch.reset(0);
+  EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{0, 0, tb + 4}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                          ::testing::Values(ArchCase{"llama", 1e-4}, ArchCase{"mistral", 1e-4},
                                            ArchCase{"qwen3", 1e-4},

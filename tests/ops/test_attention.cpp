@@ -353,6 +353,51 @@ TEST(KVCache, PerSequenceLengthsAndOverflow) {
   expect_error([&] { cache.append(Tensor::zeros({2, 1, 3, d}), Tensor::zeros({2, 1, 3, d})); }, {"[2, 1, 3, 4]"});
 }
 
+TEST(KVCache, RowsAreViewsAndOneRowResets) {
+  // A server's cache: one row per sequence slot. A prompt prefilled on rows(1, 1)
+  // lands in row 1 of the shared memory; reset(1) empties that row alone.
+  const int64_t hkv = 2, d = 4;
+  ops::KVCache cache(3, 8, hkv, d);
+  Tensor k0 = Tensor::randn({3, 2, hkv, d}, 1), v0 = Tensor::randn({3, 2, hkv, d}, 2);
+  cache.append(k0, v0, {2, 0, 1});
+  ops::KVCache row = cache.rows(1, 1);
+  EXPECT_EQ(row.lengths(), (std::vector<int64_t>{0}));
+  Tensor k = Tensor::randn({1, 3, hkv, d}, 3), v = Tensor::randn({1, 3, hkv, d}, 4);
+  row.append(k, v);
+  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{2, 0, 1}));  // not yet taken back
+  cache.take_lengths(row, 1);
+  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{2, 3, 1}));
+  EXPECT_TRUE(equal(cache.keys().narrow(0, 1, 1).narrow(1, 0, 3), k));
+  EXPECT_TRUE(equal(cache.values().narrow(0, 1, 1).narrow(1, 0, 3), v));
+  EXPECT_TRUE(equal(cache.keys().narrow(0, 0, 1).narrow(1, 0, 2), k0.narrow(0, 0, 1)));  // neighbours untouched
+  cache.reset(1);
+  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{2, 0, 1}));
+  expect_error([&] { cache.reset(3); }, {"row 3", "[0, 3)"});
+  expect_error([&] { cache.rows(2, 2); }, {"[2, 4)", "batch of 3"});
+  expect_error([&] { cache.take_lengths(cache.rows(0, 1), 2); }, {"not rows(first = 2"});
+}
+
+TEST(KVCache, DecodeOfARowDoesNotDependOnTheOtherRows) {
+  // Continuous batching decodes sequences of different lengths next to idle
+  // rows (count 0): each row's output must be the bits it gets alone.
+  const int64_t hq = 4, hkv = 2, d = 8, max_len = 16;
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    ops::KVCache batch(3, max_len, hkv, d), alone(1, max_len, hkv, d);
+    Tensor k = Tensor::randn({3, 9, hkv, d}, 1), v = Tensor::randn({3, 9, hkv, d}, 2);
+    batch.append(k, v, {9, 0, 5});
+    alone.append(k.narrow(0, 2, 1).narrow(1, 0, 5), v.narrow(0, 2, 1).narrow(1, 0, 5));
+    Tensor q = Tensor::randn({3, 1, hq, d}, 3), kn = Tensor::randn({3, 1, hkv, d}, 4), vn = Tensor::randn({3, 1, hkv, d}, 5);
+    std::vector<int64_t> q_offsets = batch.lengths();
+    batch.append(kn, vn, {1, 0, 1});
+    Tensor out = ops::attention(q, batch.keys(), batch.values(), {.kv_lens = batch.lengths(), .q_offsets = q_offsets});
+    Tensor solo = ops::attention_with_cache(q.narrow(0, 2, 1), alone, kn.narrow(0, 2, 1), vn.narrow(0, 2, 1));
+    EXPECT_TRUE(equal(out.narrow(0, 2, 1), solo)) << "threads " << threads;
+    EXPECT_TRUE(equal(out.narrow(0, 1, 1), Tensor::zeros({1, 1, hq, d})));  // idle: no key to read
+  }
+  omp_set_num_threads(1);
+}
+
 TEST(KVCache, DecodeAllocatesNoCacheMemory) {
   ops::KVCache cache(1, 8, 1, 4);
   void* keys = cache.keys().raw_data();

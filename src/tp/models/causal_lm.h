@@ -20,6 +20,23 @@ struct KVState {
   std::vector<ops::KVCache> layers;
   int64_t batch() const { return layers.empty() ? 0 : layers[0].lengths().size(); }
   const std::vector<int64_t>& lengths() const { return layers.at(0).lengths(); }
+
+  // Sequence slots of a server (tp/serving): row `row` of every layer starts over.
+  void reset(int64_t row) {
+    for (ops::KVCache& c : layers) c.reset(row);
+  }
+  // Rows [first, first + count) of every layer as a state of their own (same
+  // memory): a forward on it touches only these rows; take_lengths() commits it.
+  KVState rows(int64_t first, int64_t count) const {
+    KVState view;
+    for (const ops::KVCache& c : layers) view.layers.push_back(c.rows(first, count));
+    return view;
+  }
+  void take_lengths(const KVState& rows, int64_t first) {
+    TP_CHECK(rows.layers.size() == layers.size(), "KVState::take_lengths: {} layers for {}", rows.layers.size(),
+             layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) layers[i].take_lengths(rows.layers[i], first);
+  }
 };
 
 class CausalLM : public nn::Module {

@@ -335,6 +335,33 @@ void KVCache::append(const Tensor& k, const Tensor& v, const std::vector<int64_t
 
 void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
 
+void KVCache::reset(int64_t row) {
+  TP_CHECK(row >= 0 && row < static_cast<int64_t>(lengths_.size()), "KVCache::reset: row {} outside [0, {})", row,
+           lengths_.size());
+  lengths_[static_cast<size_t>(row)] = 0;
+}
+
+KVCache KVCache::rows(int64_t first, int64_t count) const {
+  const int64_t batch = static_cast<int64_t>(lengths_.size());
+  TP_CHECK(first >= 0 && count >= 0 && first + count <= batch, "KVCache::rows: rows [{}, {}) outside a batch of {}",
+           first, first + count, batch);
+  KVCache view(keys_.narrow(0, first, count), values_.narrow(0, first, count));
+  std::copy(lengths_.begin() + first, lengths_.begin() + first + count, view.lengths_.begin());
+  return view;
+}
+
+void KVCache::take_lengths(const KVCache& rows, int64_t first) {
+  const int64_t count = static_cast<int64_t>(rows.lengths_.size());
+  TP_CHECK(first >= 0 && first + count <= static_cast<int64_t>(lengths_.size()),
+           "KVCache::take_lengths: rows [{}, {}) outside a batch of {}", first, first + count, lengths_.size());
+  const size_t row_bytes = static_cast<size_t>(keys_.numel() / std::max<int64_t>(keys_.size(0), 1)) *
+                           dtype_size(keys_.dtype());
+  TP_CHECK(rows.keys_.storage() == keys_.storage() &&
+               rows.keys_.storage_offset() == keys_.storage_offset() + static_cast<size_t>(first) * row_bytes,
+           "KVCache::take_lengths: the cache given is not rows(first = {}, ...) of this one", first);
+  std::copy(rows.lengths_.begin(), rows.lengths_.end(), lengths_.begin() + first);
+}
+
 Tensor attention_with_cache(const Tensor& q, KVCache& cache, const Tensor& k_new, const Tensor& v_new, double scale) {
   std::vector<int64_t> before = cache.lengths();
   cache.append(k_new, v_new);

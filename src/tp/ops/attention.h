@@ -68,6 +68,17 @@ class KVCache {
   const std::vector<int64_t>& lengths() const { return lengths_; }
   int64_t max_len() const { return keys_.size(1); }
   void reset();
+  // Sequence `row` starts over (length 0); the others keep theirs. A server reuses
+  // one cache for many requests, one row per sequence slot.
+  void reset(int64_t row);
+
+  // Sequences [first, first + count) as a cache of their own: a view of the same
+  // memory (rows are contiguous), with a copy of their lengths. A forward on the
+  // view fills these rows alone, at the cost of its own batch size (a prompt
+  // prefilled without the other slots' padding); take_lengths() then copies the
+  // view's lengths back.
+  KVCache rows(int64_t first, int64_t count) const;
+  void take_lengths(const KVCache& rows, int64_t first);
 
  private:
   KVCache(Tensor keys, Tensor values);
