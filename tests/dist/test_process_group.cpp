@@ -1,6 +1,10 @@
 // Every collective and dtype against a serial reference that each rank computes
 // from every rank's (deterministic) input.
+#include <time.h>
+
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "dist_test_util.h"
 #include "tp/dist/process_group.h"
@@ -158,6 +162,31 @@ TEST(ProcessGroup, BroadcastFromLastRank) {
   }
   Tensor t = Tensor::zeros({1});
   EXPECT_THROW(g.broadcast(t, g.size()), Error);
+}
+
+// A rank waiting in broadcast_idle for a root that takes its time sleeps
+// rather than spinning: it uses a small part of a core while it waits.
+TEST(ProcessGroup, BroadcastIdleWaitsWithoutSpinning) {
+  ProcessGroup& g = world();
+  auto thread_cpu_s = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  };
+  for (DType d : kDtypes) {
+    Tensor t = rank_input({3, 7}, g.rank(), d);
+    if (g.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto wall0 = std::chrono::steady_clock::now();
+    const double cpu0 = thread_cpu_s();
+    g.broadcast_idle(t, 0);
+    const double cpu = thread_cpu_s() - cpu0;
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    expect_close(t, rank_input({3, 7}, 0, d), 0, label("broadcast_idle", d));
+    if (g.rank() != 0 && wall > 0.2)
+      EXPECT_LT(cpu, 0.3 * wall) << "rank " << g.rank() << " used " << cpu << " s of CPU in a " << wall << " s wait";
+  }
+  Tensor t = Tensor::zeros({1});
+  EXPECT_THROW(g.broadcast_idle(t, g.size()), Error);
 }
 
 TEST(ProcessGroup, AllToAllUnevenSplitAndConcat) {

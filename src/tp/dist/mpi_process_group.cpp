@@ -4,6 +4,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <thread>
 #include <type_traits>
 
 #include "tp/tensor/convert.h"
@@ -362,6 +363,28 @@ void MpiProcessGroup::broadcast(Tensor& t, int root) {
   if (size_ == 1) return;
   check_mpi(MPI_Bcast(t.raw_data(), to_count(t.numel(), "broadcast"), move_type(t.dtype()), root, comm_),
             "MPI_Bcast");
+}
+
+void MpiProcessGroup::broadcast_idle(Tensor& t, int root) {
+  check_dtype_supported(t, "broadcast");
+  TP_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group (size {})", root, size_);
+  if (size_ == 1) return;
+  MPI_Request request;
+  check_mpi(MPI_Ibcast(t.raw_data(), to_count(t.numel(), "broadcast"), move_type(t.dtype()), root, comm_, &request),
+            "MPI_Ibcast");
+  // Spin for the first millisecond (a busy server's next step is that close),
+  // then sleep between polls, 50 us doubling to 1 ms: an idle rank costs ~0% of
+  // a core, and wakes within a millisecond of the broadcast.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  std::chrono::microseconds pause{50};
+  for (int done = 0;;) {
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    if (Clock::now() - start < std::chrono::milliseconds(1)) continue;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
 }
 
 Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) {

@@ -27,6 +27,7 @@ class MpiProcessGroup final : public ProcessGroup {
   Tensor all_gather_uneven(const Tensor& local, int64_t dim, std::vector<int64_t>* sizes) override;
   Tensor reduce_scatter(const Tensor& full, int64_t dim, ReduceOp op = ReduceOp::Sum) override;
   void broadcast(Tensor& t, int root) override;
+  void broadcast_idle(Tensor& t, int root) override;
   Tensor all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) override;
   void barrier() override;
   void all_gather_in_place(Tensor full) override;

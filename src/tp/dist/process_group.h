@@ -44,6 +44,10 @@ class ProcessGroup {
   virtual Tensor reduce_scatter(const Tensor& full, int64_t dim, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank ends with root's `t` (shapes and dtypes must match).
   virtual void broadcast(Tensor& t, int root) = 0;
+  // broadcast for a wait that may last long (a server's ranks waiting for the
+  // next request): a rank that waits more than a millisecond polls and sleeps
+  // instead of spinning its core in MPI. Not counted in collective_seconds().
+  virtual void broadcast_idle(Tensor& t, int root) { broadcast(t, root); }
   // Splits `input` into `size` chunks along split_dim (chunk rule), sends chunk j
   // to rank j, and concatenates the chunks received from ranks 0..size-1 along
   // concat_dim. Sizes along concat_dim may differ between ranks.

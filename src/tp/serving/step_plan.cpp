@@ -52,8 +52,9 @@ StepPlan broadcast_plan(const StepPlan& plan, dist::ProcessGroup& group, int roo
   if (group.size() == 1) return plan;
   std::vector<int64_t> words = group.rank() == root ? plan.encode() : std::vector<int64_t>{};
   // Its length first, then the words: plans vary in size from step to step.
+  // The other ranks wait here while the server is idle: without spinning.
   Tensor size = Tensor::from_ints({static_cast<int64_t>(words.size())}, {1});
-  group.broadcast(size, root);
+  group.broadcast_idle(size, root);
   const int64_t n = size.to_int_vector()[0];
   Tensor body = group.rank() == root ? Tensor::from_ints(words, {n}) : Tensor::zeros({n}, DType::I64);
   group.broadcast(body, root);
