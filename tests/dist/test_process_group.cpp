@@ -212,6 +212,47 @@ TEST(ProcessGroup, AllToAllUnevenSplitAndConcat) {
     }
 }
 
+TEST(ProcessGroup, AllToAllVSendsRowsByCountIncludingNone) {
+  ProcessGroup& g = world();
+  const int n = g.size();
+  // Rank r sends (r + j) % 3 rows to rank j (some counts 0): rows of [?, 3, 2].
+  auto counts_of = [&](int r) {
+    std::vector<int64_t> c(n);
+    for (int j = 0; j < n; ++j) c[j] = (r + j) % 3;
+    return c;
+  };
+  for (DType d : kDtypes) {
+    auto input_of = [&](int r) {
+      int64_t rows = 0;
+      for (int64_t c : counts_of(r)) rows += c;
+      return rank_input({rows, 3, 2}, r, d);
+    };
+    std::vector<int64_t> got_counts;
+    Tensor out = g.all_to_all_v(input_of(g.rank()), counts_of(g.rank()), &got_counts);
+    std::vector<Tensor> pieces;
+    std::vector<int64_t> want_counts;
+    for (int r = 0; r < n; ++r) {
+      std::vector<int64_t> c = counts_of(r);
+      int64_t start = 0;
+      for (int j = 0; j < g.rank(); ++j) start += c[j];
+      pieces.push_back(input_of(r).narrow(0, start, c[g.rank()]).clone());
+      want_counts.push_back(c[g.rank()]);
+    }
+    EXPECT_EQ(got_counts, want_counts);
+    expect_close(out, cat(pieces, 0), 0, fmt::format("all_to_all_v {}", dtype_name(d)));
+  }
+  // Counts that do not add up to the rows are an error on the rank that passed them, before any exchange.
+  if (n == 1) {
+    try {
+      g.all_to_all_v(Tensor::zeros({3, 2}), {2});
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("send counts add up to 2 rows, the input has 3"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ProcessGroup, MismatchedShapesAreAnErrorNotAHang) {
   ProcessGroup& g = world();
   if (g.size() == 1) GTEST_SKIP() << "needs two ranks";

@@ -34,6 +34,20 @@ struct ArchCase {
 
 class Equivalence : public ::testing::TestWithParam<ArchCase> {};
 
+// KV-cache decoding equals recomputing: the whole sequence without a cache picks
+// the token greedy generation picked at every step.
+void expect_recompute_picks(PretrainedModel& model, const std::vector<int64_t>& prompt,
+                            const std::vector<int64_t>& generated) {
+  std::vector<int64_t> seq = prompt;
+  seq.insert(seq.end(), generated.begin(), generated.end() - 1);
+  Tensor logits = model.forward(Tensor::from_ints(seq, {1, static_cast<int64_t>(seq.size())}));
+  const int64_t V = logits.size(-1);
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const float* row = logits.data<float>() + (prompt.size() - 1 + i) * V;
+    EXPECT_EQ(std::max_element(row, row + V) - row, generated[i]) << "step " << i;
+  }
+}
+
 }  // namespace
 
 TEST_P(Equivalence, LogitsMatchTp1) {
@@ -56,15 +70,7 @@ TEST_P(Equivalence, GreedyTokensMatchTp1AndKvCacheEqualsRecompute) {
   EXPECT_EQ(r1.tokens, rn.tokens);
   for (size_t b = 0; b < kPrompts.size(); ++b) {
     ASSERT_EQ(rn.tokens[b].size(), 10u);
-    // The whole sequence without a cache picks the same token at every step.
-    std::vector<int64_t> seq = kPrompts[b];
-    seq.insert(seq.end(), rn.tokens[b].begin(), rn.tokens[b].end() - 1);
-    Tensor logits = many.forward(Tensor::from_ints(seq, {1, static_cast<int64_t>(seq.size())}));
-    const int64_t V = logits.size(-1);
-    for (size_t i = 0; i < rn.tokens[b].size(); ++i) {
-      const float* row = logits.data<float>() + (kPrompts[b].size() - 1 + i) * V;
-      EXPECT_EQ(std::max_element(row, row + V) - row, rn.tokens[b][i]) << "row " << b << " step " << i;
-    }
+    expect_recompute_picks(many, kPrompts[b], rn.tokens[b]);
     // A prompt alone gives what it gave in the padded batch.
     auto alone = generation::generate(many, {kPrompts[b]}, opt);
     EXPECT_EQ(alone.tokens[0], rn.tokens[b]) << "row " << b;
@@ -125,6 +131,8 @@ TEST_P(Equivalence, ARowOfABatchWithIdleRowsHasTheBitsOfItsPromptAlone) {
 INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                          ::testing::Values(ArchCase{"llama", 1e-4}, ArchCase{"mistral", 1e-4},
                                            ArchCase{"qwen3", 1e-4},
+                                           // experts cut inside each expert (packed gate/up, rowwise down)
+                                           ArchCase{"mixtral", 1e-4}, ArchCase{"qwen3_moe", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
                                            ArchCase{"llama-bf16", 3e-2}),
@@ -165,3 +173,58 @@ TEST(KvHeadReplication, TwoKvHeadsOnFourRanksMatchOneRank) {
   generation::GenerateOptions opt{.max_new_tokens = 6};
   EXPECT_EQ(generation::generate(one, kPrompts, opt).tokens, generation::generate(many, kPrompts, opt).tokens);
 }
+
+// ---------------------------------------------------------------- expert parallelism
+
+namespace {
+
+struct EpCase {
+  std::string model;
+  int64_t world;  // the rank count this case runs at (ep_size = world)
+  int64_t tp;
+  std::string ep_plan = "auto";  // Mixtral ships masked EP; this can switch it to token dispatch
+};
+
+class ExpertParallel : public ::testing::TestWithParam<EpCase> {};
+
+PretrainedModel load_ep(const EpCase& c) {
+  LoadOptions o;
+  o.verbose = false;
+  o.distributed_config.tp_size = c.tp;
+  o.distributed_config.ep_size = c.world;
+  o.distributed_config.ep_plan = c.ep_plan;
+  return AutoModelForCausalLM::from_pretrained(model_dir(c.model), o);
+}
+
+const std::string kMixtralDispatch =
+    R"({"model.layers.*.mlp.gate": "local_params", "model.layers.*.mlp.experts": "ep_dispatch_experts"})";
+
+}  // namespace
+
+TEST_P(ExpertParallel, LogitsTokensAndKvCacheMatchOneRank) {
+  const EpCase& c = GetParam();
+  if (dist::world_size() != c.world) GTEST_SKIP() << "runs at " << c.world << " ranks";
+  PretrainedModel one = load(c.model, true), many = load_ep(c);
+  EXPECT_EQ(many.tp_size(), c.tp);
+  EXPECT_EQ(many.ep_size(), c.world);
+  Tensor ids = Tensor::from_ints({1, 17, 42, 99, 250, 3, 511, 7, 300, 12, 5, 0, 64, 128}, {2, 7});
+  Tensor l1 = one.forward(ids), ln = many.forward(ids);
+  const double scale = max_abs(l1);
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LE(max_abs_diff(l1, ln), 1e-4 * scale) << c.model << " tp " << c.tp << " ep " << c.world;
+  generation::GenerateOptions opt{.max_new_tokens = 8};
+  auto r1 = generation::generate(one, kPrompts, opt);
+  auto rn = generation::generate(many, kPrompts, opt);
+  EXPECT_EQ(r1.tokens, rn.tokens);
+  for (size_t b = 0; b < kPrompts.size(); ++b) expect_recompute_picks(many, kPrompts[b], rn.tokens[b]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, ExpertParallel,
+    ::testing::Values(EpCase{"qwen3_moe", 2, 1}, EpCase{"qwen3_moe", 2, 2}, EpCase{"mixtral", 2, 2},
+                      EpCase{"mixtral", 2, 1, kMixtralDispatch}, EpCase{"qwen3_moe", 4, 1}, EpCase{"qwen3_moe", 4, 2},
+                      EpCase{"qwen3_moe", 4, 4}, EpCase{"mixtral", 4, 4}, EpCase{"mixtral", 4, 2, kMixtralDispatch}),
+    [](const auto& info) {
+      const EpCase& c = info.param;
+      return fmt::format("{}_ep{}_tp{}{}", c.model, c.world, c.tp, c.ep_plan == "auto" ? "" : "_dispatch");
+    });

@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""Independent PyTorch forward of the Llama family (Llama, Mistral, Qwen3), read
-straight from config.json and model.safetensors: the oracle tp = 1 must match.
+"""Independent PyTorch forward of the Llama family (Llama, Mistral, Qwen3) and its
+mixture-of-experts members (Mixtral, Qwen3-MoE), read straight from config.json
+and model.safetensors (the Hub's per-expert tensors): the oracle tp = 1 must match.
 
 Written from the architectures' published math (Transformers' modeling code):
 RMSNorm in float32, rotate-half RoPE (default / linear / llama3 scaling),
 grouped-query attention with 1/sqrt(head_dim), SiLU-gated MLP, Qwen3's per-head
-q_norm/k_norm before RoPE, tied embeddings.
+q_norm/k_norm before RoPE, tied embeddings; MoE: router softmax in float32 over
+all experts, top-k, renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob),
+each expert a SiLU-gated MLP over the tokens routed to it, weighted and summed;
+Qwen3-MoE's dense layers (mlp_only_layers, decoder_sparse_step).
 
   reference_forward.py write MODELS_DIR GOLDEN_DIR   # (re)write the golden logits
   reference_forward.py check MODELS_DIR GOLDEN_DIR   # recompute; exit 1 if they differ
@@ -18,7 +22,7 @@ import sys
 
 import torch
 
-MODELS = ["llama", "mistral", "qwen3"]
+MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32}
 
@@ -84,6 +88,40 @@ def rotate_half(x):
     return torch.cat((-b, a), dim=-1)
 
 
+def is_sparse_layer(cfg, i):
+    if cfg["model_type"] == "mixtral":
+        return True
+    if cfg["model_type"] != "qwen3_moe":
+        return False
+    return i not in (cfg.get("mlp_only_layers") or []) and cfg["num_experts"] > 0 and \
+        (i + 1) % cfg.get("decoder_sparse_step", 1) == 0
+
+
+def sparse_moe(cfg, w, p, h, expert_load=None):
+    """The MoE block of layer prefix p on h [B, T, H], from the per-expert Hub tensors."""
+    mixtral = cfg["model_type"] == "mixtral"
+    block = p + ("block_sparse_moe." if mixtral else "mlp.")
+    gate_name, up_name, down_name = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+    n_experts = cfg["num_local_experts"] if mixtral else cfg["num_experts"]
+    x = h.reshape(-1, h.shape[-1])
+    probs = (x @ w[block + "gate.weight"].T).float().softmax(dim=-1)
+    top_w, top_i = probs.topk(cfg["num_experts_per_tok"], dim=-1)
+    if mixtral or cfg.get("norm_topk_prob", False):
+        top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(n_experts):
+        token, slot = (top_i == e).nonzero(as_tuple=True)
+        if expert_load is not None:
+            expert_load.append(len(token))
+        if len(token) == 0:
+            continue
+        ex = f"{block}experts.{e}."
+        xe = x[token]
+        act = torch.nn.functional.silu(xe @ w[ex + gate_name + ".weight"].T) * (xe @ w[ex + up_name + ".weight"].T)
+        out.index_add_(0, token, (act @ w[ex + down_name + ".weight"].T) * top_w[token, slot, None])
+    return out.view_as(h)
+
+
 def load_model(model_dir):
     """config.json and the checkpoint's tensors as float32, in the file's order."""
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
@@ -91,7 +129,7 @@ def load_model(model_dir):
     return cfg, w
 
 
-def forward_batch(cfg, w, ids):
+def forward_batch(cfg, w, ids, expert_loads=None):
     """Logits [B, T, V] of int64 ids [B, T] (causal, positions 0..T-1 in every row). The
     tensors in w may be autograd leaves (the training oracle passes nn.Parameters)."""
     H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
@@ -111,7 +149,7 @@ def forward_batch(cfg, w, ids):
         q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, nh, D)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, nkv, D)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, nkv, D)
-        if cfg["model_type"] == "qwen3":
+        if cfg["model_type"] in ("qwen3", "qwen3_moe"):
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
@@ -122,6 +160,12 @@ def forward_batch(cfg, w, ids):
         att = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * D)
         x = x + att @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if is_sparse_layer(cfg, i):
+            load = [] if expert_loads is not None else None
+            x = x + sparse_moe(cfg, w, p, h, load)
+            if expert_loads is not None:
+                expert_loads.append(load)
+            continue
         gate = h @ w[p + "mlp.gate_proj.weight"].T
         up = h @ w[p + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
@@ -132,7 +176,13 @@ def forward_batch(cfg, w, ids):
 
 def forward(model_dir, ids):
     cfg, w = load_model(model_dir)
-    return forward_batch(cfg, w, torch.tensor([ids]))[0]
+    loads = []
+    logits = forward_batch(cfg, w, torch.tensor([ids]), loads)[0]
+    if loads:  # the test models route layer 0 unevenly (tests/models/skew_router.py): say so, and check it
+        print(f"{os.path.basename(model_dir)}: tokens per expert per MoE layer {loads}")
+        for load in loads:
+            assert max(load) == len(ids) and min(load) == 0, "each MoE layer should route unevenly"
+    return logits
 
 
 def main():

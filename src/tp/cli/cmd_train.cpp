@@ -94,6 +94,8 @@ int run_train(TrainFlags& f) {
   a.bf16 = *dtype == DType::BF16;
 
   // The mesh dp_replicate x dp_shard x tp (accelerate's ParallelismConfig); the model uses its "tp" dim.
+  if (f.model.ep_size.value_or(1) > 1)
+    throw UsageError("--ep-size: training with expert parallelism is not supported yet (train at --ep-size 1)");
   const dist::ParallelismConfig parallelism{f.dp_replicate_size, f.dp_shard_size, f.model.tp_size};
   dist::ParallelismConfig sizes;
   try {

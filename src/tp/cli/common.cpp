@@ -15,6 +15,11 @@ void add_model_flags(CLI::App& app, ModelFlags& flags) {
   app.add_option("--tp-plan", flags.tp_plan, "\"auto\" or a JSON file/object merged over the shipped plan")
       ->capture_default_str();
   app.add_option("--tp-size", flags.tp_size, "tensor-parallel size (default: the number of ranks)");
+  app.add_option("--ep-size", flags.ep_size,
+                 "expert-parallel size (MoE models): each rank holds num_experts / ep_size experts; spans every rank, "
+                 "tp-size divides it");
+  app.add_option("--ep-plan", flags.ep_plan, "\"auto\" or a JSON file/object merged over the shipped ep plan")
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON document");
 }
 
@@ -37,6 +42,8 @@ LoadOptions load_options(const ModelFlags& flags) {
   o.dtype = parse_dtype_flag(flags.dtype);
   o.distributed_config.tp_plan = flags.tp_plan;
   o.distributed_config.tp_size = flags.tp_size;
+  o.distributed_config.ep_size = flags.ep_size;
+  o.distributed_config.ep_plan = flags.ep_plan;
   o.distributed_config.enable_sequence_parallel = flags.sequence_parallel;
   return o;
 }

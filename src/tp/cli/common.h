@@ -15,11 +15,13 @@ struct ModelFlags {
   std::string dtype = "auto";
   std::string tp_plan = "auto";
   std::optional<int64_t> tp_size;
+  std::optional<int64_t> ep_size;
+  std::string ep_plan = "auto";
   bool sequence_parallel = false;
   bool json = false;
 };
 
-// Adds --model (required), --dtype, --tp-plan, --tp-size and --json.
+// Adds --model (required), --dtype, --tp-plan, --tp-size, --ep-size, --ep-plan and --json.
 void add_model_flags(CLI::App& app, ModelFlags& flags);
 // Adds --sequence-parallel (DistributedConfig::enable_sequence_parallel).
 void add_sequence_parallel_flag(CLI::App& app, ModelFlags& flags);

@@ -45,6 +45,22 @@ Tensor copy_to_region(const Tensor& x, ProcessGroup& g) {
   return out;
 }
 
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_counts, ProcessGroup& g,
+                       std::vector<int64_t>* recv_counts) {
+  std::vector<int64_t> received;
+  Tensor out = g.all_to_all_v(x, send_counts, &received);
+  if (autograd::needs_grad({x}))
+    autograd::record("all_to_all_rows", {x}, {out},
+                     [&g, received, send_counts](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+                       std::vector<int64_t> back;
+                       Tensor gx = g.all_to_all_v(grads[0], received, &back);
+                       TP_CHECK(back == send_counts, "all_to_all_rows backward: the rows came back in other counts");
+                       return {gx};
+                     });
+  if (recv_counts != nullptr) *recv_counts = std::move(received);
+  return out;
+}
+
 Tensor reduce_from_region(const Tensor& x, ProcessGroup& g) {
   Tensor out = x.clone();
   g.all_reduce(out, ReduceOp::Sum);

@@ -21,6 +21,10 @@ Tensor scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g);
 Tensor reduce_scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g);
 // fwd: all-gather(dim), uneven sizes ok / bwd: reduce-scatter(dim) back to each rank's slice
 Tensor all_gather_to_region(const Tensor& x, int64_t dim, ProcessGroup& g);
+// fwd: rows [.., + send_counts[j]) of x (dim 0) go to rank j (all_to_all_v); `recv_counts`
+// gets how many rows came from each rank / bwd: the reverse exchange of the rows' gradients
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_counts, ProcessGroup& g,
+                       std::vector<int64_t>* recv_counts = nullptr);
 // In place: sums a replicated parameter's gradient over the group (parameters
 // replicated across ranks whose per-rank gradients are partial sums).
 void all_reduce_grad(Tensor& param_grad, ProcessGroup& g);

@@ -438,6 +438,51 @@ Tensor MpiProcessGroup::all_to_all(const Tensor& input, int64_t split_dim, int64
   return out;
 }
 
+Tensor MpiProcessGroup::all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                     std::vector<int64_t>* recv_counts) {
+  CollectiveClock clock(collective_seconds_);
+  check_dtype_supported(input, "all_to_all_v");
+  TP_CHECK(input.dim() >= 1, "all_to_all_v: needs a tensor with a row dimension, got a scalar");
+  TP_CHECK(static_cast<int>(send_counts.size()) == size_, "all_to_all_v: {} send counts for a group of {} ranks",
+           send_counts.size(), size_);
+  int64_t rows = 0;
+  for (int64_t c : send_counts) {
+    TP_CHECK(c >= 0, "all_to_all_v: negative send count {}", c);
+    rows += c;
+  }
+  TP_CHECK(rows == input.size(0), "all_to_all_v: send counts add up to {} rows, the input has {}", rows,
+           input.size(0));
+  if (size_ == 1) {
+    if (recv_counts != nullptr) *recv_counts = send_counts;
+    return input.clone();
+  }
+  // Every rank's row shape and dtype must agree; only the row count is free.
+  exchange_shapes(input, 0, "all_to_all_v");
+  std::vector<int64_t> received(size_);
+  check_mpi(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, received.data(), 1, MPI_INT64_T, comm_),
+            "MPI_Alltoall");
+  int64_t row_elems = 1;
+  for (int64_t d = 1; d < input.dim(); ++d) row_elems *= input.size(d);
+  Shape out_shape = input.shape();
+  out_shape[0] = 0;
+  for (int64_t n : received) out_shape[0] += n;
+  return all_to_all_v_rows(input, send_counts, received, row_elems, out_shape, recv_counts);
+}
+
+Tensor MpiProcessGroup::all_to_all_v_rows(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                          const std::vector<int64_t>& received, int64_t row_elems,
+                                          const Shape& out_shape, std::vector<int64_t>* recv_counts) {
+  Tensor out = Tensor::empty(out_shape, input.dtype());
+  fill_counts(counts_, displs_, 1, send_counts, row_elems, "all_to_all_v");
+  fill_counts(counts2_, displs2_, 1, received, row_elems, "all_to_all_v");
+  const MPI_Datatype type = move_type(input.dtype());
+  check_mpi(MPI_Alltoallv(input.raw_data(), counts_.data(), displs_.data(), type, out.raw_data(), counts2_.data(),
+                          displs2_.data(), type, comm_),
+            "MPI_Alltoallv");
+  if (recv_counts != nullptr) *recv_counts = received;
+  return out;
+}
+
 void MpiProcessGroup::barrier() {
   CollectiveClock clock(collective_seconds_);
   if (size_ == 1) return;

@@ -29,6 +29,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void broadcast(Tensor& t, int root) override;
   void broadcast_idle(Tensor& t, int root) override;
   Tensor all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) override;
+  Tensor all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
+                      std::vector<int64_t>* recv_counts = nullptr) override;
   void barrier() override;
   void all_gather_in_place(Tensor full) override;
   std::shared_ptr<ProcessGroup> split(int color, int key) override;
@@ -46,6 +48,10 @@ class MpiProcessGroup final : public ProcessGroup {
   };
   // Every rank's shape along with dtype, checked for agreement except along `free_dim`.
   std::vector<Shape> exchange_shapes(const Tensor& t, int64_t free_dim, const char* what);
+  // all_to_all_v once the counts are known: rows of `row_elems` elements.
+  Tensor all_to_all_v_rows(const Tensor& input, const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& received, int64_t row_elems, const Shape& out_shape,
+                           std::vector<int64_t>* recv_counts);
 
   MPI_Comm comm_;
   bool owned_;

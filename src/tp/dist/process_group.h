@@ -52,6 +52,13 @@ class ProcessGroup {
   // to rank j, and concatenates the chunks received from ranks 0..size-1 along
   // concat_dim. Sizes along concat_dim may differ between ranks.
   virtual Tensor all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim) = 0;
+  // Uneven rows (torch's all_to_all_single with split sizes; MoE token dispatch):
+  // rows [sum(send_counts[0..j)), + send_counts[j]) of `input` (dim 0) go to rank j;
+  // the result is the rows received from ranks 0..size-1, concatenated, and
+  // `recv_counts` (when not null) says how many came from each. Counts are
+  // exchanged first, so a receiver needs to know nothing in advance.
+  virtual Tensor all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
+                              std::vector<int64_t>* recv_counts = nullptr) = 0;
   virtual void barrier() = 0;
 
   // A flat buffer of any dtype (data parallelism's weight slabs): every rank's

@@ -52,7 +52,9 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   result.tokens.resize(static_cast<size_t>(B));
   if (options.max_new_tokens == 0) return result;
   CausalLM& lm = model.lm();
-  dist::ProcessGroup& group = model.mesh().group("tp");
+  // Rank 0 of the group picks: with expert parallelism the ep group (every rank; the
+  // tp groups run the same tokens and must continue with the same ones).
+  dist::ProcessGroup& group = model.mesh().group(model.mesh().has_dim("ep") ? "ep" : "tp");
   KVState state = lm.make_kv_state(B, max_len);
 
   // Prefill: prompts right-padded with id 0; row b keeps its first lengths[b] tokens.

@@ -21,7 +21,8 @@ namespace {
 using VariantFn = LlamaVariant (*)(const ModelConfig&);
 const std::vector<std::pair<std::string, VariantFn>>& architectures() {
   static const std::vector<std::pair<std::string, VariantFn>> list = {
-      {"llama", llama_variant}, {"mistral", mistral_variant}, {"qwen3", qwen3_variant}};
+      {"llama", llama_variant},     {"mistral", mistral_variant},      {"qwen3", qwen3_variant},
+      {"mixtral", mixtral_variant}, {"qwen3_moe", qwen3_moe_variant}};
   return list;
 }
 
@@ -48,12 +49,28 @@ std::unique_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& c
 
 int64_t resolve_tp_size(const DistributedConfig& dc, int64_t world_size) {
   int64_t tp = dc.tp_size.value_or(world_size);
+  const int64_t ep = dc.ep_size.value_or(1);
   TP_CHECK(tp >= 1, "tp_size must be >= 1, got {}", tp);
+  TP_CHECK(ep >= 1, "Parallelism sizes must be >= 1: ep_size is {}", ep);
+  if (ep > 1) {
+    TP_CHECK(ep == world_size,
+             "ep_size {} does not match the number of processes ({}); expert parallelism spans every rank (launch "
+             "with `tprun --nproc-per-node {}`)",
+             ep, world_size, ep);
+    return tp;  // the plan's rules check tp against ep (resolve_model_plan)
+  }
   TP_CHECK(tp == world_size,
            "tp_size {} does not match the number of processes ({}); launch with `tprun --nproc-per-node {}` or leave "
            "tp_size unset",
            tp, world_size, tp);
   return tp;
+}
+
+std::shared_ptr<const dist::DeviceMesh> make_model_mesh(int64_t tp_size, int64_t ep_size) {
+  if (ep_size <= 1) return std::make_shared<dist::DeviceMesh>(dist::DeviceMesh::tp_mesh(tp_size));
+  // tp innermost; "ep" is every rank (the tp groups side by side).
+  dist::DeviceMesh mesh({ep_size / tp_size, tp_size}, {"ep_replicas", "tp"});
+  return std::make_shared<dist::DeviceMesh>(mesh.with_flattened({"ep_replicas", "tp"}, "ep"));
 }
 
 std::vector<parallel::ParamRef> param_refs(CausalLM& model) {
@@ -63,6 +80,60 @@ std::vector<parallel::ParamRef> param_refs(CausalLM& model) {
   return refs;
 }
 
+namespace {
+
+// The shipped ep plan with the user's merged over it, checked by Transformers' rules.
+parallel::Plan resolve_ep_plan(const CausalLM& model, const DistributedConfig& dc, int64_t tp_size,
+                               const std::vector<parallel::ParamRef>& params, const std::vector<std::string>& modules) {
+  const int64_t ep = dc.ep_size.value_or(1);
+  parallel::Plan plan = model.shipped_ep_plan();
+  TP_CHECK(!plan.empty(), "model_type '{}' has no experts to split (no base_model_ep_plan); leave ep_size unset",
+           model.config().model_type);
+  if (dc.ep_plan != "auto" && !dc.ep_plan.empty()) {
+    const parallel::Plan user = parallel::parse_user_plan(dc.ep_plan);
+    for (const auto& [key, style] : user) {
+      bool found = std::any_of(plan.begin(), plan.end(), [&](const auto& e) { return e.first == key; }) ||
+                   std::any_of(params.begin(), params.end(), [&](const auto& p) { return parallel::key_matches(key, p.name); }) ||
+                   std::any_of(modules.begin(), modules.end(), [&](const auto& m) { return parallel::key_matches(key, m); });
+      TP_CHECK(found,
+               "The `ep_plan` pattern '{}' does not match any module, parameter, or existing plan entry in {}. Check "
+               "the full path, including any 'model.' prefix.",
+               key, model.config().model_type);
+    }
+    plan = parallel::merge_plans(plan, user);
+  }
+  auto uses = [&](const char* style) {
+    return std::any_of(plan.begin(), plan.end(), [&](const auto& e) { return e.second == style; });
+  };
+  if (uses("ep_dispatch_experts")) {
+    TP_CHECK(ep % tp_size == 0, "`ep_size` must be a multiple of `tp_size` for token dispatch. (ep_size {}, tp_size {})",
+             ep, tp_size);
+  } else {
+    TP_CHECK(uses("ep_router") && uses("moe_tp_experts"),
+             "Invalid expert plan. Must contain either 'ep_dispatch_experts' for all-to-all dispatch or 'ep_router' "
+             "and 'moe_tp_experts' for all-reduce masked EP.");
+    TP_CHECK(ep == tp_size,
+             "All-reduce EP requires `ep_size=tp_size` and identical tokens per EP group. (ep_size {}, tp_size {}; "
+             "the ep_plan masks experts with ep_router; use tp_size {} or an ep_plan with ep_dispatch_experts)",
+             ep, tp_size, ep);
+  }
+  return plan;
+}
+
+// EP rules own the modules they name: the tp entries at or under them go.
+parallel::Plan without_entries_under(const parallel::Plan& plan, const parallel::Plan& owners) {
+  parallel::Plan out;
+  for (const auto& entry : plan) {
+    bool owned = std::any_of(owners.begin(), owners.end(), [&](const auto& o) {
+      return entry.first == o.first || entry.first.compare(0, o.first.size() + 1, o.first + ".") == 0;
+    });
+    if (!owned) out.push_back(entry);
+  }
+  return out;
+}
+
+}  // namespace
+
 parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const DistributedConfig& dc, int64_t tp_size,
                                           parallel::StyleOverrides* overrides) {
   auto& tree = const_cast<CausalLM&>(model);
@@ -71,14 +142,19 @@ parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const Distribut
   std::vector<std::string> modules;
   for (nn::Module* m : tree.modules())
     if (!m->name().empty()) modules.push_back(m->name());
+  const std::vector<parallel::ParamRef> params = param_refs(tree);
   parallel::Plan shipped = model.shipped_plan();
+  if (dc.ep_size.value_or(1) > 1) {
+    const parallel::Plan ep_plan = resolve_ep_plan(model, dc, tp_size, params, modules);
+    shipped = parallel::merge_plans(without_entries_under(shipped, ep_plan), ep_plan);
+  }
   if (dc.enable_sequence_parallel) {
     const parallel::Plan sp = model.sequence_parallel_plan();
     TP_CHECK(!sp.empty(), "model_type '{}' has no sequence-parallel layout; turn enable_sequence_parallel off",
              model.config().model_type);
     shipped = parallel::merge_plans(shipped, sp);
   }
-  parallel::ResolvedPlan plan = parallel::resolve_plan(shipped, user, param_refs(tree), modules);
+  parallel::ResolvedPlan plan = parallel::resolve_plan(shipped, user, params, modules);
   parallel::StyleOverrides o = model.check_tp(plan, tp_size);
   if (dc.enable_sequence_parallel) {
     parallel::use_sequence_parallel_styles(plan, tree, o);
@@ -93,16 +169,26 @@ PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::pat
   Checkpoint ckpt = Checkpoint::open(dir);
   PretrainedModel m;
   m.lm_ = from_config(ckpt.config());
+  const DistributedConfig& dc = options.distributed_config;
+  const int64_t ep = dc.ep_size.value_or(1);
+  int64_t tp = 0;
   if (options.mesh) {
-    // Styles and the loader use the mesh's "tp" dimension only; other dims (data parallel) are the caller's.
+    // Styles and the loader use the mesh's "tp" (and "ep") dims only; other dims (data parallel) are the caller's.
     (void)options.mesh->dim_index("tp");
+    TP_CHECK(ep == 1 || (options.mesh->has_dim("ep") && options.mesh->size("ep") == ep),
+             "ep_size {} needs a mesh with an 'ep' dim of that size; the mesh given is {}", ep,
+             options.mesh->to_string());
     m.mesh_ = options.mesh;
+    tp = resolve_tp_size(dc, ep > 1 ? ep : m.mesh_->size("tp"));
+    TP_CHECK(tp == m.mesh_->size("tp"), "tp_size {} does not match the mesh's 'tp' dim ({})", tp,
+             m.mesh_->size("tp"));
+    m.resolved_ = resolve_model_plan(*m.lm_, dc, tp, &m.overrides_);
   } else {
-    m.mesh_ = std::make_shared<dist::DeviceMesh>(dist::DeviceMesh::tp_mesh(dist::world_size()));
+    tp = resolve_tp_size(dc, dist::world_size());
+    m.resolved_ = resolve_model_plan(*m.lm_, dc, tp, &m.overrides_);  // checks tp against ep first
+    m.mesh_ = make_model_mesh(tp, ep);
   }
-  int64_t tp = resolve_tp_size(options.distributed_config, m.mesh_->size("tp"));
-  m.resolved_ = resolve_model_plan(*m.lm_, options.distributed_config, tp, &m.overrides_);
-  parallel::TpRank rank{tp, m.mesh_->coordinate("tp")};
+  parallel::TpRank rank{tp, m.mesh_->coordinate("tp"), ep, ep > 1 ? m.mesh_->coordinate("ep") : 0};
   parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), m.overrides_);
   if (options.verbose && rank.rank == 0)
     for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";

@@ -27,7 +27,8 @@ struct LoadOptions {
   bool verbose = true;          // rank 0 prints warnings
   bool inference_only = true;   // release unpacked weights after packing (no gradients then)
   bool pack_weights = true;     // pack matrices for inference GEMMs (training updates them in place: no)
-  // The mesh to load onto; styles use its "tp" dim. Unset: a 1-D "tp" mesh of every rank of the world.
+  // The mesh to load onto; styles use its "tp" dim (and "ep" with ep_size > 1). Unset:
+  // make_model_mesh (a 1-D "tp" mesh of every rank of the world when ep_size is 1).
   std::shared_ptr<const dist::DeviceMesh> mesh;
 
   // What training wants: f32 weights (the optimizer's masters; bf16 compute copies
@@ -59,6 +60,7 @@ class PretrainedModel {
   bool supports_tp_plan() const { return !lm_->shipped_plan().empty(); }
   const dist::DeviceMesh& mesh() const { return *mesh_; }
   int64_t tp_size() const { return mesh_->size("tp"); }
+  int64_t ep_size() const { return mesh_->has_dim("ep") ? mesh_->size("ep") : 1; }
   int tp_rank() const { return mesh_->coordinate("tp"); }
   // Activations between blocks are sequence shards (DistributedConfig::enable_sequence_parallel).
   bool sequence_parallel() const { return resolved_.sequence_parallel; }
@@ -103,7 +105,11 @@ class AutoModelForCausalLM {
 };
 
 // The tp_size a DistributedConfig asks for in a world of `world_size` ranks (errors name both).
+// With ep_size > 1 the world must be ep_size ranks; tp_size is then checked by the ep plan's rules.
 int64_t resolve_tp_size(const DistributedConfig& dc, int64_t world_size);
+// The mesh a model loads onto: {"tp"}, or with ep_size > 1 {"ep_replicas", "tp"} plus
+// their flattening "ep" (every rank). Collective over the world.
+std::shared_ptr<const dist::DeviceMesh> make_model_mesh(int64_t tp_size, int64_t ep_size);
 // Resolves `dc`'s plan over `model` for `tp_size` ranks: style names, user keys,
 // precedence, warnings, and the model's size checks — all before any weight is read.
 parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const DistributedConfig& dc, int64_t tp_size,

@@ -47,6 +47,9 @@ class CausalLM : public nn::Module {
   // The architecture's base_model_tp_plan (keys under "model.") plus
   // lm_head: colwise_gather_output; a tied model's embedding is vocab-parallel.
   virtual parallel::Plan shipped_plan() const = 0;
+  // The architecture's base_model_ep_plan (keys under "model."), applied when
+  // ep_size > 1; empty: the model has no experts to split.
+  virtual parallel::Plan shipped_ep_plan() const { return {}; }
   // Entries merged over the shipped plan under sequence parallelism
   // (tp/parallel/sequence.h): the modules that run on sequence shards, the blocks
   // that all-gather the sequence on entry. Empty: the architecture has no

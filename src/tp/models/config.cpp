@@ -179,13 +179,15 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
       c.eos_token_ids.push_back(rd.as_int("eos_token_id", *e));
     }
   }
-  if (const json* plan = rd.get("base_model_tp_plan")) {
-    TP_CHECK(plan->is_object(), "{}: 'base_model_tp_plan' must be an object of pattern -> style, got {}", source,
-             plan->dump());
+  for (const char* key : {"base_model_tp_plan", "base_model_ep_plan"}) {
+    const json* plan = rd.get(key);
+    if (plan == nullptr) continue;
+    TP_CHECK(plan->is_object(), "{}: '{}' must be an object of pattern -> style, got {}", source, key, plan->dump());
+    auto& into = std::string(key) == "base_model_tp_plan" ? c.base_model_tp_plan : c.base_model_ep_plan;
     for (auto it = plan->begin(); it != plan->end(); ++it) {
-      TP_CHECK(it.value().is_string(), "{}: base_model_tp_plan['{}'] must be a style name string, got {}", source,
-               it.key(), it.value().dump());
-      c.base_model_tp_plan.emplace_back(it.key(), it.value().get<std::string>());
+      TP_CHECK(it.value().is_string(), "{}: {}['{}'] must be a style name string, got {}", source, key, it.key(),
+               it.value().dump());
+      into.emplace_back(it.key(), it.value().get<std::string>());
     }
   }
   return c;
@@ -200,9 +202,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
   ModelConfig c = from_json(json::parse(text), source);
   // nlohmann::json sorts keys; take the plan's order from the ordered parse.
-  if (!c.base_model_tp_plan.empty()) {
-    c.base_model_tp_plan.clear();
-    for (auto& [k, v] : ordered["base_model_tp_plan"].items()) c.base_model_tp_plan.emplace_back(k, v.get<std::string>());
+  for (auto [key, plan] : {std::pair{"base_model_tp_plan", &c.base_model_tp_plan},
+                           std::pair{"base_model_ep_plan", &c.base_model_ep_plan}}) {
+    if (plan->empty()) continue;
+    plan->clear();
+    for (auto& [k, v] : ordered[key].items()) plan->emplace_back(k, v.get<std::string>());
   }
   return c;
 }
@@ -266,10 +270,12 @@ json ModelConfig::to_json() const {
     j["eos_token_id"] = eos_token_ids[0];
   else
     j["eos_token_id"] = eos_token_ids;
-  if (!base_model_tp_plan.empty()) {
+  for (auto [key, entries] : {std::pair{"base_model_tp_plan", &base_model_tp_plan},
+                              std::pair{"base_model_ep_plan", &base_model_ep_plan}}) {
+    if (entries->empty()) continue;
     json plan = json::object();
-    for (auto& [k, v] : base_model_tp_plan) plan[k] = v;
-    j["base_model_tp_plan"] = plan;
+    for (auto& [k, v] : *entries) plan[k] = v;
+    j[key] = plan;
   }
   return j;
 }

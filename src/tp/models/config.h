@@ -50,6 +50,8 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // config.json may hold an int or a list
   // module pattern -> style, in file order; empty if the file has none.
   std::vector<std::pair<std::string, std::string>> base_model_tp_plan;
+  // The same for expert parallelism (MoE models), applied when ep_size > 1.
+  std::vector<std::pair<std::string, std::string>> base_model_ep_plan;
   nlohmann::json raw;  // every key of the file
   std::string source;  // where it was read from (the file, or "preset llama/tiny"), for errors
 

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "tp/models/layout.h"
+#include "tp/models/moe_checkpoint.h"
 #include "tp/tensor/error.h"
 
 namespace tp {
@@ -93,10 +94,17 @@ struct Checker {
                c.intermediate_size, g->shape[0], where(*g));
   }
 
+  // A per-expert (or renamed) Hub tensor of a checkpoint that holds the fused parameter instead.
+  bool already_fused(const ParamSpec& p) const {
+    const std::optional<FusedLocation> at = fused_location(p.name, 2 * p.shape[0]);
+    return at && find(at->param) != nullptr;
+  }
+
   // Every tensor; bounded now that the layer count equals the weights'.
   void layout() const {
     for (const ParamSpec& p : checkpoint_layout(c)) {
       const io::TensorInfo* t = find(p.name);
+      if (!t && already_fused(p)) continue;
       TP_CHECK(t, "{}: tensor '{}' {} required by {} (model_type {}, {} layers) is missing", dir, p.name,
                shape_str(p.shape), cfg, c.model_type, c.num_hidden_layers);
       TP_CHECK(t->shape == p.shape, "{}: tensor '{}' has shape {} but {} implies {}", t->file.string(), p.name,

@@ -1,5 +1,6 @@
 #include "tp/models/layout.h"
 
+#include "tp/models/moe.h"
 #include "tp/tensor/error.h"
 
 namespace tp {
@@ -22,7 +23,10 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
 // The checkpoint of `c` with `layers` decoder layers.
 std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
   const std::string& mt = c.model_type;
-  TP_CHECK(has_known_layout(mt), "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3", mt);
+  TP_CHECK(has_known_layout(mt),
+           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe", mt);
+  const bool moe_model = mt == "mixtral" || mt == "qwen3_moe";
+  const MoeConfig moe = moe_model ? MoeConfig::from(c) : MoeConfig{};
   using I = ParamSpec::Init;
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
   const int64_t Q = checked_mul(c.num_attention_heads, D, "num_attention_heads x head_dim");
@@ -47,13 +51,32 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     linear(L + "self_attn.k_proj", KV, H, attn_bias);
     linear(L + "self_attn.v_proj", KV, H, attn_bias);
     linear(L + "self_attn.o_proj", H, Q, attn_bias);
-    if (mt == "qwen3") {
+    if (mt == "qwen3" || mt == "qwen3_moe") {
       add(L + "self_attn.q_norm.weight", {D}, I::Ones);
       add(L + "self_attn.k_norm.weight", {D}, I::Ones);
     }
-    linear(L + "mlp.gate_proj", F, H, mlp_bias);
-    linear(L + "mlp.up_proj", F, H, mlp_bias);
-    linear(L + "mlp.down_proj", H, F, mlp_bias);
+    if (moe_model && moe.is_sparse_layer(i)) {
+      // The Hub's per-expert tensors (fused into 3-D parameters at load: tp/models/moe_checkpoint.h).
+      const int64_t E = moe.num_experts, EI = moe.expert_intermediate;
+      const std::string block = L + (mt == "mixtral" ? "block_sparse_moe." : "mlp.");
+      linear(block + "gate", E, H, false);
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = fmt::format("{}experts.{}.", block, e);
+        if (mt == "mixtral") {
+          linear(x + "w1", EI, H, false);
+          linear(x + "w2", H, EI, false);
+          linear(x + "w3", EI, H, false);
+        } else {
+          linear(x + "gate_proj", EI, H, false);
+          linear(x + "up_proj", EI, H, false);
+          linear(x + "down_proj", H, EI, false);
+        }
+      }
+    } else {
+      linear(L + "mlp.gate_proj", F, H, mlp_bias);
+      linear(L + "mlp.up_proj", F, H, mlp_bias);
+      linear(L + "mlp.down_proj", H, F, mlp_bias);
+    }
     add(L + "input_layernorm.weight", {H}, I::Ones);
     add(L + "post_attention_layernorm.weight", {H}, I::Ones);
   }
@@ -71,7 +94,8 @@ int64_t count(const std::vector<ParamSpec>& specs) {
 }  // namespace
 
 bool has_known_layout(const std::string& model_type) {
-  return model_type == "llama" || model_type == "mistral" || model_type == "qwen3";
+  return model_type == "llama" || model_type == "mistral" || model_type == "qwen3" || model_type == "mixtral" ||
+         model_type == "qwen3_moe";
 }
 
 std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }

@@ -90,6 +90,18 @@ Tensor LlamaMLP::forward(const std::vector<Tensor>& inputs) {
 
 // ---------------------------------------------------------------- decoder layer
 
+namespace {
+
+// The variant's block for this layer (a sparse MoE block), else the dense MLP.
+std::unique_ptr<nn::Module> feed_forward(const std::string& name, int64_t index, const ModelConfig& c,
+                                         const LlamaVariant& v) {
+  if (v.make_mlp)
+    if (std::unique_ptr<nn::Module> block = v.make_mlp(name, index, c)) return block;
+  return std::make_unique<LlamaMLP>(name, c);
+}
+
+}  // namespace
+
 LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, const ModelConfig& c,
                                      const LlamaVariant& v)
     : nn::Module(name),
@@ -98,7 +110,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, con
       self_attn(add_module(std::make_unique<LlamaAttention>(child_name("self_attn"), c, v))),
       post_attention_layernorm(add_module(
           std::make_unique<nn::RMSNorm>(child_name("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps))),
-      mlp(add_module(std::make_unique<LlamaMLP>(child_name("mlp"), c))) {
+      mlp(add_module(feed_forward(child_name("mlp"), index, c, v))) {
   self_attn.layer_index = index;
 }
 
@@ -124,9 +136,10 @@ Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
   // every rank repeats at tp > 1): the norms write bf16 straight for bf16
   // projections, and the residual add after attention is fused with the next norm.
   auto dtype_for = [](bool bf16_in) { return bf16_in ? DType::BF16 : DType::F32; };
+  const auto* dense = dynamic_cast<const LlamaMLP*>(&mlp);
   Tensor a = ops::rms_norm(x, w1, input_layernorm.eps, dtype_for(self_attn.takes_bf16_input()));
   ops::AddRmsNorm h =
-      ops::add_rms_norm(x, self_attn(a), w2, post_attention_layernorm.eps, dtype_for(mlp.takes_bf16_input()));
+      ops::add_rms_norm(x, self_attn(a), w2, post_attention_layernorm.eps, dtype_for(dense != nullptr && dense->takes_bf16_input()));
   return ops::add(h.sum, mlp(h.normed));
 }
 
@@ -194,6 +207,13 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant varia
   for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
 }
 
+parallel::Plan LlamaForCausalLM::shipped_ep_plan() const {
+  const parallel::Plan& base = config_.base_model_ep_plan.empty() ? variant_.default_ep_plan : config_.base_model_ep_plan;
+  parallel::Plan plan;
+  for (const auto& [key, style] : base) plan.emplace_back("model." + key, style);
+  return plan;
+}
+
 parallel::Plan LlamaForCausalLM::shipped_plan() const {
   const parallel::Plan& base = config_.base_model_tp_plan.empty() ? variant_.default_plan : config_.base_model_tp_plan;
   parallel::Plan plan;
@@ -246,10 +266,11 @@ parallel::StyleOverrides LlamaForCausalLM::check_tp(const parallel::ResolvedPlan
       overrides[kv->name()] = std::make_shared<parallel::ColwiseParallel>(
           parallel::ColwiseParallel::Options{.kv_replicas = tp_size / c.num_key_value_heads});
     }
-    for (const nn::Linear* m : {&layer->mlp.gate_proj, &layer->mlp.up_proj})
-      if (style_of(m->name()) == "colwise")
-        TP_CHECK(c.intermediate_size % tp_size == 0, "intermediate_size {} is not divisible by tp_size {} ('{}')",
-                 c.intermediate_size, tp_size, m->name());
+    if (const auto* dense = dynamic_cast<const LlamaMLP*>(&layer->mlp))
+      for (const nn::Linear* m : {&dense->gate_proj, &dense->up_proj})
+        if (style_of(m->name()) == "colwise")
+          TP_CHECK(c.intermediate_size % tp_size == 0, "intermediate_size {} is not divisible by tp_size {} ('{}')",
+                   c.intermediate_size, tp_size, m->name());
   }
   return overrides;
 }

@@ -6,6 +6,7 @@
 // local weight shapes, and the plan's hooks do the communication.
 //
 // B = batch, T = tokens, H = hidden_size, D = head_dim, V = vocab_size.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ struct LlamaVariant {
   bool qk_norm = false;            // Qwen3
   int64_t sliding_window = 0;      // Mistral (0: none)
   parallel::Plan default_plan;     // used when config.json carries no base_model_tp_plan
+  parallel::Plan default_ep_plan;  // used when config.json carries no base_model_ep_plan (MoE models)
+  // The feed-forward block of layer i (named `name`, i.e. "...layers.i.mlp");
+  // null (or returning null for a layer): the dense LlamaMLP. MoE architectures return their sparse block here.
+  std::function<std::unique_ptr<nn::Module>(const std::string& name, int64_t layer, const ModelConfig&)> make_mlp;
 };
 
 // What a layer's attention needs besides its input, set by the model per call.
@@ -69,7 +74,7 @@ class LlamaDecoderLayer : public nn::Module {
   nn::RMSNorm& input_layernorm;
   LlamaAttention& self_attn;
   nn::RMSNorm& post_attention_layernorm;
-  LlamaMLP& mlp;
+  nn::Module& mlp;  // LlamaMLP, or the variant's block (a sparse MoE block)
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;
@@ -99,6 +104,7 @@ class LlamaForCausalLM : public CausalLM {
   nn::Linear& lm_head;
 
   parallel::Plan shipped_plan() const override;
+  parallel::Plan shipped_ep_plan() const override;
   parallel::Plan sequence_parallel_plan() const override;
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;

@@ -1,5 +1,7 @@
 #include "tp/models/loader.h"
 
+#include "tp/models/moe_checkpoint.h"
+
 namespace tp {
 
 namespace {
@@ -16,6 +18,11 @@ void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype
                          const std::map<std::string, nn::Parameter*>& by_name) {
   for (nn::Parameter* p : module.own_parameters()) {
     std::string source = p->name;
+    DType as = p->global_shape.size() >= 2 ? dtype : DType::F32;
+    if (reads_from_hub_names(ckpt, p->name)) {  // per-expert Hub tensors, fused here
+      p->data = read_from_hub_names(ckpt, p->name, p->global_shape, p->shard, as);
+      continue;
+    }
     if (!ckpt.has(source)) {
       auto t = tied.find(p->name);
       if (t != tied.end()) source = t->second;
@@ -32,7 +39,6 @@ void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype
         continue;
       }
     }
-    DType as = p->global_shape.size() >= 2 ? dtype : DType::F32;
     p->data = p->shard.replicated() ? ckpt.read(source, as) : ckpt.read_slice(source, p->shard.dim, p->shard.spans, as);
   }
 }

@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "tp/models/config_check.h"
+#include "tp/nn/moe.h"
 #include "tp/parallel/apply.h"
 
 namespace tp {
@@ -28,27 +29,38 @@ std::string human_bytes(int64_t b) {
 
 PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& dc, DType dtype) {
   std::unique_ptr<CausalLM> model = AutoModelForCausalLM::from_config(config);
-  const int64_t tp = dc.tp_size.value_or(1);
+  const int64_t tp = dc.tp_size.value_or(1), ep = dc.ep_size.value_or(1);
   TP_CHECK(tp >= 1, "tp_size must be >= 1, got {}", tp);
+  TP_CHECK(ep >= 1, "Parallelism sizes must be >= 1: ep_size is {}", ep);
+  // With expert parallelism every rank of the world (ep_size of them) is in the ep
+  // group, and rank r is rank r % tp of its tp group (make_model_mesh).
+  const int64_t ranks = ep > 1 ? ep : tp;
   parallel::StyleOverrides overrides;
   parallel::ResolvedPlan resolved = resolve_model_plan(*model, dc, tp, &overrides);
   std::map<std::string, std::string> tied = model->tied_parameters();
 
   PlanReport r;
   r.tp_size = tp;
+  r.ep_size = ep;
   r.sequence_parallel = resolved.sequence_parallel;
   r.dtype = dtype;
   r.warnings = resolved.warnings;
-  r.total_bytes_per_rank.assign(static_cast<size_t>(tp), 0);
+  r.total_bytes_per_rank.assign(static_cast<size_t>(ranks), 0);
   std::vector<nn::Parameter*> params = model->parameters();
   // A row per parameter and rank: bound what a huge tp_size would make us hold.
   constexpr int64_t kBytesPerRow = 256;
-  TP_CHECK(tp <= physical_memory_bytes() / 2 / kBytesPerRow / static_cast<int64_t>(params.size()),
-           "tp_size {}: the report would hold {} x {} parameter rows, more than this machine's memory", tp, tp,
+  TP_CHECK(ranks <= physical_memory_bytes() / 2 / kBytesPerRow / static_cast<int64_t>(params.size()),
+           "{} ranks: the report would hold {} x {} parameter rows, more than this machine's memory", ranks, ranks,
            params.size());
   r.parameters.resize(params.size());
-  for (int64_t rank = 0; rank < tp; ++rank) {
-    parallel::apply_plan(*model, resolved, {tp, rank}, nullptr, overrides);
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    parallel::apply_plan(*model, resolved, {tp, rank % tp, ep, ep > 1 ? rank : 0}, nullptr, overrides);
+    if (rank == 0)
+      for (nn::Module* m : model->modules())
+        if (const auto* experts = dynamic_cast<const nn::MoeExperts*>(m)) {
+          r.num_experts = experts->num_experts();
+          r.experts_per_rank = experts->num_local_experts();
+        }
     std::map<std::string, const nn::Parameter*> by_name;
     for (const nn::Parameter* p : params) by_name[p->name] = p;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -76,7 +88,7 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
     auto it = resolved.module_style.find(m->name());
     if (it == resolved.module_style.end()) continue;
     const parallel::TensorParallelLayer& style = parallel::style_for(m->name(), it->second, overrides);
-    for (const parallel::CollectiveCost& c : style.forward_collectives(*m, {tp, 0}))
+    for (const parallel::CollectiveCost& c : style.forward_collectives(*m, {tp, 0, ep, 0}))
       r.collectives.push_back({m->name(), c.op, c.bytes_per_token});
   }
   return r;
@@ -85,6 +97,11 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
 nlohmann::ordered_json plan_report_json(const PlanReport& r) {
   nlohmann::ordered_json j;
   j["tp_size"] = r.tp_size;
+  j["ep_size"] = r.ep_size;
+  if (r.num_experts > 0) {
+    j["num_experts"] = r.num_experts;
+    j["experts_per_rank"] = r.experts_per_rank;
+  }
   j["sequence_parallel"] = r.sequence_parallel;
   j["dtype"] = dtype_name(r.dtype);
   j["parameters"] = nlohmann::ordered_json::array();
@@ -108,8 +125,12 @@ nlohmann::ordered_json plan_report_json(const PlanReport& r) {
 }
 
 void print_plan_report(std::ostream& out, const PlanReport& r) {
-  fmt::print(out, "tp_size {}{} · weights {} · {} parameters\n\n", r.tp_size,
+  fmt::print(out, "tp_size {}{}{} · weights {} · {} parameters\n", r.tp_size,
+             r.ep_size > 1 ? fmt::format(" · ep_size {}", r.ep_size) : "",
              r.sequence_parallel ? " · sequence parallel" : "", dtype_name(r.dtype), r.parameters.size());
+  if (r.num_experts > 0)
+    fmt::print(out, "experts per layer: {} · per rank: {}\n", r.num_experts, r.experts_per_rank);
+  fmt::print(out, "\n");
   fmt::print(out, "{:<52} {:<30} {:<16} {:<16} {:>12}\n", "parameter", "style", "global", "rank 0", "bytes/rank");
   for (const PlanParamRow& p : r.parameters) {
     std::string style = p.style.empty() ? "(replicated)" : p.style;
@@ -118,14 +139,15 @@ void print_plan_report(std::ostream& out, const PlanReport& r) {
                shape_str(p.local_shapes.at(0)), human_bytes(p.bytes_per_rank.at(0)));
   }
   int64_t per_token = 0;
-  std::map<std::string, int64_t> by_op;
+  std::map<std::string, std::pair<int64_t, int64_t>> by_op;  // op -> (count, bytes per token)
   for (const PlanCollective& c : r.collectives) {
     per_token += c.bytes_per_token;
-    by_op[c.op] += 1;
+    by_op[c.op].first += 1;
+    by_op[c.op].second += c.bytes_per_token;
   }
   fmt::print(out, "\ncollectives per forward: ");
-  for (const auto& [op, n] : by_op) fmt::print(out, "{} x {}  ", n, op);
-  fmt::print(out, "({} per token)\n", human_bytes(per_token));
+  for (const auto& [op, n] : by_op) fmt::print(out, "{} x {} ({} per token)  ", n.first, op, human_bytes(n.second));
+  fmt::print(out, "({} per token in all)\n", human_bytes(per_token));
   fmt::print(out, "weights per rank: ");
   for (size_t i = 0; i < r.total_bytes_per_rank.size(); ++i)
     fmt::print(out, "{}rank {}: {}", i ? ", " : "", i, human_bytes(r.total_bytes_per_rank[i]));

@@ -17,7 +17,7 @@ struct PlanParamRow {
   std::string tied_to;                 // shares this tensor's slice (no bytes of its own)
   Shape global_shape;
   std::vector<Shape> local_shapes;     // one per rank
-  std::vector<int64_t> bytes_per_rank;
+  std::vector<int64_t> bytes_per_rank;  // one per rank (the world's ranks with ep_size > 1)
 };
 
 struct PlanCollective {
@@ -28,6 +28,9 @@ struct PlanCollective {
 
 struct PlanReport {
   int64_t tp_size = 1;
+  int64_t ep_size = 1;
+  int64_t num_experts = 0;       // per MoE layer (0: a dense model)
+  int64_t experts_per_rank = 0;  // on rank 0
   bool sequence_parallel = false;
   DType dtype = DType::F32;
   std::vector<PlanParamRow> parameters;

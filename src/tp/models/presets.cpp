@@ -92,6 +92,60 @@ json qwen3_config(const Sizes& s) {
   return j;
 }
 
+// Mixtral's expert entries (Transformers' MixtralConfig.base_model_tp_plan / _ep_plan).
+json moe_tp_plan_entries(json plan) {
+  plan["layers.*.mlp.experts.gate_up_proj"] = "packed_colwise";
+  plan["layers.*.mlp.experts.down_proj"] = "rowwise";
+  plan["layers.*.mlp.experts"] = "moe_tp_experts";
+  return plan;
+}
+
+struct MoeSizes {
+  int64_t experts, top_k, expert_intermediate;
+};
+
+json mixtral_config(const Sizes& s, const MoeSizes& m) {
+  json j = common_keys(s);
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["model_type"] = "mixtral";
+  j["intermediate_size"] = m.expert_intermediate;  // per expert
+  j["num_local_experts"] = m.experts;
+  j["num_experts_per_tok"] = m.top_k;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = 0.02;
+  j["router_jitter_noise"] = 0.0;
+  j["sliding_window"] = nullptr;
+  json plan = llama_tp_plan();
+  for (const char* dense : {"layers.*.mlp.gate_proj", "layers.*.mlp.up_proj", "layers.*.mlp.down_proj"})
+    plan.erase(dense);
+  j["base_model_tp_plan"] = moe_tp_plan_entries(plan);
+  j["base_model_ep_plan"] = {{"layers.*.mlp.gate", "ep_router"},
+                             {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+                             {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
+                             {"layers.*.mlp.experts", "moe_tp_experts"}};
+  return j;
+}
+
+// s.intermediate is the dense MLP's (mlp_only_layers); m.expert_intermediate is moe_intermediate_size.
+json qwen3_moe_config(const Sizes& s, const MoeSizes& m) {
+  json j = qwen3_config(s);
+  j["architectures"] = {"Qwen3MoeForCausalLM"};
+  j["model_type"] = "qwen3_moe";
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = json::array();
+  j["moe_intermediate_size"] = m.expert_intermediate;
+  j["num_experts"] = m.experts;
+  j["num_experts_per_tok"] = m.top_k;
+  j["norm_topk_prob"] = true;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = 0.001;
+  j["base_model_tp_plan"] = moe_tp_plan_entries(j["base_model_tp_plan"]);
+  j["base_model_ep_plan"] = {{"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+                             {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
+                             {"layers.*.mlp.experts", "ep_dispatch_experts"}};
+  return j;
+}
+
 // Tiny presets split over 1, 2, 3 and 4 ranks, as the equivalence tests need:
 // 24 query heads over 12 KV heads (GQA; 12 divides by 1-4), intermediate sizes
 // divisible by 12, and vocab 516 = 12 * 43, which lm_head's
@@ -123,6 +177,28 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
         {"mistral-7b", [] {
            return mistral_config({4096, 14336, 32, 32, 8, 128, 32000, 32768, 10000.0, 1e-5, false, "bfloat16", 1, 2},
                                  4096);
+         }}}},
+      // 8 experts split over ep 1, 2, 4; expert intermediate 48 over tp 1-4. The
+      // real shapes (mixtral-8x7b: 2.8 GB per bf16 layer; qwen3-30b-a3b: 1.2 GB)
+      // fit this machine cut to a few layers: make-model --layers 2.
+      {"mixtral",
+       {{"tiny",
+         [] {
+           return mixtral_config({64, 48, 2, 24, 12, 8, 516, 256, 1e6, 1e-5, false, "float32", 1, 2}, {8, 2, 48});
+         }},
+        {"mixtral-8x7b", [] {
+           return mixtral_config({4096, 14336, 32, 32, 8, 128, 32000, 32768, 1e6, 1e-5, false, "bfloat16", 1, 2},
+                                 {8, 2, 14336});
+         }}}},
+      {"qwen3_moe",
+       {{"tiny",
+         [] {
+           return qwen3_moe_config({64, 96, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, false, "float32", 1, 2}, {8, 2, 48});
+         }},
+        {"qwen3-30b-a3b", [] {
+           return qwen3_moe_config(
+               {2048, 6144, 48, 32, 4, 128, 151936, 40960, 1e6, 1e-6, false, "bfloat16", 151643, 151645},
+               {128, 8, 768});
          }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},

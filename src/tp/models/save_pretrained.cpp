@@ -3,6 +3,7 @@
 #include <map>
 
 #include "tp/models/checkpoint.h"
+#include "tp/models/moe_checkpoint.h"
 #include "tp/parallel/shards.h"
 #include "tp/tensor/convert.h"
 
@@ -45,7 +46,8 @@ void prepare_output_directory(const fs::path& dir, dist::ProcessGroup& group) {
 }
 
 void save_pretrained(PretrainedModel& model, const fs::path& dir, const SaveOptions& options) {
-  dist::ProcessGroup& group = model.mesh().group("tp");
+  // With expert parallelism the experts are spread over "ep" (every rank; the tp groups inside it).
+  dist::ProcessGroup& group = model.mesh().group(model.mesh().has_dim("ep") ? "ep" : "tp");
   std::map<std::string, nn::Parameter*> by_name;
   for (nn::Parameter* p : model.lm().parameters()) by_name[p->name] = p;
 
@@ -53,21 +55,46 @@ void save_pretrained(PretrainedModel& model, const fs::path& dir, const SaveOpti
     const SourceTensor* source;
     nn::Parameter* param;
     std::vector<parallel::ParamShard> shards;
+    FusedLocation at;  // where the checkpoint tensor lives in `param` (a per-expert Hub tensor), else the whole
   };
   std::vector<Item> items;
   for (const SourceTensor& t : model.source_tensors()) {
     auto it = by_name.find(t.name);
+    FusedLocation at{t.name};
+    if (it == by_name.end()) {  // a Hub name of a fused MoE parameter
+      if (std::optional<FusedLocation> f = fused_location(t.name, 0); f && by_name.count(f->param)) {
+        it = by_name.find(f->param);
+        at = *fused_location(t.name, it->second->global_shape.at(1));
+      }
+    }
     TP_CHECK(it != by_name.end(), "save_pretrained: the model has no parameter '{}' of the checkpoint it was loaded "
              "from ({})", t.name, model.source_dir().string());
-    TP_CHECK(it->second->global_shape == t.shape, "save_pretrained: parameter '{}' has shape {}, the checkpoint's {}",
-             t.name, shape_str(it->second->global_shape), shape_str(t.shape));
-    items.push_back({&t, it->second, parallel::all_shards(it->second->shard, group)});
+    if (at.expert < 0)
+      TP_CHECK(it->second->global_shape == t.shape, "save_pretrained: parameter '{}' has shape {}, the checkpoint's {}",
+               t.name, shape_str(it->second->global_shape), shape_str(t.shape));
+    items.push_back({&t, it->second, parallel::all_shards(it->second->shard, group), at});
   }
+  // Consecutive Hub tensors of one fused parameter share its gather (the same on every rank).
+  std::string gathered_name;
+  Tensor gathered;
   auto full_tensor = [&](const Item& item) {
-    Tensor local = options.values ? options.values(*item.param) : item.param->data;
-    TP_CHECK(local.defined(), "save_pretrained: parameter '{}' has no data (released after packing for inference?)",
-             item.param->name);
-    return parallel::gather_full(local, item.param->global_shape, item.shards, group);
+    if (gathered_name != item.param->name) {
+      Tensor local = options.values ? options.values(*item.param) : item.param->data;
+      TP_CHECK(local.defined(), "save_pretrained: parameter '{}' has no data (released after packing for inference?)",
+               item.param->name);
+      gathered = parallel::gather_full(local, item.param->global_shape, item.shards, group);
+      gathered_name = item.at.expert < 0 ? std::string() : item.param->name;
+    }
+    if (item.at.expert < 0) {
+      Tensor whole = gathered;
+      gathered = Tensor();
+      return whole;
+    }
+    Tensor expert = gathered.select(0, item.at.expert);  // [A, B]
+    Tensor rows = item.at.rows > 0 ? expert.narrow(0, item.at.row_offset, item.at.rows) : expert;
+    TP_CHECK(rows.shape() == item.source->shape, "save_pretrained: '{}' would be written as {}, the checkpoint's is {}",
+             item.source->name, shape_str(rows.shape()), shape_str(item.source->shape));
+    return rows.clone();
   };
 
   prepare_output_directory(dir, group);

@@ -33,16 +33,19 @@ struct ParamShard {
   bool replicated() const { return spans.empty(); }
 };
 
-// Where this rank sits in the tensor-parallel dimension. Load-time hooks need
-// only this, so `tp plan` can ask them about every rank without starting any.
+// Where this rank sits in the tensor-parallel dimension (and the expert-parallel
+// one, whose styles shard the expert dim). Load-time hooks need only this, so
+// `tp plan` can ask them about every rank without starting any.
 struct TpRank {
   int64_t size = 1;
   int64_t rank = 0;
+  int64_t ep_size = 1;
+  int64_t ep_rank = 0;
 };
 
 // One collective a style runs per forward, for `tp plan`'s communication table.
 struct CollectiveCost {
-  std::string op;               // "all_reduce", "all_gather", "reduce_scatter"
+  std::string op;               // "all_reduce", "all_gather", "reduce_scatter", "all_to_all"
   int64_t bytes_per_token = 0;  // f32 activation bytes entering the collective, per token
 };
 

@@ -34,6 +34,15 @@ struct DistributedConfig {
   // an all-gather along the sequence enters each column-parallel block and a
   // reduce-scatter leaves each row-parallel one, in place of the all-reduces.
   bool enable_sequence_parallel = false;
+  // Expert parallelism (MoE models): each rank holds num_experts / ep_size experts.
+  // Unset or 1: none. With ep_size > 1 every rank of the world is in the ep group
+  // (world size = ep_size) and tp_size divides it: ranks r*tp .. r*tp+tp-1 form a
+  // tp group. The architecture's base_model_ep_plan applies (its rules own the
+  // modules they name: the tp_plan's entries under them are dropped).
+  std::optional<int64_t> ep_size;
+  // "auto" (the shipped ep plan), a JSON object text, or a path to a JSON file
+  // merged over it; a key that matches nothing is an error.
+  std::string ep_plan = "auto";
 };
 
 // A parameter of the module tree, before any weight is read.

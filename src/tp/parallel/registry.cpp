@@ -4,6 +4,7 @@
 
 #include "tp/parallel/colwise.h"
 #include "tp/parallel/embedding.h"
+#include "tp/parallel/moe.h"
 #include "tp/parallel/replicated.h"
 #include "tp/parallel/rowwise.h"
 #include "tp/parallel/sequence.h"
@@ -36,6 +37,11 @@ StyleRegistry shipped_styles() {
       {"replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllreduce>()},
       {"all_reduce", std::make_shared<AllReduceOutput>()},
       {"local_params", std::make_shared<LocalParams>()},
+      {"moe_tp_experts", std::make_shared<MoeTpExperts>()},
+      {"moe_identity_expert", std::make_shared<MoeIdentityExpert>()},
+      {"grouped_gemm", std::make_shared<GroupedGemm>()},
+      {"ep_router", std::make_shared<EpRouter>()},
+      {"ep_dispatch_experts", std::make_shared<EpDispatchExperts>()},
   };
 }
 

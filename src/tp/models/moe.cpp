@@ -1,0 +1,68 @@
+#include "tp/models/moe.h"
+
+#include <algorithm>
+
+#include "tp/ops/shape.h"
+
+namespace tp {
+
+namespace {
+
+int64_t positive_int(const ModelConfig& c, const char* key) {
+  auto it = c.raw.find(key);
+  TP_CHECK(it != c.raw.end() && it->is_number_integer() && it->get<int64_t>() >= 1,
+           "{}: '{}' must be a positive integer for model_type {}, got {}", c.source, key, c.model_type,
+           it == c.raw.end() ? std::string("nothing") : it->dump());
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+MoeConfig MoeConfig::from(const ModelConfig& c) {
+  MoeConfig m;
+  const bool mixtral = c.model_type == "mixtral";
+  m.num_experts = positive_int(c, mixtral ? "num_local_experts" : "num_experts");
+  m.top_k = positive_int(c, "num_experts_per_tok");
+  TP_CHECK(m.top_k <= m.num_experts, "{}: 'num_experts_per_tok' ({}) is more than the {} experts", c.source, m.top_k,
+           m.num_experts);
+  m.expert_intermediate = mixtral ? c.intermediate_size : positive_int(c, "moe_intermediate_size");
+  // Mixtral always renormalises the top-k weights; Qwen3-MoE when norm_topk_prob (default false, as Transformers).
+  m.norm_topk_prob = mixtral || c.raw.value("norm_topk_prob", false);
+  if (!mixtral) {
+    m.decoder_sparse_step = c.raw.contains("decoder_sparse_step") ? positive_int(c, "decoder_sparse_step") : 1;
+    if (auto it = c.raw.find("mlp_only_layers"); it != c.raw.end() && !it->is_null()) {
+      TP_CHECK(it->is_array(), "{}: 'mlp_only_layers' must be a list of layer indices, got {}", c.source, it->dump());
+      for (const auto& v : *it) {
+        TP_CHECK(v.is_number_integer(), "{}: 'mlp_only_layers' must hold layer indices, got {}", c.source, v.dump());
+        m.mlp_only_layers.push_back(v.get<int64_t>());
+      }
+    }
+  }
+  if (auto it = c.raw.find("router_aux_loss_coef"); it != c.raw.end() && it->is_number())
+    m.router_aux_loss_coef = it->get<double>();
+  m.output_router_logits = c.raw.value("output_router_logits", false);
+  return m;
+}
+
+bool MoeConfig::is_sparse_layer(int64_t layer) const {
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+SparseMoeBlock::SparseMoeBlock(const std::string& name, int64_t hidden, const MoeConfig& moe)
+    : nn::Module(name),
+      gate(add_module(std::make_unique<nn::TopKRouter>(
+          child_name("gate"), hidden, moe.num_experts,
+          nn::RouterScoring{.top_k = moe.top_k, .renormalize = moe.norm_topk_prob}))),
+      experts(add_module(
+          std::make_unique<nn::MoeExperts>(child_name("experts"), moe.num_experts, hidden, moe.expert_intermediate,
+                                           moe.top_k))) {}
+
+Tensor SparseMoeBlock::forward(const std::vector<Tensor>& inputs) {
+  const Tensor& x = inputs.at(0);  // [B, T, H]
+  const Tensor flat = ops::reshape(x.dtype() == DType::F32 ? x : ops::to_dtype(x, DType::F32), {-1, x.size(-1)});
+  const Tensor routing = gate(flat);
+  return ops::reshape(experts.call({flat, routing}), x.shape());
+}
+
+}  // namespace tp

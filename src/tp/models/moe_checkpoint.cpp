@@ -1,0 +1,142 @@
+#include "tp/models/moe_checkpoint.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+namespace tp {
+
+namespace {
+
+// The Hub's per-expert names: the block's name and the three projections'.
+struct HubNaming {
+  const char* block;
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+constexpr HubNaming kNamings[] = {{"block_sparse_moe", "w1", "w3", "w2"}, {"mlp", "gate_proj", "up_proj", "down_proj"}};
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "model.layers.N." of a name, or empty.
+std::string layer_prefix(const std::string& name) {
+  const std::string head = "model.layers.";
+  if (!starts_with(name, head)) return {};
+  size_t i = head.size();
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+  if (i == head.size() || i >= name.size() || name[i] != '.') return {};
+  return name.substr(0, i + 1);
+}
+
+std::string expert_key(const std::string& layer, const HubNaming& n, int64_t e, const char* proj) {
+  return fmt::format("{}{}.experts.{}.{}.weight", layer, n.block, e, proj);
+}
+
+// One Hub tensor's rows [offset, offset + rows) of the fused parameter's dim 1.
+struct Part {
+  std::string key;
+  int64_t offset;
+  int64_t rows;
+};
+
+}  // namespace
+
+std::optional<FusedLocation> fused_location(const std::string& hub_name, int64_t param_rows) {
+  const std::string layer = layer_prefix(hub_name);
+  if (layer.empty()) return std::nullopt;
+  const std::string rest = hub_name.substr(layer.size());
+  if (rest == "block_sparse_moe.gate.weight") return FusedLocation{layer + "mlp.gate.weight"};
+  for (const HubNaming& n : kNamings) {
+    const std::string head = std::string(n.block) + ".experts.";
+    if (!starts_with(rest, head)) continue;
+    size_t i = head.size(), digits = 0;
+    int64_t e = 0;
+    for (; i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i])) && digits < 9; ++i, ++digits)
+      e = e * 10 + (rest[i] - '0');
+    if (digits == 0 || i >= rest.size() || rest[i] != '.') continue;
+    const std::string proj = rest.substr(i + 1);
+    const std::string fused = layer + "mlp.experts.";
+    if (proj == std::string(n.gate) + ".weight") return FusedLocation{fused + "gate_up_proj", e, 0, param_rows / 2};
+    if (proj == std::string(n.up) + ".weight")
+      return FusedLocation{fused + "gate_up_proj", e, param_rows / 2, param_rows / 2};
+    if (proj == std::string(n.down) + ".weight") return FusedLocation{fused + "down_proj", e, 0, 0};
+  }
+  return std::nullopt;
+}
+
+bool reads_from_hub_names(const Checkpoint& ckpt, const std::string& param) {
+  if (ckpt.has(param) || layer_prefix(param).empty()) return false;
+  return ends_with(param, ".mlp.experts.gate_up_proj") || ends_with(param, ".mlp.experts.down_proj") ||
+         ends_with(param, ".mlp.gate.weight");
+}
+
+Tensor read_from_hub_names(const Checkpoint& ckpt, const std::string& param, const Shape& shape,
+                           const parallel::ParamShard& shard, DType as) {
+  const std::string layer = layer_prefix(param);
+  if (ends_with(param, ".mlp.gate.weight")) {  // Mixtral's router under its Hub name
+    const std::string key = layer + "block_sparse_moe.gate.weight";
+    TP_CHECK(ckpt.has(key), "{}: the checkpoint has neither '{}' nor '{}'", ckpt.dir().string(), param, key);
+    TP_CHECK(ckpt.info(key).shape == shape, "{}: tensor '{}' has shape {}, but config.json implies {}",
+             ckpt.info(key).file.string(), key, shape_str(ckpt.info(key).shape), shape_str(shape));
+    return shard.replicated() ? ckpt.read(key, as) : ckpt.read_slice(key, shard.dim, shard.spans, as);
+  }
+  const bool gate_up = ends_with(param, ".gate_up_proj");
+  const HubNaming* naming = nullptr;
+  for (const HubNaming& n : kNamings)
+    if (ckpt.has(expert_key(layer, n, 0, gate_up ? n.gate : n.down))) naming = &n;
+  TP_CHECK(naming != nullptr, "{}: the checkpoint has no tensor '{}', nor its per-expert tensors ('{}' or '{}')",
+           ckpt.dir().string(), param, expert_key(layer, kNamings[0], 0, gate_up ? "w1" : "w2"),
+           expert_key(layer, kNamings[1], 0, gate_up ? "gate_proj" : "down_proj"));
+  TP_CHECK(shape.size() == 3, "read_from_hub_names: '{}' is not a 3-D expert parameter ({})", param, shape_str(shape));
+  const int64_t E = shape[0], A = shape[1], B = shape[2];
+  auto parts_of = [&](int64_t e) -> std::vector<Part> {
+    if (gate_up) return {{expert_key(layer, *naming, e, naming->gate), 0, A / 2},
+                         {expert_key(layer, *naming, e, naming->up), A / 2, A / 2}};
+    return {{expert_key(layer, *naming, e, naming->down), 0, A}};
+  };
+
+  const int64_t d = shard.replicated() ? -1 : shard.dim;
+  std::vector<ChunkSpan> experts = d == 0 ? shard.spans : std::vector<ChunkSpan>{{0, E}};
+  Shape local = shape;
+  if (d >= 0) {
+    local[d] = 0;
+    for (const ChunkSpan& s : shard.spans) local[d] += s.size;
+  }
+  Tensor out = Tensor::empty(local, as);
+  char* dst = static_cast<char*>(out.raw_data());
+  auto append = [&](const Tensor& piece) {
+    std::memcpy(dst, piece.raw_data(), piece.nbytes());
+    dst += piece.nbytes();
+  };
+  for (const ChunkSpan& span : experts)
+    for (int64_t e = span.offset; e < span.offset + span.size; ++e) {
+      const std::vector<Part> parts = parts_of(e);
+      for (const Part& p : parts) {
+        TP_CHECK(ckpt.has(p.key), "{}: tensor '{}' (expert {} of '{}') is missing", ckpt.dir().string(), p.key, e,
+                 param);
+        const io::TensorInfo& info = ckpt.info(p.key);
+        TP_CHECK(info.shape == (Shape{p.rows, B}), "{}: tensor '{}' has shape {}, but config.json implies {}",
+                 info.file.string(), p.key, shape_str(info.shape), shape_str(Shape{p.rows, B}));
+      }
+      if (d == 1) {  // each span of rows from the part(s) it covers, in order (packed: gate chunk, then up chunk)
+        for (const ChunkSpan& rows : shard.spans)
+          for (const Part& p : parts) {
+            const int64_t lo = std::max(rows.offset, p.offset);
+            const int64_t hi = std::min(rows.offset + rows.size, p.offset + p.rows);
+            if (lo < hi) append(ckpt.read_slice(p.key, 0, {{lo - p.offset, hi - lo}}, as));
+          }
+      } else {
+        for (const Part& p : parts)
+          append(d == 2 ? ckpt.read_slice(p.key, 1, shard.spans, as) : ckpt.read(p.key, as));
+      }
+    }
+  TP_CHECK(dst == static_cast<char*>(out.raw_data()) + out.nbytes(),
+           "read_from_hub_names: the pieces of '{}' do not fill its local shape {}", param, shape_str(local));
+  return out;
+}
+
+}  // namespace tp

@@ -1,0 +1,42 @@
+#pragma once
+// MoE checkpoints as the Hub stores them, against the module tree's fused 3-D
+// expert parameters (Transformers v5's conversion_mapping):
+//   model.layers.N.block_sparse_moe.experts.E.{w1,w3,w2}.weight     (Mixtral)
+//   model.layers.N.mlp.experts.E.{gate_proj,up_proj,down_proj}.weight (Qwen3-MoE)
+//     -> model.layers.N.mlp.experts.gate_up_proj [E, 2I, H] = stack_E(cat(gate, up))
+//        model.layers.N.mlp.experts.down_proj    [E, H, I]  = stack_E(down)
+//   model.layers.N.block_sparse_moe.gate.weight -> model.layers.N.mlp.gate.weight
+// A checkpoint that holds the fused names already is read as it is.
+#include <optional>
+#include <string>
+
+#include "tp/models/checkpoint.h"
+#include "tp/parallel/layer.h"
+
+namespace tp {
+
+// Where one Hub tensor lives in the module tree: `param`, expert `expert` (-1:
+// the whole parameter, a renamed tensor), rows [row_offset, + rows) of its dim 1
+// (rows == 0: all of them).
+struct FusedLocation {
+  std::string param;
+  int64_t expert = -1;
+  int64_t row_offset = 0;
+  int64_t rows = 0;
+};
+// For a Hub name of a per-expert or renamed MoE tensor; nothing for other names.
+// `param_rows`: the parameter's size in dim 1 (2I for gate_up_proj), to place the halves.
+std::optional<FusedLocation> fused_location(const std::string& hub_name, int64_t param_rows);
+
+// True when `param` (a fused expert parameter or the router) is not in `ckpt`
+// under its own name but under its Hub names.
+bool reads_from_hub_names(const Checkpoint& ckpt, const std::string& param);
+
+// This rank's slice (`shard`, of the fused shape `global_shape`) read from the
+// Hub tensors: under tensor parallelism the slice of every expert (gate and up
+// halves cut separately), under expert parallelism only the owned experts'
+// bytes. Errors name the missing tensor or the mismatched shape.
+Tensor read_from_hub_names(const Checkpoint& ckpt, const std::string& param, const Shape& global_shape,
+                           const parallel::ParamShard& shard, DType as);
+
+}  // namespace tp

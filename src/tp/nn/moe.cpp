@@ -1,0 +1,51 @@
+#include "tp/nn/moe.h"
+
+#include "tp/ops/linear.h"
+#include "tp/ops/moe_experts.h"
+#include "tp/ops/shape.h"
+
+namespace tp::nn {
+
+Tensor pack_routing(const Tensor& weights, const Tensor& ids) {
+  TP_CHECK(weights.shape() == ids.shape() && weights.dim() == 2, "pack_routing: weights {} and ids {} must be [N, K]",
+           shape_str(weights.shape()), shape_str(ids.shape()));
+  return ops::cat({weights, ids.to(DType::F32)}, 1);
+}
+
+Routing unpack_routing(const Tensor& routing) {
+  TP_CHECK(routing.dim() == 2 && routing.size(1) % 2 == 0 && routing.dtype() == DType::F32,
+           "a routing tensor is f32 [tokens, 2 x top_k] (weights | ids), got {} {}", dtype_name(routing.dtype()),
+           shape_str(routing.shape()));
+  const int64_t K = routing.size(1) / 2;
+  Tensor ids = ops::narrow(routing, 1, K, K).to(DType::I64);
+  return {ops::narrow(routing, 1, 0, K), ids};
+}
+
+TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring)
+    : Module(std::move(name)), weight(add_parameter("weight", {num_experts, hidden})), scoring_(scoring) {
+  TP_CHECK(scoring.top_k >= 1 && scoring.top_k <= num_experts,
+           "{}: num_experts_per_tok {} must be between 1 and the number of experts ({})", this->name(),
+           scoring.top_k, num_experts);
+}
+
+Tensor TopKRouter::forward(const std::vector<Tensor>& inputs) {
+  TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
+  // Logits in the model's arithmetic, then the softmax in f32 before the top-k (Transformers).
+  last_logits_ = ops::linear(inputs[0], weight.data);
+  ops::TopK top = ops::softmax_top_k(last_logits_, scoring_.top_k, scoring_.renormalize);
+  return pack_routing(top.weights, top.ids);
+}
+
+MoeExperts::MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k)
+    : Module(std::move(name)),
+      gate_up_proj(add_parameter("gate_up_proj", {num_experts, 2 * intermediate, hidden})),
+      down_proj(add_parameter("down_proj", {num_experts, hidden, intermediate})),
+      top_k_(top_k) {}
+
+Tensor MoeExperts::forward(const std::vector<Tensor>& inputs) {
+  TP_CHECK(inputs.size() == 2, "{} takes the hidden states and the routing, got {} inputs", name(), inputs.size());
+  const Routing r = unpack_routing(inputs[1]);
+  return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data);
+}
+
+}  // namespace tp::nn

@@ -1,0 +1,73 @@
+#pragma once
+// The two modules of a mixture-of-experts layer (Transformers v5 names), which
+// the MoE styles (tp/parallel/moe.h) act on:
+//   mlp.gate     TopKRouter   weight [E, H]: per token, k experts and their weights
+//   mlp.experts  MoeExperts   gate_up_proj [E, 2I, H], down_proj [E, H, I]
+// The router's output is one tensor (a module returns one): the routing
+//   [N, 2K] f32 = weights (columns 0..K-1) | expert ids (K..2K-1, exact integers)
+// so that a style can mask and remap it (ep_router) and the experts take
+// {hidden [N, H], routing}. An id equal to the experts' local count is the
+// expert-parallel sentinel: that slot is skipped.
+#include <any>
+#include <string>
+
+#include "tp/nn/module.h"
+
+namespace tp::nn {
+
+struct Routing {
+  Tensor weights;  // [N, K] f32
+  Tensor ids;      // [N, K] i64
+};
+// weights | ids as one [N, 2K] f32 tensor (differentiable w.r.t. the weights), and back.
+Tensor pack_routing(const Tensor& weights, const Tensor& ids);
+Routing unpack_routing(const Tensor& routing);
+
+// How a router turns its logits into (weights, ids). Mixtral and Qwen3-MoE use
+// the softmax one; DeepSeek's sigmoid / grouped scoring would be another kind.
+struct RouterScoring {
+  int64_t top_k = 2;
+  bool renormalize = true;  // divide the k weights by their sum (Mixtral always; Qwen3-MoE: norm_topk_prob)
+};
+
+class TopKRouter : public Module {
+ public:
+  TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring);
+  Parameter& weight;
+  int64_t num_experts() const { return weight.global_shape[0]; }
+  const RouterScoring& scoring() const { return scoring_; }
+  // The logits of the last forward [N, E] (the auxiliary load-balancing loss reads them).
+  const Tensor& last_logits() const { return last_logits_; }
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // x [N, H] -> routing [N, 2K]
+
+ private:
+  RouterScoring scoring_;
+  Tensor last_logits_;
+};
+
+class MoeExperts : public Module {
+ public:
+  MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k);
+  Parameter& gate_up_proj;
+  Parameter& down_proj;
+  // Experts this rank holds (all of them unless the expert dim is sharded).
+  int64_t num_local_experts() const { return local_shape(gate_up_proj)[0]; }
+  int64_t num_experts() const { return gate_up_proj.global_shape[0]; }
+  int64_t hidden_size() const { return gate_up_proj.global_shape[2]; }
+  // Slots per token its router fills (for `tp plan`'s dispatch volume).
+  int64_t top_k() const { return top_k_; }
+  // The expert dim is sharded (expert parallelism), not replicated or cut inside each expert.
+  bool experts_sharded() const { return !gate_up_proj.shard.replicated() && gate_up_proj.shard.dim == 0; }
+  // What a style keeps between its input and output hooks of one forward (token dispatch).
+  std::any style_state;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // {x [N, H], routing [N, 2K]} -> [N, H]
+
+ private:
+  int64_t top_k_;
+};
+
+}  // namespace tp::nn

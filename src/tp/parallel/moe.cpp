@@ -1,0 +1,216 @@
+#include "tp/parallel/moe.h"
+
+#include "tp/dist/functional.h"
+#include "tp/nn/moe.h"
+#include "tp/ops/elementwise.h"
+#include "tp/ops/moe_experts.h"
+#include "tp/ops/shape.h"
+#include "tp/parallel/style_util.h"
+
+namespace tp::parallel {
+
+namespace {
+
+nn::MoeExperts& as_experts(nn::Module& module, const char* style) {
+  auto* experts = dynamic_cast<nn::MoeExperts*>(&module);
+  TP_CHECK(experts != nullptr, "style '{}' applies to a MoE experts module (mlp.experts), but '{}' is not one", style,
+           module.name());
+  return *experts;
+}
+
+bool any_param_sharded(nn::Module& module) {
+  for (nn::Parameter* p : module.own_parameters())
+    if (!p->shard.replicated()) return true;
+  return false;
+}
+
+// The group whose ranks each hold part of the experts: "ep" when the expert dim
+// is sharded, else "tp" (each rank holds a slice of every expert).
+dist::ProcessGroup& experts_group(const nn::MoeExperts& experts, const dist::DeviceMesh& mesh, const char* style) {
+  return experts.experts_sharded() ? ep_group(mesh, experts, style) : mesh.group("tp");
+}
+
+// What ep_dispatch_experts keeps from its input hook to its output hook.
+struct DispatchState {
+  std::vector<int64_t> rows;          // token (in this rank's chunk) of each sent pair, in send order
+  Tensor pair_weights;                // [P, 1] routing weight of each sent pair (differentiable)
+  std::vector<int64_t> send_counts;   // pairs sent to each ep rank
+  std::vector<int64_t> recv_counts;   // pairs received from each ep rank
+  int64_t tokens = 0;                 // all tokens (N)
+  ChunkSpan chunk;                    // this tp rank's tokens
+};
+
+}  // namespace
+
+dist::ProcessGroup& ep_group(const dist::DeviceMesh& mesh, const nn::Module& module, const char* style) {
+  TP_CHECK(mesh.has_dim("ep"), "style '{}' on '{}' needs an expert-parallel mesh dim 'ep' (set ep_size > 1); the mesh "
+           "is {}", style, module.name(), mesh.to_string());
+  return mesh.group("ep");
+}
+
+// ---------------------------------------------------------------- moe_tp_experts
+
+std::vector<Tensor> MoeTpExperts::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
+                                                               const dist::DeviceMesh& mesh) const {
+  nn::MoeExperts& experts = as_experts(module, "moe_tp_experts");
+  TP_CHECK(inputs.size() == 2, "moe_tp_experts: '{}' takes the hidden states and the routing", module.name());
+  inputs[0] = dist::copy_to_region(inputs[0], experts_group(experts, mesh, "moe_tp_experts"));
+  // Each rank's gradient of the routing weights covers its part of every expert:
+  // summed here, except under expert parallelism, where ep_router does it.
+  if (!experts.experts_sharded()) inputs[1] = dist::copy_to_region(inputs[1], mesh.group("tp"));
+  return inputs;
+}
+
+Tensor MoeTpExperts::transform_output_post_forward(nn::Module& module, Tensor output,
+                                                   const dist::DeviceMesh& mesh) const {
+  nn::MoeExperts& experts = as_experts(module, "moe_tp_experts");
+  if (!any_param_sharded(module)) return output;
+  return dist::reduce_from_region(output, experts_group(experts, mesh, "moe_tp_experts"));
+}
+
+std::vector<CollectiveCost> MoeTpExperts::forward_collectives(const nn::Module& module, const TpRank& tp) const {
+  const auto* experts = dynamic_cast<const nn::MoeExperts*>(&module);
+  if (experts == nullptr) return {};
+  return {{"all_reduce", experts->hidden_size() * 4}};
+}
+
+// ---------------------------------------------------------------- moe_identity_expert
+
+std::vector<Tensor> MoeIdentityExpert::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
+                                                                    const dist::DeviceMesh& mesh) const {
+  TP_CHECK(!inputs.empty(), "moe_identity_expert: '{}' got no input", module.name());
+  inputs[0] = ops::scale(inputs[0], 1.0 / static_cast<double>(mesh.size("tp")));
+  return inputs;
+}
+
+// ---------------------------------------------------------------- grouped_gemm
+
+void GroupedGemm::validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                                 const TpRank& tp) const {
+  TP_CHECK(!global_shape.empty(), "grouped_gemm: '{}' has no expert dimension", param_name);
+  TP_CHECK(global_shape[0] % tp.ep_size == 0,
+           "Global number of experts must be divisible by number of devices: {} % {} != 0 ('{}' {}, style "
+           "grouped_gemm, ep_size {})",
+           global_shape[0], tp.ep_size, param_name, shape_str(global_shape), tp.ep_size);
+}
+
+ParamShard GroupedGemm::shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                                    const TpRank& tp) const {
+  if (tp.ep_size == 1) return {};
+  return shard_for(dist::Shard{0}, global_shape, TpRank{.size = tp.ep_size, .rank = tp.ep_rank});
+}
+
+// ---------------------------------------------------------------- ep_router
+
+void EpRouter::validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                              const TpRank& tp) const {
+  const auto* router = dynamic_cast<const nn::TopKRouter*>(&module);
+  TP_CHECK(router != nullptr,
+           "Router module {} is missing `num_experts` and `config.num_experts` (style ep_router applies to a MoE "
+           "router such as mlp.gate)",
+           module.name());
+  TP_CHECK(router->num_experts() % tp.ep_size == 0, "num_experts must be divisible by ep_size: {} % {} != 0 ('{}')",
+           router->num_experts(), tp.ep_size, module.name());
+}
+
+Tensor EpRouter::transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const {
+  auto* router = dynamic_cast<nn::TopKRouter*>(&module);
+  TP_CHECK(router != nullptr, "Router module {} is missing `num_experts` and `config.num_experts`", module.name());
+  dist::ProcessGroup& g = ep_group(mesh, module, "ep_router");
+  const int64_t n_local = router->num_experts() / g.size(), me = g.rank();
+  nn::Routing r = nn::unpack_routing(output);
+  // Each rank's weight gradient covers only its own experts' slots (#48205): summed here.
+  Tensor weights = dist::copy_to_region(r.weights, g);
+  Tensor keep = Tensor::empty(r.ids.shape()), ids = Tensor::empty(r.ids.shape(), DType::I64);
+  const int64_t* id = r.ids.data<int64_t>();
+  for (int64_t p = 0; p < r.ids.numel(); ++p) {
+    const bool mine = id[p] / n_local == me;
+    keep.data<float>()[p] = mine ? 1.f : 0.f;
+    ids.data<int64_t>()[p] = mine ? id[p] % n_local : n_local;  // n_local: the sentinel, skipped by the experts
+  }
+  return nn::pack_routing(ops::mul(weights, keep), ids);
+}
+
+// ---------------------------------------------------------------- ep_dispatch_experts
+
+std::vector<Tensor> EpDispatchExperts::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
+                                                                    const dist::DeviceMesh& mesh) const {
+  nn::MoeExperts& experts = as_experts(module, "ep_dispatch_experts");
+  TP_CHECK(inputs.size() == 2, "ep_dispatch_experts: '{}' takes the hidden states and the routing", module.name());
+  dist::ProcessGroup& tp = mesh.group("tp");
+  dist::ProcessGroup& ep = ep_group(mesh, module, "ep_dispatch_experts");
+  const int64_t n_local = experts.num_local_experts();
+  TP_CHECK(n_local * ep.size() == experts.num_experts(),
+           "ep_dispatch_experts: '{}' holds {} of {} experts on each of {} ranks; shard its parameters with "
+           "grouped_gemm",
+           module.name(), n_local, experts.num_experts(), ep.size());
+  Tensor x = inputs[0], routing = inputs[1];
+  DispatchState s;
+  s.tokens = x.size(0);
+  s.chunk = chunk_span(s.tokens, tp.size(), tp.rank());
+  if (tp.size() > 1) {  // the tokens are replicated over tp: each rank dispatches its chunk
+    x = ops::narrow(dist::copy_to_region(x, tp), 0, s.chunk.offset, s.chunk.size);
+    routing = ops::narrow(dist::copy_to_region(routing, tp), 0, s.chunk.offset, s.chunk.size);
+  }
+  const nn::Routing r = nn::unpack_routing(routing);
+  const int64_t K = r.ids.size(1), pairs = r.ids.numel();
+  const int64_t* id = r.ids.data<int64_t>();
+  // (token, slot) pairs in order of their expert (a counting sort; owners hold contiguous blocks of experts).
+  std::vector<int64_t> start(static_cast<size_t>(experts.num_experts() + 1), 0);
+  for (int64_t p = 0; p < pairs; ++p) {
+    TP_CHECK(id[p] >= 0 && id[p] < experts.num_experts(), "ep_dispatch_experts: expert id {} outside [0, {})", id[p],
+             experts.num_experts());
+    ++start[id[p] + 1];
+  }
+  for (size_t e = 1; e < start.size(); ++e) start[e] += start[e - 1];
+  std::vector<int64_t> order(static_cast<size_t>(pairs)), local_ids(static_cast<size_t>(pairs));
+  for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(start[id[p]]++)] = p;
+  s.send_counts.assign(static_cast<size_t>(ep.size()), 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int64_t e = id[order[i]];
+    ++s.send_counts[static_cast<size_t>(e / n_local)];
+    local_ids[i] = e % n_local;
+    s.rows.push_back(order[i] / K);
+  }
+  s.pair_weights = ops::gather_rows(ops::reshape(r.weights, {pairs, 1}), order);
+  Tensor received = dist::all_to_all_rows(ops::gather_rows(x, s.rows), s.send_counts, ep, &s.recv_counts);
+  Tensor received_ids = ep.all_to_all_v(Tensor::from_ints(local_ids, {pairs, 1}), s.send_counts);
+  // The experts run each received pair once, with weight 1: the weights are applied on the way back.
+  Tensor unit = Tensor::full({received.size(0), 1}, 1.0);
+  experts.style_state = s;
+  return {received, nn::pack_routing(unit, received_ids)};
+}
+
+Tensor EpDispatchExperts::transform_output_post_forward(nn::Module& module, Tensor output,
+                                                        const dist::DeviceMesh& mesh) const {
+  nn::MoeExperts& experts = as_experts(module, "ep_dispatch_experts");
+  const auto* state = std::any_cast<DispatchState>(&experts.style_state);
+  TP_CHECK(state != nullptr, "ep_dispatch_experts: '{}' ran without its input hook", module.name());
+  const DispatchState s = *state;
+  experts.style_state.reset();
+  dist::ProcessGroup& tp = mesh.group("tp");
+  dist::ProcessGroup& ep = ep_group(mesh, module, "ep_dispatch_experts");
+  Tensor back = dist::all_to_all_rows(output, s.recv_counts, ep);  // in the order the pairs were sent
+  Tensor mine = ops::combine_rows(back, s.rows, ops::reshape(s.pair_weights, {-1}), s.chunk.size);
+  if (tp.size() == 1) return mine;
+  // This rank's chunk in place among zeros, summed over tp: every rank gets all tokens.
+  const int64_t H = output.size(1);
+  std::vector<Tensor> pieces;
+  if (s.chunk.offset > 0) pieces.push_back(Tensor::zeros({s.chunk.offset, H}));
+  pieces.push_back(mine);
+  if (s.tokens > s.chunk.offset + s.chunk.size)
+    pieces.push_back(Tensor::zeros({s.tokens - s.chunk.offset - s.chunk.size, H}));
+  return dist::reduce_from_region(pieces.size() == 1 ? mine : ops::cat(pieces, 0), tp);
+}
+
+std::vector<CollectiveCost> EpDispatchExperts::forward_collectives(const nn::Module& module, const TpRank& tp) const {
+  const auto* experts = dynamic_cast<const nn::MoeExperts*>(&module);
+  if (experts == nullptr) return {};
+  // Each of this rank's tokens travels top_k times, there and back (tokens split over tp first).
+  const int64_t bytes = experts->top_k() * experts->hidden_size() * 4 / tp.size;
+  std::vector<CollectiveCost> c = {{"all_to_all", bytes}, {"all_to_all", bytes}};
+  if (tp.size > 1) c.push_back({"all_reduce", experts->hidden_size() * 4});
+  return c;
+}
+
+}  // namespace tp::parallel

@@ -1,0 +1,107 @@
+// The MoE kernels against naive per-token loops, and their backward against
+// central differences: grouped experts (an expert with no tokens, the sentinel
+// id skipped), the softmax top-k router, row gather and combine.
+#include <cmath>
+
+#include "ops/op_test_util.h"
+#include "tp/ops/moe_experts.h"
+
+namespace tp::test {
+namespace {
+
+float silu(float v) { return v / (1.f + std::exp(-v)); }
+
+// out[n] = sum_k w[n,k] * down[e] (silu(gate[e] x) * up[e] x), one token at a time.
+std::vector<double> naive_experts(const Tensor& x, const std::vector<int64_t>& ids, const Tensor& w,
+                                  const Tensor& gate_up, const Tensor& down) {
+  const int64_t N = x.size(0), H = x.size(1), K = w.size(1), E = gate_up.size(0), I = gate_up.size(1) / 2;
+  std::vector<float> xv = x.to_vector(), wv = w.to_vector(), gu = gate_up.to_vector(), dn = down.to_vector();
+  std::vector<double> out(static_cast<size_t>(N * H), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = ids[n * K + k];
+      if (e == E) continue;
+      std::vector<float> a(static_cast<size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int64_t h = 0; h < H; ++h) {
+          g += gu[(e * 2 * I + i) * H + h] * xv[n * H + h];
+          u += gu[(e * 2 * I + I + i) * H + h] * xv[n * H + h];
+        }
+        a[i] = silu(static_cast<float>(g)) * static_cast<float>(u);
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        double y = 0;
+        for (int64_t i = 0; i < I; ++i) y += dn[(e * H + h) * I + i] * a[i];
+        out[n * H + h] += wv[n * K + k] * y;
+      }
+    }
+  return out;
+}
+
+// 5 tokens, top-2 of 4 experts: expert 3 gets no token, expert 0 gets four, one slot is the sentinel (4).
+const std::vector<int64_t> kIds = {0, 1, 0, 2, 1, 0, 4, 0, 2, 1};
+
+TEST(MoeExperts, EqualsTokenByTokenExpertsIncludingEmptyExpertsAndTheSentinel) {
+  Tensor x = Tensor::randn({5, 6}, 1), w = Tensor::rand({5, 2}, 2), gu = Tensor::randn({4, 8, 6}, 3, 0.f, 0.5f),
+         dn = Tensor::randn({4, 6, 4}, 4, 0.f, 0.5f);
+  Tensor ids = Tensor::from_ints(kIds, {5, 2});
+  EXPECT_TRUE(close(ops::moe_experts(x, ids, w, gu, dn), naive_experts(x, kIds, w, gu, dn), 1e-5, 1e-5));
+  // bf16 weights: the same sums of bf16 products (inputs rounded to bf16 by the GEMM).
+  Tensor gu16 = gu.to(DType::BF16), dn16 = dn.to(DType::BF16);
+  EXPECT_TRUE(close(ops::moe_experts(x, ids, w, gu16, dn16),
+                    naive_experts(x, kIds, w, gu16.to(DType::F32), dn16.to(DType::F32)), 5e-2, 2e-2));
+}
+
+TEST(MoeExperts, GradientsMatchCentralDifferences) {
+  Tensor ids = Tensor::from_ints(kIds, {5, 2});
+  TP_EXPECT_GRADCHECK(
+      [&](const std::vector<Tensor>& in) { return ops::moe_experts(in[0], ids, in[1], in[2], in[3]); },
+      {param({5, 6}, 11), param({5, 2}, 12), param({4, 8, 6}, 13, 0.5f), param({4, 6, 4}, 14, 0.5f)});
+}
+
+TEST(MoeExperts, BadIdsAndShapesAreErrors) {
+  Tensor x = Tensor::randn({2, 6}, 1), w = Tensor::rand({2, 1}, 2), gu = Tensor::randn({4, 8, 6}, 3),
+         dn = Tensor::randn({4, 6, 4}, 4);
+  expect_error([&] { ops::moe_experts(x, Tensor::from_ints({0, 5}, {2, 1}), w, gu, dn); },
+               {"expert id 5 (token 1, slot 0) is outside [0, 4]"});
+  expect_error([&] { ops::moe_experts(x, Tensor::from_ints({0, 1}, {2, 1}), w, gu, Tensor::randn({4, 6, 3}, 5)); },
+               {"down_proj must be [4, 6, 4]"});
+}
+
+TEST(SoftmaxTopK, PicksTheLargestProbabilitiesAndRenormalises) {
+  Tensor logits = Tensor::from_vector({0.1f, 2.f, -1.f, 1.f, /**/ 3.f, 0.f, 0.5f, 2.5f}, {2, 4});
+  for (bool renorm : {false, true}) {
+    ops::TopK t = ops::softmax_top_k(logits, 2, renorm);
+    EXPECT_EQ(t.ids.to_int_vector(), (std::vector<int64_t>{1, 3, 0, 3}));
+    std::vector<double> want;
+    for (int64_t n = 0; n < 2; ++n) {
+      double z = 0;
+      for (int64_t e = 0; e < 4; ++e) z += std::exp(logits.at(n * 4 + e));
+      const double a = std::exp(logits.at(n * 4 + (n == 0 ? 1 : 0))) / z, b = std::exp(logits.at(n * 4 + 3)) / z;
+      want.push_back(renorm ? a / (a + b) : a);
+      want.push_back(renorm ? b / (a + b) : b);
+    }
+    EXPECT_TRUE(close(t.weights, want, 1e-6)) << "renormalize " << renorm;
+  }
+  expect_error([&] { ops::softmax_top_k(logits, 5, true); }, {"top_k 5 must be in [1, 4]"});
+}
+
+TEST(SoftmaxTopK, GradientsMatchCentralDifferences) {
+  for (bool renorm : {false, true})
+    TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::softmax_top_k(in[0], 3, renorm).weights; },
+                        {param({4, 6}, 21)});
+}
+
+TEST(RowsGatherAndCombine, GradientsMatchCentralDifferences) {
+  const std::vector<int64_t> rows = {2, 0, 2, 1};
+  TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::gather_rows(in[0], rows); },
+                      {param({3, 5}, 31)});
+  TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::combine_rows(in[0], rows, in[1], 3); },
+                      {param({4, 5}, 32), param({4}, 33)});
+  Tensor y = Tensor::from_vector({1, 2, 3, 4}, {2, 2});
+  EXPECT_TRUE(close(ops::combine_rows(y, {1, 1}, Tensor::from_vector({2, 0.5}, {2}), 2), {0, 0, 3.5, 6}, 0));
+}
+
+}  // namespace
+}  // namespace tp::test
