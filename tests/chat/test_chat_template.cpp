@@ -178,6 +178,8 @@ TEST(ChatTemplate, ErrorsNameTemplateLineColumnAndWhat) {
   expect_error("{{ 1 }", "the template ends inside a tag");
   expect_error("{% set x.y = 1 %}", "can only assign attributes of a namespace()");
   expect_error("{{ 'a' | tojson(separators=(',', ':')) }}", "separators argument is not supported");
+  expect_error("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}", "nesting deeper than 256 levels");
+  expect_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "calls nested deeper than 100");
 }
 
 TEST(ChatTemplate, ApplyPassesMessagesAndGenerationPrompt) {

@@ -198,6 +198,12 @@ class Interpreter {
   void define_macro(const Node& n, Scope& scope) {
     const Node* node = &n;
     scope.set(n.name, Value::function([this, node](const Args& a, Scope& caller) {
+      if (macro_depth_ >= kMaxMacroDepth) builtin_error("macro '{}': calls nested deeper than {}", node->name, kMaxMacroDepth);
+      ++macro_depth_;
+      struct Leave {
+        int& depth;
+        ~Leave() { --depth; }
+      } leave{macro_depth_};
       Scope local(&caller);
       const auto& params = node->kids;
       if (a.positional.size() > params.size())
@@ -433,6 +439,8 @@ class Interpreter {
     fail_at(ref_, n.offset, "operator '{}' is not supported between numbers", op);
   }
 
+  static constexpr int kMaxMacroDepth = 100;  // a recursive macro must not overflow the stack
+  int macro_depth_ = 0;
   SourceRef ref_;
 };
 

@@ -126,6 +126,7 @@ class Parser {
   }
 
   NodePtr statement() {
+    DepthGuard guard(*this);
     const size_t open = tokens_[i_++].offset;
     if (!is(T::Identifier)) fail_here("expected a tag name after '{{%', got {}", here_text());
     const std::string name = tokens_[i_++].value;
@@ -232,7 +233,19 @@ class Parser {
     return tuple;
   }
 
+  // Bounds the recursion of nested expressions and blocks (a crafted template
+  // must not overflow the stack).
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxDepth) p.fail_here("nesting deeper than {} levels is not supported", kMaxDepth);
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+  static constexpr int kMaxDepth = 256;
+
   NodePtr expression() {
+    DepthGuard guard(*this);
     NodePtr a = or_expression();
     if (!is_name("if")) return a;
     const size_t at = tokens_[i_++].offset;
@@ -277,6 +290,7 @@ class Parser {
   }
   NodePtr not_expression() {
     if (!is_name("not")) return comparison();
+    DepthGuard guard(*this);
     NodePtr n = make(K::Unary, tokens_[i_++].offset);
     n->name = "not";
     n->kids.push_back(not_expression());
@@ -354,6 +368,7 @@ class Parser {
     return operand;
   }
   NodePtr unary() {
+    DepthGuard guard(*this);  // - - - x and not not x recurse here
     if (is(T::Additive) && (tokens_[i_].value == "-" || tokens_[i_].value == "+")) {
       NodePtr n = make(K::Unary, tokens_[i_].offset);
       n->name = tokens_[i_++].value;
@@ -516,6 +531,7 @@ class Parser {
   SourceRef ref_;
   std::vector<Token> tokens_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
