@@ -180,6 +180,11 @@ TEST(ChatTemplate, ErrorsNameTemplateLineColumnAndWhat) {
   expect_error("{{ 'a' | tojson(separators=(',', ':')) }}", "separators argument is not supported");
   expect_error("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}", "nesting deeper than 256 levels");
   expect_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "calls nested deeper than 100");
+  expect_error("{% for i in range(10000000) %}{% endfor %}", "range() of 10000000 items is not supported");
+  expect_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+               "the template's text grows past 64 MiB");
+  expect_error("{% for i in range(3000) %}{% for j in range(3000) %}{% endfor %}{% endfor %}",
+               "the template runs more than 4000000 steps");
 }
 
 TEST(ChatTemplate, ApplyPassesMessagesAndGenerationPrompt) {

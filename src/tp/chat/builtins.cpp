@@ -237,7 +237,7 @@ Value to_int(const Value& operand, const Value* fallback) {
     return fallback ? *fallback : Value(int64_t{0});
   }
   if (operand.kind() == Value::Kind::Int) return operand;
-  if (operand.kind() == Value::Kind::Float) return Value(static_cast<int64_t>(std::floor(operand.as_number())));
+  if (operand.kind() == Value::Kind::Float) return integral_value(std::floor(operand.as_number()));
   if (operand.kind() == Value::Kind::Bool) return Value(int64_t{operand.as_bool() ? 1 : 0});
   builtin_error("int: cannot convert a {}", operand.type_name());
 }
@@ -263,7 +263,9 @@ Value indent(const std::string& s, const Args& args) {
   const Value* width = args.get(0, "width");
   const Value* first = args.get(1, "first");
   const Value* blank = args.get(2, "blank");
-  const std::string pad(width && width->kind() == Value::Kind::Int ? static_cast<size_t>(width->as_int()) : 4, ' ');
+  const int64_t w = width && width->kind() == Value::Kind::Int ? width->as_int() : 4;
+  if (w < 0 || w > 1000) builtin_error("indent: width {} is not supported (0 to 1000)", w);
+  const std::string pad(static_cast<size_t>(w), ' ');
   std::string out;
   size_t start = 0;
   for (size_t line = 0;; ++line) {
@@ -383,7 +385,7 @@ Value apply_filter(const std::string& name, const Value& x, const Args& args) {
     builtin_error("float: cannot convert a {}", x.type_name());
   }
   if (name == "abs" && x.is_number())
-    return x.kind() == K::Int ? Value(x.as_int() < 0 ? -x.as_int() : x.as_int()) : Value(std::fabs(x.as_number()));
+    return x.kind() == K::Int ? integral_value(std::fabs(x.as_number())) : Value(std::fabs(x.as_number()));
   if (x.is_list()) {
     const List& items = x.items();
     if (name == "list") return x;

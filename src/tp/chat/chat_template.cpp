@@ -96,7 +96,13 @@ ChatTemplate ChatTemplate::from_string(std::string source, std::string name, nlo
   t->source = std::move(source);
   t->name = std::move(name);
   t->context = context.is_null() ? nlohmann::json::object() : std::move(context);
-  t->program = parse_template(t->source, t->name);
+  try {
+    t->program = parse_template(t->source, t->name);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // e.g. bad_alloc: still an error that names the template
+    fail("chat template '{}': {}", t->name, e.what());
+  }
   return ChatTemplate(std::move(t));
 }
 
@@ -117,7 +123,13 @@ std::string ChatTemplate::apply(const nlohmann::json& messages, bool add_generat
   globals.set("add_generation_prompt", Value(add_generation_prompt));
   if (extra.is_object())
     for (const auto& [k, v] : extra.items()) globals.set(k, Value::from_json(v));
-  return render(t_->program, globals, t_->source, t_->name);
+  try {
+    return render(t_->program, globals, t_->source, t_->name);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // e.g. bad_alloc of a runaway string: still an error naming the template
+    fail("chat template '{}': {}", t_->name, e.what());
+  }
 }
 
 const std::string& ChatTemplate::name() const { return t_->name; }

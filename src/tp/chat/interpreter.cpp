@@ -1,5 +1,6 @@
 #include "tp/chat/interpreter.h"
 
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <optional>
@@ -29,6 +30,8 @@ struct RaisedException : std::runtime_error {
 struct BreakSignal {};
 struct ContinueSignal {};
 
+constexpr double kMaxRange = 1e6;
+
 Value range(const Args& a, Scope&) {
   auto integer = [&](size_t i) {
     if (a.positional[i].kind() != Value::Kind::Int) builtin_error("range() takes integers, got {}", a.positional[i].type_name());
@@ -42,6 +45,8 @@ Value range(const Args& a, Scope&) {
   }
   if (a.positional.size() == 3) step = integer(2);
   if (step == 0) builtin_error("range() step must not be zero");
+  const double count = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step));
+  if (count > kMaxRange) builtin_error("range() of {} items is not supported (at most {})", count, kMaxRange);
   List out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
   return Value::list(std::move(out));
@@ -106,11 +111,19 @@ class Interpreter {
 
   std::string block(const Block& nodes, Scope& scope) {
     std::string out;
-    for (const NodePtr& n : nodes) statement(*n, scope, out);
+    for (const NodePtr& n : nodes) {
+      statement(*n, scope, out);
+      check_size(*n, out);
+    }
     return out;
   }
 
  private:
+  // A runaway template (s = s ~ s in a loop) is an error, not an out-of-memory.
+  void check_size(const Node& n, const std::string& text) {
+    if (text.size() > kMaxText) fail_at(ref_, n.offset, "the template's text grows past {} MiB", kMaxText >> 20);
+  }
+
   void statement(const Node& n, Scope& scope, std::string& out) {
     switch (n.kind) {
       case K::Text: out += n.literal.as_string(); return;
@@ -160,6 +173,7 @@ class Interpreter {
     bool iterated = false;
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      if (++steps_ > kMaxSteps) fail_at(ref_, n.offset, "the template runs more than {} steps", kMaxSteps);
       scope.set("loop", Value::dict({{"index", Value(i + 1)},
                                      {"index0", Value(i)},
                                      {"revindex", Value(len - i)},
@@ -251,6 +265,7 @@ class Interpreter {
   }
 
   Value eval(const Node& n, Scope& scope) {
+    if (++steps_ > kMaxSteps) fail_at(ref_, n.offset, "the template runs more than {} steps", kMaxSteps);
     switch (n.kind) {
       case K::Literal: return n.literal;
       case K::Identifier: {
@@ -274,8 +289,11 @@ class Interpreter {
       }
       case K::Attribute: {
         const Value object = eval(*n.kids[0], scope);
-        if (object.is_list() && !n.name.empty() && std::isdigit(static_cast<unsigned char>(n.name[0])))
-          return index(n, object, Value(static_cast<int64_t>(std::stoll(n.name))));
+        if (object.is_list() && !n.name.empty() && std::isdigit(static_cast<unsigned char>(n.name[0]))) {
+          int64_t i = 0;
+          const auto r = std::from_chars(n.name.data(), n.name.data() + n.name.size(), i);
+          return r.ec == std::errc() ? index(n, object, Value(i)) : Value();
+        }
         return get_attribute(object, n.name);
       }
       case K::Subscript: return index(n, eval(*n.kids[0], scope), eval(*n.kids[1], scope));
@@ -369,8 +387,10 @@ class Interpreter {
     if (n.name == "not") return Value(!v.truthy());
     if (v.kind() == Value::Kind::Float) return Value(n.name == "-" ? -v.as_number() : v.as_number());
     if (v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool) {
-      const auto i = static_cast<int64_t>(v.as_number());
-      return Value(n.name == "-" ? -i : i);
+      const int64_t i = v.kind() == Value::Kind::Int ? v.as_int() : (v.as_bool() ? 1 : 0);
+      int64_t negated = 0;
+      if (n.name == "+") return Value(i);
+      return __builtin_sub_overflow(int64_t{0}, i, &negated) ? Value(-v.as_number()) : Value(negated);
     }
     fail_at(ref_, n.offset, "unary '{}' needs a number, got {}", n.name, v.type_name());
   }
@@ -390,7 +410,11 @@ class Interpreter {
     }
     if (a.is_none() || b.is_none())
       fail_at(ref_, n.offset, "'{}' on none (left: {}, right: {})", op, a.type_name(), b.type_name());
-    if (op == "~") return at(n, [&] { return Value(concat_text(a) + concat_text(b)); });
+    if (op == "~" || ((a.is_string() || b.is_string()) && op == "+")) {
+      Value joined = at(n, [&] { return Value(concat_text(a) + concat_text(b)); });
+      check_size(n, joined.as_string());
+      return joined;
+    }
     if (a.is_number() && b.is_number()) return arithmetic(n, a, b);
     if (op == "**" && (a.is_number() || a.kind() == Value::Kind::Bool) && (b.is_number() || b.kind() == Value::Kind::Bool))
       return arithmetic(n, Value(a.as_number()), Value(b.as_number()));
@@ -404,7 +428,6 @@ class Interpreter {
       for (const Value& x : b.items()) found = found || strictly_equal(x, a);
       return Value(found == (op == "in"));
     }
-    if ((a.is_string() || b.is_string()) && op == "+") return at(n, [&] { return Value(concat_text(a) + concat_text(b)); });
     if (a.is_string() && b.is_string() && membership)
       return Value((b.as_string().find(a.as_string()) != std::string::npos) == (op == "in"));
     if (a.is_string() && b.kind() == Value::Kind::Dict && membership) return Value((b.find(a.as_string()) != nullptr) == (op == "in"));
@@ -422,13 +445,14 @@ class Interpreter {
     if (op == "/") return Value(x / y);
     if (ints) {
       const int64_t i = a.as_int(), j = b.as_int();
-      if (op == "+") return Value(i + j);
-      if (op == "-") return Value(i - j);
-      if (op == "*") return Value(i * j);
+      int64_t r = 0;  // on overflow the double below, as JS numbers go
+      if (op == "+" && !__builtin_add_overflow(i, j, &r)) return Value(r);
+      if (op == "-" && !__builtin_sub_overflow(i, j, &r)) return Value(r);
+      if (op == "*" && !__builtin_mul_overflow(i, j, &r)) return Value(r);
       if ((op == "//" || op == "%") && j == 0) fail_at(ref_, n.offset, "integer division by zero");
-      if (op == "//") return Value(static_cast<int64_t>(std::floor(x / y)));
-      if (op == "%") return Value(i % j);  // the sign of the dividend, as in JS
-      if (op == "**" && j >= 0) return Value(static_cast<int64_t>(std::pow(x, y)));
+      if (op == "//") return integral_value(std::floor(x / y));
+      if (op == "%") return Value(j == -1 ? int64_t{0} : i % j);  // the sign of the dividend, as in JS
+      if (op == "**" && j >= 0) return integral_value(std::pow(x, y));
     }
     if (op == "+") return Value(x + y);
     if (op == "-") return Value(x - y);
@@ -439,6 +463,9 @@ class Interpreter {
     fail_at(ref_, n.offset, "operator '{}' is not supported between numbers", op);
   }
 
+  static constexpr size_t kMaxText = size_t{64} << 20;
+  static constexpr int64_t kMaxSteps = 4'000'000;  // a runaway loop is an error, not a hang
+  int64_t steps_ = 0;
   static constexpr int kMaxMacroDepth = 100;  // a recursive macro must not overflow the stack
   int macro_depth_ = 0;
   SourceRef ref_;

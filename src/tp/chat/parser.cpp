@@ -470,7 +470,10 @@ class Parser {
       case T::Number: {
         NodePtr n = make(K::Literal, t.offset);
         if (t.value.find('.') != std::string::npos) {
-          n->literal = Value(std::stod(t.value));
+          double d = 0;
+          const auto r = std::from_chars(t.value.data(), t.value.data() + t.value.size(), d);
+          if (r.ec != std::errc()) fail_at(ref_, t.offset, "number literal {} is out of range", t.value);
+          n->literal = Value(d);
         } else {
           int64_t v = 0;
           const auto r = std::from_chars(t.value.data(), t.value.data() + t.value.size(), v);

@@ -115,6 +115,11 @@ bool Value::truthy() const {
   return false;
 }
 
+Value integral_value(double d) {
+  if (std::isfinite(d) && std::fabs(d) < 9.2e18) return Value(static_cast<int64_t>(d));
+  return Value(d);
+}
+
 std::string format_number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";

@@ -100,6 +100,9 @@ class Value {
 // bytes; lists and dicts only equal themselves.
 bool loosely_equal(const Value& a, const Value& b);
 
+// An integral double as an int when int64 holds it, else as a float (JS numbers have no int type).
+Value integral_value(double d);
+
 // Float formatting of JS's Number#toString (shortest round-trip digits).
 std::string format_number(double v);
 
