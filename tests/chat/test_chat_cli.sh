@@ -55,6 +55,17 @@ print(f"tp chat: 2 turns, the second prompt holds the first answer {first_answer
 PY
 cmp -s "$dir/one.out" "$dir/two.out" || { diff "$dir/one.out" "$dir/two.out"; fail "2 ranks answer differently from 1"; }
 echo "tp chat: 2 ranks give the same answers as 1"
+# --json: a line per turn whose answer is the streamed one.
+printf 'hello there\nsecond question\n' | "$tp" "${chat[@]}" --json >"$dir/one.json" 2>/dev/null
+/usr/bin/python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+turns = [json.loads(l) for l in open(f"{d}/one.json")]
+streamed = open(f"{d}/one.out", encoding="utf-8", errors="replace").read().split("\n")[:2]
+assert len(turns) == 2 and all(len(t["token_ids"]) == 6 and not t["stopped"] for t in turns), turns
+assert [t["answer"] for t in turns] == streamed, (turns, streamed)
+print("tp chat --json: one line per turn, the same answers")
+PY
 
 # rank0_pid NRANKS JOB_PID: the pid of rank 0's tp process (the job itself at 1 rank;
 # under tprun, the process whose environment says OMPI_COMM_WORLD_RANK=0).

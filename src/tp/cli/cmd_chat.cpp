@@ -127,20 +127,28 @@ int run_chat(const ChatFlags& f) {
     StreamingDecoder streamer(tokenizer, /*skip_special_tokens=*/true);
     streamer.prime(turn.ids);
     auto on_token = [&](int64_t, int64_t token) {
-      if (!rank0) return;
+      if (!rank0 || f.model.json) return;
       std::fputs(streamer.push(token).c_str(), stdout);
       std::fflush(stdout);
     };
     generation::GenerateResult result = generation::generate(model, {turn.ids}, options, on_token);
     if (!rank0) continue;
-    std::fputs((streamer.flush() + "\n").c_str(), stdout);
-    std::fflush(stdout);
     if (result.stopped) fmt::print(stderr, "[interrupted]\n");
     std::vector<int64_t> answer = result.tokens[0];
     if (!answer.empty() && std::find(options.eos_token_ids.begin(), options.eos_token_ids.end(), answer.back()) !=
                                options.eos_token_ids.end())
       answer.pop_back();
     history.push_back({"assistant", tokenizer.decode(answer, /*skip_special_tokens=*/true)});
+    if (f.model.json) {  // one line per turn instead of the stream
+      nlohmann::ordered_json j;
+      j["answer"] = history.back().content;
+      j["token_ids"] = result.tokens[0];
+      j["stopped"] = result.stopped;
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    } else {
+      std::fputs((streamer.flush() + "\n").c_str(), stdout);
+      std::fflush(stdout);
+    }
   }
   return 0;
 }
@@ -152,6 +160,7 @@ Registrar reg("chat", "Interactive multi-turn chat with the model's chat templat
   add_adapter_flag(app, f->adapter);
   add_sampling_flags(app, f->sampling);
   app.add_option("--system", f->system, "system message that opens the conversation");
+  // --json (of add_model_flags): a JSON line per turn, {"answer", "token_ids", "stopped"}, instead of the stream.
   app.add_flag("--show-prompt", f->show_prompt, "print each rendered prompt to stderr as a JSON string: [prompt] \"...\"");
   return [f] { return run_chat(*f); };
 });
