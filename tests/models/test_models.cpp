@@ -128,6 +128,21 @@ TEST_P(Equivalence, ARowOfABatchWithIdleRowsHasTheBitsOfItsPromptAlone) {
   EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{0, 0, tb + 4}));
 }
 
+// should_stop is asked on rank 0 only; its answer rides with the tokens, so
+// every rank stops after the same token (tp chat's Ctrl-C).
+TEST_P(Equivalence, ShouldStopOnRankZeroStopsEveryRankTogether) {
+  PretrainedModel many = load(GetParam().model, false);
+  generation::GenerateOptions opt{.max_new_tokens = 10};
+  const auto full = generation::generate(many, kPrompts, opt);
+  int asked = 0;
+  opt.should_stop = [&] { return ++asked == 4 || dist::world().rank() != 0; };  // other ranks' answers are unused
+  const auto stopped = generation::generate(many, kPrompts, opt);
+  EXPECT_TRUE(stopped.stopped);
+  for (size_t b = 0; b < kPrompts.size(); ++b)
+    EXPECT_EQ(stopped.tokens[b], std::vector<int64_t>(full.tokens[b].begin(), full.tokens[b].begin() + 3)) << "row " << b;
+  EXPECT_FALSE(full.stopped);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                          ::testing::Values(ArchCase{"llama", 1e-4}, ArchCase{"mistral", 1e-4},
                                            ArchCase{"qwen3", 1e-4},

@@ -22,11 +22,7 @@ struct GenerateFlags {
   ModelFlags model;
   std::vector<std::string> prompts;
   std::vector<std::string> input_ids;
-  int64_t max_new_tokens = 32;
-  double temperature = 0;
-  int64_t top_k = 0;
-  double top_p = 1.0;
-  uint64_t seed = 0;
+  SamplingFlags sampling;
   bool no_stream = false;
   std::string adapter;
 };
@@ -47,8 +43,8 @@ int run_generate(const GenerateFlags& f) {
 
   PretrainedModel model = load_model(f.model, f.adapter);
   generation::GenerateOptions options;
-  options.max_new_tokens = f.max_new_tokens;
-  options.sampling = {.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = f.seed};
+  options.max_new_tokens = f.sampling.max_new_tokens;
+  options.sampling = sampling_options(f.sampling);
   options.eos_token_ids = generation::default_eos_token_ids(model, tokenizer ? &*tokenizer : nullptr);
 
   const bool rank0 = model.tp_rank() == 0;
@@ -119,11 +115,7 @@ Registrar reg("generate", "Generate text from a prompt (greedy or sampled), stre
   add_adapter_flag(app, f->adapter);
   app.add_option("--prompt", f->prompts, "prompt text (repeat for a batch); needs tokenizer.json in --model");
   app.add_option("--input-ids", f->input_ids, "prompt token ids, e.g. 1,2,3 (repeat for a batch)");
-  app.add_option("--max-new-tokens", f->max_new_tokens, "tokens to generate per prompt")->capture_default_str();
-  app.add_option("--temperature", f->temperature, "0: greedy; > 0: sample")->capture_default_str();
-  app.add_option("--top-k", f->top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
-  app.add_option("--top-p", f->top_p, "sample from the smallest set reaching this probability")->capture_default_str();
-  app.add_option("--seed", f->seed, "sampling seed")->capture_default_str();
+  add_sampling_flags(app, f->sampling);
   app.add_flag("--no-stream", f->no_stream, "print the text at the end instead of streaming it");
   return [f] { return run_generate(*f); };
 });

@@ -50,7 +50,7 @@ const char* torch_dtype_name(DType d) {
 void copy_tokenizer(const fs::path& tokenizer, const fs::path& out) {
   TP_CHECK(fs::is_regular_file(tokenizer), "--tokenizer {}: no such file", tokenizer.string());
   fs::copy_file(tokenizer, out / "tokenizer.json", fs::copy_options::overwrite_existing);
-  for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"}) {
+  for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
     fs::path p = tokenizer.parent_path() / extra;
     if (fs::is_regular_file(p)) fs::copy_file(p, out / extra, fs::copy_options::overwrite_existing);
   }

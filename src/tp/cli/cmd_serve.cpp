@@ -12,17 +12,12 @@
 #include <optional>
 
 #include "tp/cli/command.h"
+#include "tp/chat/chat_template.h"
 #include "tp/cli/common.h"
 #include "tp/dist/process_group.h"
 #include "tp/serving/engine.h"
 #include "tp/serving/http_server.h"
 #include "tp/tokenizer/tokenizer.h"
-// Chat templates come from tp/chat (branch `chat`); until it is merged the
-// server answers /v1/chat/completions with 400 (no template).
-#if __has_include("tp/chat/chat_template.h")
-#include "tp/chat/chat_template.h"
-#define TP_SERVE_HAS_CHAT_TEMPLATES 1
-#endif
 
 namespace tp::cli {
 namespace {
@@ -46,18 +41,14 @@ struct ServeFlags {
 // The model's chat template as the server's renderer; none when the model has
 // no template (the chat endpoint then answers 400).
 serving::ChatRenderer chat_renderer(const std::filesystem::path& dir, bool verbose) {
-#ifdef TP_SERVE_HAS_CHAT_TEMPLATES
   try {
     auto tmpl = std::make_shared<const chat::ChatTemplate>(chat::ChatTemplate::from_model_dir(dir));
-    return [tmpl](const std::vector<serving::ChatMessage>& messages) {
-      std::vector<chat::Message> m;
-      for (const serving::ChatMessage& x : messages) m.push_back({x.role, x.content});
-      return tmpl->apply(m, /*add_generation_prompt=*/true);
+    return [tmpl](const std::vector<chat::Message>& messages) {
+      return tmpl->apply(messages, /*add_generation_prompt=*/true);
     };
   } catch (const Error& e) {
     if (verbose) fmt::print(stderr, "tp serve: no chat template ({}): /v1/chat/completions answers 400\n", e.what());
   }
-#endif
   return {};
 }
 

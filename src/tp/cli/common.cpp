@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "tp/training/adapter_files.h"
@@ -56,6 +57,18 @@ PretrainedModel load_model(const ModelFlags& flags, const std::string& adapter) 
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(flags.model, load_options(flags));
   if (!adapter.empty()) training::load_adapter(model, adapter);  // the adapters live in the model's modules
   return model;
+}
+
+void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
+  app.add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
+  app.add_option("--temperature", f.temperature, "0: greedy; > 0: sample")->capture_default_str();
+  app.add_option("--top-k", f.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--top-p", f.top_p, "sample from the smallest set reaching this probability")->capture_default_str();
+  app.add_option("--seed", f.seed, "sampling seed")->capture_default_str();
+}
+
+generation::SamplingOptions sampling_options(const SamplingFlags& f) {
+  return {.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = f.seed};
 }
 
 std::vector<int64_t> parse_id_list(const std::string& text, const char* flag) {

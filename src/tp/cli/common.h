@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "tp/generation/sampling.h"
 #include "tp/models/auto.h"
+#include "tp/tokenizer/tokenizer.h"
 
 namespace tp::cli {
 
@@ -32,6 +34,17 @@ LoadOptions load_options(const ModelFlags& flags);
 void add_adapter_flag(CLI::App& app, std::string& adapter);
 // from_pretrained with the flags, and the adapter when one is given.
 PretrainedModel load_model(const ModelFlags& flags, const std::string& adapter = "");
+
+// --max-new-tokens, --temperature, --top-k, --top-p, --seed (tp generate, tp chat).
+struct SamplingFlags {
+  int64_t max_new_tokens = 32;
+  double temperature = 0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+};
+void add_sampling_flags(CLI::App& app, SamplingFlags& flags);
+generation::SamplingOptions sampling_options(const SamplingFlags& flags);
 
 // "1,2,3" -> {1, 2, 3}; errors (UsageError) name the bad item.
 std::vector<int64_t> parse_id_list(const std::string& text, const char* flag);

@@ -14,17 +14,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Rank 0 picks one token per row from logits [B, V]; every rank receives them.
-std::vector<int64_t> pick_tokens(const Tensor& logits, const SamplingOptions& options, int64_t step,
-                                 dist::ProcessGroup& group) {
+// Rank 0 picks one token per row from logits [B, V] and asks should_stop;
+// every rank receives both (the flag rides as element B of the broadcast).
+std::vector<int64_t> pick_tokens(const Tensor& logits, const GenerateOptions& options, int64_t step,
+                                 dist::ProcessGroup& group, bool& stop) {
   const int64_t B = logits.size(0), V = logits.size(1);
-  Tensor chosen = Tensor::zeros({B}, DType::I64);
+  Tensor chosen = Tensor::zeros({B + 1}, DType::I64);
   if (group.rank() == 0) {
     const float* l = logits.data<float>();
-    for (int64_t b = 0; b < B; ++b) chosen.data<int64_t>()[b] = select_token(l + b * V, V, options, b, step);
+    for (int64_t b = 0; b < B; ++b) chosen.data<int64_t>()[b] = select_token(l + b * V, V, options.sampling, b, step);
+    chosen.data<int64_t>()[B] = options.should_stop && options.should_stop() ? 1 : 0;
   }
   group.broadcast(chosen, 0);
-  return chosen.to_int_vector();
+  std::vector<int64_t> tokens = chosen.to_int_vector();
+  stop = tokens.back() != 0;
+  tokens.pop_back();
+  return tokens;
 }
 
 }  // namespace
@@ -65,11 +70,11 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   }
   auto t0 = std::chrono::steady_clock::now();
   Tensor logits = lm.forward_ids(Tensor::from_ints(ids, {B, T}), &state, last, lengths);
-  std::vector<int64_t> next = pick_tokens(logits, options.sampling, 0, group);
+  std::vector<int64_t> next = pick_tokens(logits, options, 0, group, result.stopped);
   result.prefill_seconds = seconds_since(t0);
   result.prefill_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
 
-  std::vector<bool> done(static_cast<size_t>(B), false);
+  std::vector<bool> done(static_cast<size_t>(B), result.stopped);
   auto take = [&](const std::vector<int64_t>& tokens) {
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;
@@ -80,13 +85,14 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
       if (eos || static_cast<int64_t>(result.tokens[b].size()) >= options.max_new_tokens) done[b] = true;
     }
   };
-  take(next);
+  if (!result.stopped) take(next);
 
   auto t1 = std::chrono::steady_clock::now();
   std::vector<int64_t> zeros(static_cast<size_t>(B), 0);
   for (int64_t step = 1; std::find(done.begin(), done.end(), false) != done.end(); ++step) {
     logits = lm.forward_ids(Tensor::from_ints(next, {B, 1}), &state, zeros);
-    next = pick_tokens(logits, options.sampling, step, group);
+    next = pick_tokens(logits, options, step, group, result.stopped);
+    if (result.stopped) break;
     result.decode_tokens += std::count(done.begin(), done.end(), false);
     take(next);
   }
@@ -96,7 +102,9 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
 
 std::vector<int64_t> default_eos_token_ids(const PretrainedModel& model, const Tokenizer* tokenizer) {
   std::vector<int64_t> ids = tokenizer ? tokenizer->eos_token_ids() : std::vector<int64_t>{};
-  return ids.empty() ? model.config().eos_token_ids : ids;
+  for (int64_t id : model.config().eos_token_ids)
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
 }
 
 }  // namespace tp::generation

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tp/chat/chat_template.h"
 #include "tp/tensor/error.h"
 
 namespace tp::serving {
@@ -31,9 +32,8 @@ class ApiError : public Error {
   std::string type, param, code;
 };
 
-struct ChatMessage {
-  std::string role, content;
-};
+// A chat turn as the chat template takes it.
+using ChatMessage = chat::Message;
 
 enum class Endpoint { Completions, ChatCompletions };
 
