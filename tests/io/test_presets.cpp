@@ -86,7 +86,7 @@ TEST(Presets, ErrorsListTheValidNames) {
     make_preset_config("gpt2", "tiny");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: llama, mistral, qwen3"),
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, llama, mistral, qwen3"),
               std::string::npos);
   }
   try {

@@ -4,6 +4,7 @@
 
 #include "tp/parallel/colwise.h"
 #include "tp/parallel/embedding.h"
+#include "tp/parallel/mla.h"
 #include "tp/parallel/replicated.h"
 #include "tp/parallel/rowwise.h"
 #include "tp/parallel/sequence.h"
@@ -36,6 +37,7 @@ StyleRegistry shipped_styles() {
       {"replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllreduce>()},
       {"all_reduce", std::make_shared<AllReduceOutput>()},
       {"local_params", std::make_shared<LocalParams>()},
+      {"mla_kv_a_proj", std::make_shared<MlaKvAProjParallel>()},
   };
 }
 
