@@ -2,7 +2,8 @@
 # Writes the tiny random-weight checkpoints the model tests load (CTest fixture).
 # The tiny presets split over 1-4 ranks; on top of them: llama with llama3 rope
 # scaling over a short original context (all three frequency bands occur),
-# Mistral with a single KV head (replicated on every rank), and qwen3-kv2 with 2
+# Mistral with a single KV head (replicated on every rank) and a sliding window
+# of 4 (the test prompts and generations run past it), qwen3-kv2 with 2
 # KV heads (replicated at tp 4; tp 3 cannot split them). A larger init std than
 # Transformers' 0.02 keeps greedy choices far from ties.
 set -euo pipefail
@@ -15,7 +16,8 @@ llama3_rope='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hig
 "$tp" make-model --arch llama --preset tiny "${std[@]}" --set "rope_scaling=$llama3_rope" --out "$out/llama"
 "$tp" make-model --arch llama --preset tiny "${std[@]}" --set "rope_scaling=$llama3_rope" --dtype bf16 \
   --out "$out/llama-bf16"
-"$tp" make-model --arch mistral --preset tiny "${std[@]}" --set num_key_value_heads=1 --out "$out/mistral"
+"$tp" make-model --arch mistral --preset tiny "${std[@]}" --set num_key_value_heads=1 --set sliding_window=4 \
+  --out "$out/mistral"
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" --out "$out/qwen3"
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" --set num_key_value_heads=2 --out "$out/qwen3-kv2"
 # MoE: 8 experts (ep 1, 2, 4), top-2, routed unevenly (skew_router.py): in every MoE
@@ -27,6 +29,9 @@ skew=(/usr/bin/python3 "$(dirname "$0")/skew_router.py")
 "$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" --set num_hidden_layers=3 --set 'mlp_only_layers=[1]' \
   --out "$out/qwen3_moe"
 "${skew[@]}" "$out/qwen3_moe" "model.layers.{}.mlp.gate.weight" 5 6,7
+# DeepSeek-V2's MLA with and without the query LoRA (dense-MLP layers).
+"$tp" make-model --arch deepseek_v2 --preset tiny "${std[@]}" --out "$out/deepseek_v2"
+"$tp" make-model --arch deepseek_v2 --preset tiny-q-lora "${std[@]}" --out "$out/deepseek_v2-q-lora"
 # Small models for the training oracle (tests/reference/reference_training.py); mistral-train
 # takes another seed, or its weights (and so its golden) would be llama-train's.
 train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_attention_heads=4

@@ -35,4 +35,6 @@ TEST_P(Reference, Tp1MatchesPyTorch) {
   EXPECT_LE(diff, 1e-4 * scale) << GetParam() << ": max |tp - torch| " << diff << " (max |logit| " << scale << ")";
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, Reference, ::testing::Values("llama", "mistral", "qwen3", "mixtral", "qwen3_moe"));
+INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
+                         ::testing::Values("llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2",
+                                           "deepseek_v2-q-lora"));

@@ -169,3 +169,42 @@ TEST(Rope, EmptyBatchAndSingleToken) {
   Tensor x = Tensor::randn({1, 1, 2, 4}, 1);
   EXPECT_TRUE(equal(ops::apply_rope(x, Tensor::zeros({1, 1}, DType::I64), inv), x));
 }
+
+TEST(Rope, InterleavedRotatesAdjacentPairsAsComplexNumbers) {
+  // DeepSeek-V2: (x[2i] + i x[2i+1]) * a e^{i pos inv_freq[i]}, output interleaved.
+  Tensor x = Tensor::randn({2, 3, 2, 6}, 1), pos = Tensor::from_ints({0, 1, 5, 2, 7, 9}, {2, 3});
+  const std::vector<float> inv = ops::rope_inv_freq(4, 100.0);  // 4 of 6 dims rotate
+  const float amp = 1.25f;
+  Tensor y = ops::apply_rope(x, pos, inv, {.layout = ops::RopeLayout::Interleaved, .attention_factor = amp});
+  std::vector<float> xv = x.to_vector(), yv = y.to_vector();
+  std::vector<int64_t> p = pos.to_int_vector();
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t o = (r * 2 + h) * 6;
+      for (int64_t i = 0; i < 2; ++i) {
+        const double a = static_cast<double>(static_cast<float>(p[r]) * inv[i]);
+        const double re = xv[o + 2 * i], im = xv[o + 2 * i + 1];
+        EXPECT_NEAR(yv[o + 2 * i], amp * (re * std::cos(a) - im * std::sin(a)), 1e-5);
+        EXPECT_NEAR(yv[o + 2 * i + 1], amp * (im * std::cos(a) + re * std::sin(a)), 1e-5);
+      }
+      EXPECT_EQ(yv[o + 4], xv[o + 4]);
+      EXPECT_EQ(yv[o + 5], xv[o + 5]);
+    }
+  auto fn = [pos, inv](const std::vector<Tensor>& in) {
+    return ops::apply_rope(in[0], pos, inv, {.layout = ops::RopeLayout::Interleaved, .attention_factor = 0.8f});
+  };
+  TP_EXPECT_GRADCHECK(fn, {param({2, 3, 2, 6}, 2)});
+}
+
+TEST(Rope, YarnBlendsInterpolatedAndExtrapolatedFrequencies) {
+  // dim 8, theta 1e4, original context 64: correction range [0, 2) (truncated).
+  ops::YarnRope y = ops::rope_yarn(8, 10000.0, {.factor = 4, .original_max_position_embeddings = 64});
+  const std::vector<float> base = ops::rope_inv_freq(8, 10000.0);
+  EXPECT_FLOAT_EQ(y.inv_freq[0], base[0]);
+  EXPECT_FLOAT_EQ(y.inv_freq[2], base[2] / 4);
+  EXPECT_NEAR(y.attention_factor, 0.1 * std::log(4.0) + 1, 1e-12);  // no mscale keys: yarn_mscale(factor)
+  EXPECT_NEAR(ops::rope_yarn(8, 1e4, {.factor = 4, .original_max_position_embeddings = 64, .attention_factor = 2})
+                  .attention_factor, 2.0, 0);
+  expect_error([] { ops::rope_yarn(8, 1e4, {.factor = 4, .original_max_position_embeddings = 0}); },
+               {"invalid yarn rope_scaling", "original_max_position_embeddings 0"});
+}

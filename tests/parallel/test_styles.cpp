@@ -10,6 +10,7 @@
 #include "tp/dist/process_group.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/activation.h"
+#include "tp/ops/attention.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/shape.h"
 #include "tp/parallel/apply.h"
@@ -262,6 +263,45 @@ TEST(Styles, ReplicatedWithGradAllreduce) {
   expect_close(y_par, rank_piece(y_ref, 2), kTol, "output");
   expect_close(x_par.grad(), rank_piece(x_ref.grad(), 2), kTol, "input grad");
   expect_close(par.weight.data.grad(), ref.weight.data.grad(), kTol, "weight grad (all-reduced over ranks)");
+}
+
+namespace {
+
+// GPT-OSS-style attention core: per-head sinks [heads] of its own, a sliding window.
+class SinkAttention : public nn::Module {
+ public:
+  SinkAttention(const std::string& name, int64_t heads) : nn::Module(name), sinks(add_parameter("sinks", {heads})) {}
+  nn::Parameter& sinks;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& in) override {  // q, k, v [B, T, heads, D], this rank's heads
+    return ops::attention(in[0], in[1], in[2], {.sliding_window = 3, .sinks = sinks.data});
+  }
+};
+
+}  // namespace
+
+TEST(Styles, LocalParamsWithColwiseSinksRunsThisRanksHeads) {
+  // The sinks follow their own plan entry (colwise: Shard(0) of a 1-D parameter,
+  // whole heads per rank); the module runs on local tensors, no communication.
+  SinkAttention ref("attn", 12), par("attn", 12);
+  init_params(ref, 61);
+  std::vector<parallel::ParamRef> refs{{"attn.sinks", "attn", {12}}};
+  parallel::ResolvedPlan plan =
+      parallel::resolve_plan({{"attn", "local_params"}, {"attn.sinks", "colwise"}}, {}, refs, {"attn"});
+  EXPECT_EQ(plan.param_style.at("attn.sinks"), "colwise");
+  parallel::apply_plan(par, plan, tp_rank(), &mesh(), {});
+  par.sinks.data = take_shard(ref.sinks.data, par.sinks.shard);
+  par.sinks.data.set_requires_grad(true);
+  EXPECT_EQ(par.sinks.data.size(0), 12 / dist::world_size());
+  Tensor q = Tensor::randn({2, 6, 12, 4}, 62), k = Tensor::randn({2, 6, 12, 4}, 63), v = Tensor::randn({2, 6, 12, 4}, 64);
+  Tensor y_ref = ref.call({q, k, v});
+  Tensor y_par = par.call({rank_piece(q, 2), rank_piece(k, 2), rank_piece(v, 2)});
+  Tensor r = Tensor::randn(y_ref.shape(), 65);
+  autograd::backward(weighted_loss(y_ref, r));
+  autograd::backward(weighted_loss(y_par, rank_piece(r, 2)));
+  expect_close(y_par, rank_piece(y_ref, 2), kTol, "output");
+  expect_close(par.sinks.data.grad(), rank_piece(ref.sinks.data.grad(), 0), kTol, "sinks grad");
 }
 
 TEST(Styles, LocalParamsRunsOnLocalTensors) {

@@ -1,15 +1,17 @@
 #!/usr/bin/python3
-"""Independent PyTorch forward of the Llama family (Llama, Mistral, Qwen3) and its
-mixture-of-experts members (Mixtral, Qwen3-MoE), read straight from config.json
-and model.safetensors (the Hub's per-expert tensors): the oracle tp = 1 must match.
+"""Independent PyTorch forward of the Llama family (Llama, Mistral, Qwen3), its
+mixture-of-experts members (Mixtral, Qwen3-MoE) and DeepSeek-V2's multi-head
+latent attention (dense-MLP layers), read straight from config.json and
+model.safetensors (the Hub's per-expert tensors): the oracle tp = 1 must match.
 
 Written from the architectures' published math (Transformers' modeling code):
 RMSNorm in float32, rotate-half RoPE (default / linear / llama3 scaling),
-grouped-query attention with 1/sqrt(head_dim), SiLU-gated MLP, Qwen3's per-head
-q_norm/k_norm before RoPE, tied embeddings; MoE: router softmax in float32 over
-all experts, top-k, renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob),
-each expert a SiLU-gated MLP over the tokens routed to it, weighted and summed;
-Qwen3-MoE's dense layers (mlp_only_layers, decoder_sparse_step).
+grouped-query attention with 1/sqrt(head_dim), Mistral's sliding window (query i
+sees keys (i - W, i]), SiLU-gated MLP, Qwen3's per-head q_norm/k_norm before RoPE,
+tied embeddings; MoE: router softmax in float32 over all experts, top-k,
+renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob), each expert a
+SiLU-gated MLP over the tokens routed to it, weighted and summed; Qwen3-MoE's
+dense layers (mlp_only_layers, decoder_sparse_step).
 
   reference_forward.py write MODELS_DIR GOLDEN_DIR   # (re)write the golden logits
   reference_forward.py check MODELS_DIR GOLDEN_DIR   # recompute; exit 1 if they differ
@@ -22,7 +24,7 @@ import sys
 
 import torch
 
-MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe"]
+MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v2-q-lora"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32}
 
@@ -129,36 +131,117 @@ def load_model(model_dir):
     return cfg, w
 
 
+def llama_attention(cfg, w, p, h, mask):
+    """Grouped-query attention with rotate-half RoPE (Llama, Mistral, Qwen3)."""
+    B, T, _ = h.shape
+    H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    D = cfg.get("head_dim") or H // nh
+    ang = torch.outer(torch.arange(T).float(), inv_freq(cfg, D))
+    emb = torch.cat((ang, ang), dim=-1)
+    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+    q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, nh, D)
+    k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, nkv, D)
+    v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, nkv, D)
+    if cfg["model_type"] in ("qwen3", "qwen3_moe"):
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg["rms_norm_eps"])
+        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg["rms_norm_eps"])
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k = k.repeat_interleave(nh // nkv, dim=2)
+    v = v.repeat_interleave(nh // nkv, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D) + mask
+    att = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * D)
+    return att @ w[p + "self_attn.o_proj.weight"].T
+
+
+def yarn_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn(cfg, dim):
+    """Yarn's frequencies and attention factor (Transformers' rope utils, as published)."""
+    s, base = cfg["rope_scaling"], cfg.get("rope_theta", 10000.0)
+    orig = s.get("original_max_position_embeddings")
+    # With original_max_position_embeddings given, the factor is max_position_embeddings / it.
+    factor = cfg["max_position_embeddings"] / orig if orig else s["factor"]
+    orig = orig or cfg["max_position_embeddings"]
+    att = s.get("attention_factor")
+    if att is None:
+        if s.get("mscale") and s.get("mscale_all_dim"):
+            att = yarn_mscale(factor, s["mscale"]) / yarn_mscale(factor, s["mscale_all_dim"])
+        else:
+            att = yarn_mscale(factor)
+
+    def correction_dim(rotations):
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(s.get("beta_fast") or 32), correction_dim(s.get("beta_slow") or 1)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    keep = 1 - ((torch.arange(dim // 2).float() - low) / (high - low)).clamp(0, 1)
+    return (1.0 / (factor * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep, att
+
+
+def mla_attention(cfg, w, p, h, mask):
+    """DeepSeek-V2 multi-head latent attention: queries (optionally through the q
+    LoRA), the compressed latent + shared k_pe, kv_b_proj expansion, RoPE on the
+    rope dims only as complex pairs (x[2i], x[2i+1]), yarn's mscale on the softmax."""
+    B, T, _ = h.shape
+    nh, C, N, R, V = (cfg[k] for k in ("num_attention_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                        "v_head_dim"))
+    a = p + "self_attn."
+    if cfg.get("q_lora_rank"):
+        q = rms_norm(h @ w[a + "q_a_proj.weight"].T, w[a + "q_a_layernorm.weight"], 1e-6) @ w[a + "q_b_proj.weight"].T
+    else:
+        q = h @ w[a + "q_proj.weight"].T
+    q_nope, q_pe = q.view(B, T, nh, N + R).split([N, R], dim=-1)
+    latent, k_pe = (h @ w[a + "kv_a_proj_with_mqa.weight"].T).split([C, R], dim=-1)
+    latent = rms_norm(latent, w[a + "kv_a_layernorm.weight"], 1e-6)
+
+    scale = (N + R) ** -0.5
+    rs = cfg.get("rope_scaling")
+    if rs:
+        freqs, att = yarn(cfg, R)
+        if rs.get("mscale_all_dim"):
+            scale *= yarn_mscale(rs["factor"], rs["mscale_all_dim"]) ** 2
+    else:
+        freqs, att = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, R, 2).float() / R)), 1.0
+    ang = torch.outer(torch.arange(T).float(), freqs)
+    cis = (torch.polar(torch.ones_like(ang), ang) * att)[None, :, None, :]
+
+    def rope(x):
+        return torch.view_as_real(torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2)) * cis).flatten(3)
+
+    q_pe, k_pe = rope(q_pe), rope(k_pe.reshape(B, T, 1, R))
+    k_nope, v = (latent @ w[a + "kv_b_proj.weight"].T).view(B, T, nh, N + V).split([N, V], dim=-1)
+    key = torch.cat((k_nope, k_pe.expand(B, T, nh, R)), dim=-1)
+    query = torch.cat((q_nope, q_pe), dim=-1)
+    scores = torch.einsum("bqhd,bkhd->bhqk", query, key) * scale + mask
+    out = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * V)
+    return out @ w[a + "o_proj.weight"].T
+
+
 def forward_batch(cfg, w, ids, expert_loads=None):
     """Logits [B, T, V] of int64 ids [B, T] (causal, positions 0..T-1 in every row). The
     tensors in w may be autograd leaves (the training oracle passes nn.Parameters)."""
-    H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    D = cfg.get("head_dim") or H // nh
     eps = cfg["rms_norm_eps"]
     B, T = ids.shape
-    pos = torch.arange(T).float()
-    ang = torch.outer(pos, inv_freq(cfg, D))
-    emb = torch.cat((ang, ang), dim=-1)
-    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
-    mask = torch.full((T, T), float("-inf")).triu(1)
+    causal = torch.full((T, T), float("-inf")).triu(1)
+    # Sliding window W: query i sees keys j in (i - W, i] (Transformers' sliding-window causal mask).
+    window = cfg.get("sliding_window") if cfg["model_type"] == "mistral" else None
+    layer_types = cfg.get("layer_types") or ["sliding_attention" if window else "full_attention"] * cfg["num_hidden_layers"]
+    windowed = causal.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf")) if window else causal
+    attention = mla_attention if cfg["model_type"] == "deepseek_v2" else llama_attention
 
     x = w["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, nh, D)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, nkv, D)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, nkv, D)
-        if cfg["model_type"] in ("qwen3", "qwen3_moe"):
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(nh // nkv, dim=2)
-        v = v.repeat_interleave(nh // nkv, dim=2)
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D) + mask
-        att = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * D)
-        x = x + att @ w[p + "self_attn.o_proj.weight"].T
+        mask = windowed if layer_types[i] == "sliding_attention" else causal
+        x = x + attention(cfg, w, p, rms_norm(x, w[p + "input_layernorm.weight"], eps), mask)
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         if is_sparse_layer(cfg, i):
             load = [] if expert_loads is not None else None

@@ -202,7 +202,8 @@ TEST_P(Training, VocabParallelLossEqualsGatheredLogits) {
     expect_close_rel(q.grad, gathered.parameters().find(q.name).grad, 1e-5, "gradient of " + q.name);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Training, ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2"));
+INSTANTIATE_TEST_SUITE_P(Models, Training,
+                         ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2", "deepseek_v2", "deepseek_v2-q-lora"));
 
 TEST(TrainingSgd, MomentumStepsEqualTp1) {
   auto data = synthetic_data(516, 8);

@@ -8,6 +8,7 @@
 #include "tp/dist/process_group.h"
 #include "tp/models/checkpoint.h"
 #include "tp/models/config_check.h"
+#include "tp/models/deepseek_v2.h"
 #include "tp/models/loader.h"
 #include "tp/models/variants.h"
 #include "tp/parallel/apply.h"
@@ -18,11 +19,20 @@ namespace tp {
 
 namespace {
 
-using VariantFn = LlamaVariant (*)(const ModelConfig&);
-const std::vector<std::pair<std::string, VariantFn>>& architectures() {
-  static const std::vector<std::pair<std::string, VariantFn>> list = {
-      {"llama", llama_variant},     {"mistral", mistral_variant},      {"qwen3", qwen3_variant},
-      {"mixtral", mixtral_variant}, {"qwen3_moe", qwen3_moe_variant}};
+using Factory = std::unique_ptr<CausalLM> (*)(const ModelConfig&);
+template <LlamaVariant (*variant)(const ModelConfig&)>
+std::unique_ptr<CausalLM> llama_family(const ModelConfig& c) {
+  return std::make_unique<LlamaForCausalLM>(c, variant(c));
+}
+std::unique_ptr<CausalLM> deepseek_v2(const ModelConfig& c) { return std::make_unique<DeepseekV2ForCausalLM>(c); }
+
+const std::vector<std::pair<std::string, Factory>>& architectures() {
+  static const std::vector<std::pair<std::string, Factory>> list = {{"llama", llama_family<llama_variant>},
+                                                                    {"mistral", llama_family<mistral_variant>},
+                                                                    {"qwen3", llama_family<qwen3_variant>},
+                                                                    {"mixtral", llama_family<mixtral_variant>},
+                                                                    {"qwen3_moe", llama_family<qwen3_moe_variant>},
+                                                                    {"deepseek_v2", deepseek_v2}};
   return list;
 }
 
@@ -41,8 +51,8 @@ std::vector<std::string> AutoModelForCausalLM::supported_model_types() {
 
 std::unique_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& config) {
   check_module_tree_fits(config, physical_memory_bytes());
-  for (const auto& [name, variant] : architectures())
-    if (name == config.model_type) return std::make_unique<LlamaForCausalLM>(config, variant(config));
+  for (const auto& [name, make] : architectures())
+    if (name == config.model_type) return make(config);
   fail("model_type '{}' is not supported; supported: {}", config.model_type,
        fmt::join(supported_model_types(), ", "));
 }

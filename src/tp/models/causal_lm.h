@@ -80,4 +80,19 @@ class CausalLM : public nn::Module {
   ModelConfig config_;
 };
 
+// Pieces every architecture's forward_ids and shipped_plan share (causal_lm.cpp).
+
+// ids [T] or [B, T] (i64/i32) as [B, T]; `state`, when given, must hold B sequences.
+Tensor batch_of_ids(const Tensor& ids, const KVState* state);
+// Positions [B, T] (i64) of the new tokens: row b continues its cached sequence.
+Tensor token_positions(int64_t batch, int64_t tokens, const KVState* state);
+// h [B, T, H] -> [B, H], row b at logit_positions[b]; empty: h as it is.
+Tensor logit_rows(const Tensor& h, const std::vector<int64_t>& logit_positions);
+// config.json's base_model_tp_plan (or `default_base` when it has none) under
+// "model.", the embedding vocab-parallel when lm_head is tied to it, and
+// lm_head: colwise_gather_output.
+parallel::Plan causal_lm_plan(const ModelConfig& config, const parallel::Plan& default_base);
+// lm_head.weight -> model.embed_tokens.weight when the config ties them, else nothing.
+std::map<std::string, std::string> tied_lm_head(const ModelConfig& config);
+
 }  // namespace tp

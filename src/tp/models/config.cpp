@@ -96,6 +96,9 @@ RopeScalingConfig parse_rope_scaling(const json& rs, const std::string& source, 
   r.beta_fast = rd.optional_double("beta_fast", r.beta_fast);
   r.beta_slow = rd.optional_double("beta_slow", r.beta_slow);
   if (rd.get("attention_factor")) r.attention_factor = rd.optional_double("attention_factor", 1.0);
+  if (rd.get("mscale")) r.mscale = rd.optional_double("mscale", 1.0);
+  if (rd.get("mscale_all_dim")) r.mscale_all_dim = rd.optional_double("mscale_all_dim", 1.0);
+  if (rd.get("truncate")) r.truncate = rd.optional_bool("truncate", true);
   TP_CHECK(r.factor >= 1.0, "{}: 'factor' must be >= 1, got {}", where, r.factor);
   if (r.rope_type == "llama3") {
     TP_CHECK(r.original_max_position_embeddings > 0, "{}: 'original_max_position_embeddings' must be positive, got {}",
@@ -253,6 +256,9 @@ json ModelConfig::to_json() const {
       rs["beta_fast"] = rope_scaling.beta_fast;
       rs["beta_slow"] = rope_scaling.beta_slow;
       if (rope_scaling.attention_factor) rs["attention_factor"] = *rope_scaling.attention_factor;
+      if (rope_scaling.mscale) rs["mscale"] = *rope_scaling.mscale;
+      if (rope_scaling.mscale_all_dim) rs["mscale_all_dim"] = *rope_scaling.mscale_all_dim;
+      if (rope_scaling.truncate) rs["truncate"] = *rope_scaling.truncate;
     }
   }
   if (j.contains("rope_parameters")) {

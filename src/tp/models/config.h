@@ -25,6 +25,8 @@ struct RopeScalingConfig {
   double beta_fast = 32;
   double beta_slow = 1;
   std::optional<double> attention_factor;
+  std::optional<double> mscale, mscale_all_dim;  // DeepSeek's yarn
+  std::optional<bool> truncate;                  // yarn: round the correction range (default true)
 };
 
 struct ModelConfig {

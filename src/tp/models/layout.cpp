@@ -1,6 +1,7 @@
 #include "tp/models/layout.h"
 
 #include "tp/models/moe.h"
+#include "tp/models/deepseek_config.h"
 #include "tp/tensor/error.h"
 
 namespace tp {
@@ -24,7 +25,8 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
 std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
   const std::string& mt = c.model_type;
   TP_CHECK(has_known_layout(mt),
-           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe", mt);
+           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe, deepseek_v2",
+           mt);
   const bool moe_model = mt == "mixtral" || mt == "qwen3_moe";
   const MoeConfig moe = moe_model ? MoeConfig::from(c) : MoeConfig{};
   using I = ParamSpec::Init;
@@ -45,12 +47,37 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     add(name + ".weight", {out_f, in_f}, I::Normal);
     if (bias) add(name + ".bias", {out_f}, I::Zeros);
   };
+  // DeepSeek's multi-head latent attention (deepseek_v2.h), in its modules' order.
+  auto mla = [&](const std::string& L, const DeepseekSizes& d) {
+    const int64_t heads = c.num_attention_heads;
+    const int64_t QK = checked_mul(heads, d.qk_head_dim(), "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)");
+    if (d.q_lora_rank > 0) {
+      linear(L + "self_attn.q_a_proj", d.q_lora_rank, H, c.attention_bias);
+      add(L + "self_attn.q_a_layernorm.weight", {d.q_lora_rank}, I::Ones);
+      linear(L + "self_attn.q_b_proj", QK, d.q_lora_rank, false);
+    } else {
+      linear(L + "self_attn.q_proj", QK, H, false);
+    }
+    linear(L + "self_attn.kv_a_proj_with_mqa", d.kv_lora_rank + d.qk_rope_head_dim, H, c.attention_bias);
+    add(L + "self_attn.kv_a_layernorm.weight", {d.kv_lora_rank}, I::Ones);
+    linear(L + "self_attn.kv_b_proj",
+           checked_mul(heads, d.qk_nope_head_dim + d.v_head_dim, "num_attention_heads x (qk_nope_head_dim + v_head_dim)"),
+           d.kv_lora_rank, false);
+    linear(L + "self_attn.o_proj", H, checked_mul(heads, d.v_head_dim, "num_attention_heads x v_head_dim"),
+           c.attention_bias);
+  };
+  const bool is_mla = mt == "deepseek_v2";
+  const DeepseekSizes ds = is_mla ? deepseek_sizes(c) : DeepseekSizes{};
   for (int64_t i = 0; i < layers; ++i) {
     const std::string L = fmt::format("model.layers.{}.", i);
-    linear(L + "self_attn.q_proj", Q, H, attn_bias);
-    linear(L + "self_attn.k_proj", KV, H, attn_bias);
-    linear(L + "self_attn.v_proj", KV, H, attn_bias);
-    linear(L + "self_attn.o_proj", H, Q, attn_bias);
+    if (is_mla) {
+      mla(L, ds);
+    } else {
+      linear(L + "self_attn.q_proj", Q, H, attn_bias);
+      linear(L + "self_attn.k_proj", KV, H, attn_bias);
+      linear(L + "self_attn.v_proj", KV, H, attn_bias);
+      linear(L + "self_attn.o_proj", H, Q, attn_bias);
+    }
     if (mt == "qwen3" || mt == "qwen3_moe") {
       add(L + "self_attn.q_norm.weight", {D}, I::Ones);
       add(L + "self_attn.k_norm.weight", {D}, I::Ones);
@@ -95,7 +122,7 @@ int64_t count(const std::vector<ParamSpec>& specs) {
 
 bool has_known_layout(const std::string& model_type) {
   return model_type == "llama" || model_type == "mistral" || model_type == "qwen3" || model_type == "mixtral" ||
-         model_type == "qwen3_moe";
+         model_type == "qwen3_moe" || model_type == "deepseek_v2";
 }
 
 std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }

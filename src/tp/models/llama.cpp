@@ -63,11 +63,13 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
       cache.append(k, v);
     }
     out = ops::attention(q, cache.keys(), cache.values(),
-                         {.scale = scale_, .causal = true, .kv_lens = cache.lengths(), .q_offsets = q_offsets});
+                         {.scale = scale_,
+                          .causal = true,
+                          .kv_lens = cache.lengths(),
+                          .q_offsets = q_offsets,
+                          .sliding_window = sliding_window});
   } else {
-    ops::AttentionOptions options;
-    options.scale = scale_;
-    out = ops::attention(q, k, v, options);
+    out = ops::attention(q, k, v, {.scale = scale_, .sliding_window = sliding_window});
   }
   return o_proj(ops::reshape(out, {B, T, -1}));
 }
@@ -100,6 +102,24 @@ std::unique_ptr<nn::Module> feed_forward(const std::string& name, int64_t index,
   return std::make_unique<LlamaMLP>(name, c);
 }
 
+// Layer i's attention window: the variant's, or, when config.json lists
+// layer_types, the window on "sliding_attention" layers and none on "full_attention" ones.
+int64_t layer_window(const ModelConfig& c, const LlamaVariant& v, int64_t i) {
+  auto it = c.raw.find("layer_types");
+  if (it == c.raw.end() || it->is_null()) return v.sliding_window;
+  TP_CHECK(it->is_array() && static_cast<int64_t>(it->size()) == c.num_hidden_layers,
+           "{}: 'layer_types' must list one type per layer ({} layers), got {}", c.source, c.num_hidden_layers,
+           it->dump());
+  const nlohmann::json& type = (*it)[static_cast<size_t>(i)];
+  if (type == "full_attention") return 0;
+  TP_CHECK(type == "sliding_attention",
+           "{}: layer_types[{}] is {}; supported: \"sliding_attention\", \"full_attention\"", c.source, i,
+           type.dump());
+  TP_CHECK(v.sliding_window > 0, "{}: layer_types[{}] is \"sliding_attention\" but 'sliding_window' is not set",
+           c.source, i);
+  return v.sliding_window;
+}
+
 }  // namespace
 
 LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, const ModelConfig& c,
@@ -112,6 +132,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, con
           std::make_unique<nn::RMSNorm>(child_name("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps))),
       mlp(add_module(feed_forward(child_name("mlp"), index, c, v))) {
   self_attn.layer_index = index;
+  self_attn.sliding_window = layer_window(c, v, index);
 }
 
 // Anything in the layer needs a gradient: the input, or a parameter (an
@@ -141,27 +162,6 @@ Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
   ops::AddRmsNorm h =
       ops::add_rms_norm(x, self_attn(a), w2, post_attention_layernorm.eps, dtype_for(dense != nullptr && dense->takes_bf16_input()));
   return ops::add(h.sum, mlp(h.normed));
-}
-
-// ---------------------------------------------------------------- model
-
-LlamaModel::LlamaModel(const std::string& name, const ModelConfig& c, const LlamaVariant& v)
-    : nn::Module(name),
-      embed_tokens(add_module(std::make_unique<nn::Embedding>(child_name("embed_tokens"), c.vocab_size, c.hidden_size))),
-      norm(add_layers_then_norm(c, v)) {}
-
-// Registration order is checkpoint order: embed_tokens, layers.0 ..., norm.
-nn::RMSNorm& LlamaModel::add_layers_then_norm(const ModelConfig& c, const LlamaVariant& v) {
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers.push_back(&add_module(
-        std::make_unique<LlamaDecoderLayer>(child_name("layers." + std::to_string(i)), i, c, v)));
-  return add_module(std::make_unique<nn::RMSNorm>(child_name("norm"), c.hidden_size, c.rms_norm_eps));
-}
-
-Tensor LlamaModel::forward(const std::vector<Tensor>& inputs) {
-  Tensor h = embed_tokens(inputs.at(0));
-  for (LlamaDecoderLayer* layer : layers) h = (*layer)(h);
-  return norm(h);
 }
 
 // ---------------------------------------------------------------- causal LM
@@ -214,17 +214,7 @@ parallel::Plan LlamaForCausalLM::shipped_ep_plan() const {
   return plan;
 }
 
-parallel::Plan LlamaForCausalLM::shipped_plan() const {
-  const parallel::Plan& base = config_.base_model_tp_plan.empty() ? variant_.default_plan : config_.base_model_tp_plan;
-  parallel::Plan plan;
-  for (const auto& [key, style] : base) plan.emplace_back("model." + key, style);
-  // A tied lm_head shares the embedding's rows: both must be vocab-parallel.
-  if (config_.tie_word_embeddings &&
-      std::none_of(plan.begin(), plan.end(), [](const auto& e) { return e.first == "model.embed_tokens"; }))
-    plan.emplace_back("model.embed_tokens", "embedding_rowwise");
-  plan.emplace_back("lm_head", "colwise_gather_output");
-  return plan;
-}
+parallel::Plan LlamaForCausalLM::shipped_plan() const { return causal_lm_plan(config_, variant_.default_plan); }
 
 // Megatron's layout (torch's plan for it): norms and residual adds on sequence
 // shards; the attention and MLP blocks gather the sequence once on entry (their
@@ -275,10 +265,7 @@ parallel::StyleOverrides LlamaForCausalLM::check_tp(const parallel::ResolvedPlan
   return overrides;
 }
 
-std::map<std::string, std::string> LlamaForCausalLM::tied_parameters() const {
-  if (!config_.tie_word_embeddings) return {};
-  return {{lm_head.weight.name, model.embed_tokens.weight.name}};
-}
+std::map<std::string, std::string> LlamaForCausalLM::tied_parameters() const { return tied_lm_head(config_); }
 
 KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
   std::vector<ops::KVCache::Layer> layers;
@@ -293,37 +280,13 @@ KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
 
 Tensor LlamaForCausalLM::forward_ids(const Tensor& ids_in, KVState* state, const std::vector<int64_t>& logit_positions,
                                      const std::vector<int64_t>& counts) {
-  Tensor ids = ids_in.dim() == 1 ? ids_in.reshape({1, ids_in.size(0)}) : ids_in;
-  TP_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
-           "input ids must be an i64 tensor [batch, tokens], got {} {}", dtype_name(ids.dtype()),
-           shape_str(ids.shape()));
-  const int64_t B = ids.size(0), T = ids.size(1);
-  TP_CHECK(state == nullptr || state->batch() == B, "KV state holds {} sequences, input has {}",
-           state ? state->batch() : 0, B);
-  TP_CHECK(logit_positions.empty() || static_cast<int64_t>(logit_positions.size()) == B,
-           "logit_positions has {} entries for a batch of {}", logit_positions.size(), B);
-
-  std::vector<int64_t> pos(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) pos[b * T + t] = (state ? state->lengths()[b] : 0) + t;
-  if (variant_.sliding_window > 0)
-    for (int64_t b = 0; b < B; ++b)
-      TP_CHECK(pos[b * T + T - 1] < variant_.sliding_window,
-               "sequence length {} exceeds the sliding window ({}); sliding-window attention is not implemented yet",
-               pos[b * T + T - 1] + 1, variant_.sliding_window);
-  context_ = {.positions = Tensor::from_ints(pos, {B, T}), .inv_freq = &inv_freq_, .state = state, .counts = &counts};
-
+  Tensor ids = batch_of_ids(ids_in, state);
+  context_ = {.positions = token_positions(ids.size(0), ids.size(1), state),
+              .inv_freq = &inv_freq_,
+              .state = state,
+              .counts = &counts};
   Tensor h = model(ids);  // [B, T, H]
-  if (!logit_positions.empty()) {
-    std::vector<Tensor> rows;
-    for (int64_t b = 0; b < B; ++b) {
-      TP_CHECK(logit_positions[b] >= 0 && logit_positions[b] < T, "logit position {} outside [0, {})",
-               logit_positions[b], T);
-      rows.push_back(ops::narrow(ops::narrow(h, 0, b, 1), 1, logit_positions[b], 1));
-    }
-    h = ops::reshape(rows.size() == 1 ? rows[0] : ops::cat(rows, 0), {B, -1});  // [B, H]
-  }
-  return lm_head(h);
+  return lm_head(logit_rows(h, logit_positions));
 }
 
 }  // namespace tp

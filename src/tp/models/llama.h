@@ -12,13 +12,16 @@
 #include <vector>
 
 #include "tp/models/causal_lm.h"
+#include "tp/models/decoder_model.h"
 #include "tp/nn/layers.h"
 
 namespace tp {
 
 struct LlamaVariant {
   bool qk_norm = false;            // Qwen3
-  int64_t sliding_window = 0;      // Mistral (0: none)
+  // Mistral: every layer's window (0: none). With `layer_types` in config.json
+  // (GPT-OSS style), only the "sliding_attention" layers use it.
+  int64_t sliding_window = 0;
   parallel::Plan default_plan;     // used when config.json carries no base_model_tp_plan
   parallel::Plan default_ep_plan;  // used when config.json carries no base_model_ep_plan (MoE models)
   // The feed-forward block of layer i (named `name`, i.e. "...layers.i.mlp");
@@ -44,6 +47,7 @@ class LlamaAttention : public nn::Module {
   nn::RMSNorm* q_norm = nullptr;
   nn::RMSNorm* k_norm = nullptr;
   int64_t layer_index;
+  int64_t sliding_window = 0;  // this layer's: keys in (p - window, p]; 0: full attention
   const AttentionContext* context = nullptr;
   // q, k and v all take a bf16 input as is (see nn::Linear::takes_bf16_input).
   bool takes_bf16_input() const;
@@ -83,19 +87,7 @@ class LlamaDecoderLayer : public nn::Module {
   bool differentiable(const Tensor& x);
 };
 
-class LlamaModel : public nn::Module {
- public:
-  LlamaModel(const std::string& name, const ModelConfig& c, const LlamaVariant& v);
-  nn::Embedding& embed_tokens;
-  std::vector<LlamaDecoderLayer*> layers;
-  nn::RMSNorm& norm;
-
- protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override;  // ids [B, T] -> hidden [B, T, H]
-
- private:
-  nn::RMSNorm& add_layers_then_norm(const ModelConfig& c, const LlamaVariant& v);
-};
+using LlamaModel = DecoderModel<LlamaDecoderLayer, LlamaVariant>;
 
 class LlamaForCausalLM : public CausalLM {
  public:

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 
+#include "tp/models/deepseek_v2.h"
 #include "tp/tensor/convert.h"
 #include "tp/tensor/random.h"
 
@@ -146,6 +147,52 @@ json qwen3_moe_config(const Sizes& s, const MoeSizes& m) {
   return j;
 }
 
+// DeepSeek-V2 (DeepSeek-V2-Lite's keys, as Transformers writes them: head_dim
+// is qk_rope_head_dim). The MoE keys are kept so a checkpoint carries them, with
+// first_k_dense_replace = num_hidden_layers: every layer dense, which is what tp
+// runs until the MoE block lands.
+struct MlaSizes {
+  json q_lora_rank;  // null: q_proj
+  int64_t kv_lora_rank, qk_nope, qk_rope, v_head;
+};
+
+json deepseek_v2_config(const Sizes& s, const MlaSizes& m, json rope_scaling) {
+  json j = common_keys(s);
+  j["architectures"] = {"DeepseekV2ForCausalLM"};
+  j["model_type"] = "deepseek_v2";
+  j["attention_bias"] = false;
+  j["head_dim"] = m.qk_rope;
+  j["q_lora_rank"] = m.q_lora_rank;
+  j["kv_lora_rank"] = m.kv_lora_rank;
+  j["qk_nope_head_dim"] = m.qk_nope;
+  j["qk_rope_head_dim"] = m.qk_rope;
+  j["v_head_dim"] = m.v_head;
+  j["first_k_dense_replace"] = s.layers;
+  j["n_routed_experts"] = 4;
+  j["n_shared_experts"] = 1;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = s.intermediate / 4;
+  j["moe_layer_freq"] = 1;
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  j["topk_method"] = "greedy";
+  j["norm_topk_prob"] = false;
+  j["routed_scaling_factor"] = 1.0;
+  j["scoring_func"] = "softmax";
+  j["rope_scaling"] = rope_scaling;
+  json plan = json::object();
+  for (const auto& [key, style] : deepseek_v2_base_tp_plan({.q_lora_rank = m.q_lora_rank.is_null() ? 0 : 1}))
+    plan[key] = style;
+  j["base_model_tp_plan"] = plan;
+  return j;
+}
+
+// V2-Lite's yarn over a short original context (64): factor 4 = max_position_embeddings / 64.
+json tiny_yarn() {
+  return {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"beta_fast", 32},
+          {"beta_slow", 1}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}};
+}
+
 // Tiny presets split over 1, 2, 3 and 4 ranks, as the equivalence tests need:
 // 24 query heads over 12 KV heads (GQA; 12 divides by 1-4), intermediate sizes
 // divisible by 12, and vocab 516 = 12 * 43, which lm_head's
@@ -199,6 +246,16 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
            return qwen3_moe_config(
                {2048, 6144, 48, 32, 4, 128, 151936, 40960, 1e6, 1e-6, false, "bfloat16", 151643, 151645},
                {128, 8, 768});
+         }}}},
+      {"deepseek_v2",
+       {{"tiny",
+         [] {
+           return deepseek_v2_config({96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
+                                     {nullptr, 32, 16, 8, 16}, tiny_yarn());
+         }},
+        {"tiny-q-lora", [] {
+           return deepseek_v2_config({96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
+                                     {24, 32, 16, 8, 16}, tiny_yarn());
          }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},

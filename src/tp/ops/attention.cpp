@@ -46,7 +46,36 @@ AttentionGeometry check_attention(const Tensor& q, const Tensor& k, const Tensor
   for (int64_t s = 0; s < g.b; ++s)
     TP_CHECK(g.kv_lens[s] >= 0 && g.kv_lens[s] <= g.tk, "attention: kv_lens[{}] = {} is outside [0, {}] (k {})", s,
              g.kv_lens[s], g.tk, shape_str(k.shape()));
+  TP_CHECK(opt.sliding_window >= 0, "attention: sliding_window must be >= 0 (0: none), got {}", opt.sliding_window);
+  TP_CHECK(opt.sliding_window == 0 || opt.causal, "attention: sliding_window {} needs causal attention",
+           opt.sliding_window);
+  g.window = opt.sliding_window;
+  if (opt.sinks.defined()) {
+    check_f32(opt.sinks, "attention", "sinks");
+    TP_CHECK(opt.sinks.dim() == 1 && opt.sinks.size(0) == hq,
+             "attention: sinks {} must be [Hq] with one logit per query head (q {} has {})",
+             shape_str(opt.sinks.shape()), shape_str(q.shape()), hq);
+    g.sinks = opt.sinks.data<float>();
+  }
   return g;
+}
+
+float masked_softmax(const AttentionGeometry& g, float* p, int64_t lo, int64_t vis, int64_t n, int64_t h) {
+  const auto& vk = vec_kernels();
+  for (int64_t j = 0; j < lo; ++j) p[j] = 0.f;
+  for (int64_t j = vis; j < n; ++j) p[j] = 0.f;
+  const int64_t m = vis - lo;
+  if (m <= 0) return 0.f;
+  float* row = p + lo;
+  if (g.sinks == nullptr) {
+    vk.softmax(row, m, g.scale);
+    return 1.f;
+  }
+  for (int64_t j = 0; j < m; ++j) row[j] *= g.scale;
+  const float sink = g.sinks[h], top = std::max(vk.max(row, m), sink);
+  const float z = vk.exp_sum(row, m, top) + std::exp(sink - top);
+  vk.exp_scale(row, m, top, 1.f / z, row);
+  return 1.f - std::exp(sink - top) / z;
 }
 
 void* thread_scratch(int slot, size_t bytes) {
@@ -84,13 +113,20 @@ auto axpys_for(const detail::VecKernels& vk) {
 // The query heads of one kv group, h = kh * group + r, read the same keys and
 // values, so the kernels below walk each key/value row once for the whole group.
 // p [group, Tk] holds the probabilities of query row i of every head of the group.
+// Keys [lo, n) of the row; p[r * Tk + j] is key lo + j.
 template <typename T>
-void group_probabilities(const Geometry& g, const float* q, const T* k, int64_t s, int64_t kh, int64_t i, int64_t n,
-                         float* p) {
+void group_probabilities(const Geometry& g, const float* q, const T* k, int64_t s, int64_t kh, int64_t i, int64_t lo,
+                         int64_t n, float* p) {
   const auto& vk = detail::vec_kernels();
   // The group's heads are adjacent rows of q.
-  dots_for<T>(vk)(q + g.q_index(s, i, kh * g.group), g.group, k + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, p, g.tk);
-  for (int64_t r = 0; r < g.group; ++r) vk.softmax(p + r * g.tk, n, g.scale);
+  dots_for<T>(vk)(q + g.q_index(s, i, kh * g.group), g.group, k + g.kv_index(s, lo, kh), g.hkv * g.d, n - lo, g.d, p,
+                  g.tk);
+  for (int64_t r = 0; r < g.group; ++r) {
+    if (g.plain())
+      vk.softmax(p + r * g.tk, n, g.scale);
+    else
+      detail::masked_softmax(g, p + r * g.tk, 0, n - lo, n - lo, kh * g.group + r);
+  }
 }
 
 // Prefill: per (sequence, query head, block of query rows) two GEMMs through oneDNN,
@@ -119,20 +155,28 @@ void attention_forward_gemm(const Geometry& g, const T* q, const T* k, const T* 
       for (int64_t h = 0; h < g.hq; ++h) {
         for (int64_t blk = 0; blk < blocks; ++blk) {
           int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, g.tq - i0), kh = h / g.group;
+          // The block reads keys [lo, lo + n): lo > 0 only under a sliding window.
+          const int64_t lo = std::min(g.first(s, i0), g.visible(s, i0));
           int64_t n = 0;
           for (int64_t i = i0; i < i0 + rows; ++i) n = std::max(n, g.visible(s, i));
+          n -= lo;
           float* o = out + g.q_index(s, i0, h);
-          if (n == 0) {
+          if (n <= 0) {
             for (int64_t i = 0; i < rows; ++i) std::memset(o + i * g.hq * g.d, 0, sizeof(float) * g.d);
             continue;
           }
-          const T* kb = k + g.kv_index(s, 0, kh);
-          const T* vb = v + g.kv_index(s, 0, kh);
+          const T* kb = k + g.kv_index(s, lo, kh);
+          const T* vb = v + g.kv_index(s, lo, kh);
           detail::gemm({rows, n, g.d, false, true, dt, dt, g.hq * g.d, g.hkv * g.d, n}, q + g.q_index(s, i0, h),
                        kb, nullptr, p);
           for (int64_t i = 0; i < rows; ++i) {
             float* pr = p + i * n;
-            int64_t vis = g.visible(s, i0 + i);
+            int64_t vis = g.visible(s, i0 + i) - lo;
+            if (!g.plain()) {
+              detail::masked_softmax(g, pr, std::max<int64_t>(g.first(s, i0 + i) - lo, 0), std::max<int64_t>(vis, 0),
+                                     n, h);
+              continue;
+            }
             if (vis > 0) vk.softmax(pr, vis, g.scale);
             for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
           }
@@ -162,16 +206,22 @@ void attention_forward_rows(const Geometry& g, const float* q, const T* k, const
       for (int64_t i = 0; i < g.tq; ++i) {
         float* o = out + (s * g.tq + i) * g.hq * g.d;
         std::memset(o, 0, sizeof(float) * g.hq * g.d);
-        int64_t n = g.visible(s, i);
-        if (n == 0) continue;
-        for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+        // Keys [lo, n); p[h * Tk + j] holds key j.
+        const int64_t n = g.visible(s, i), lo = std::min(g.first(s, i), n);
+        if (n == lo) continue;
+        for (int64_t j0 = lo; j0 < n; j0 += kKeyBlock) {
           int64_t nb = std::min(kKeyBlock, n - j0);
           for (int64_t kh = 0; kh < g.hkv; ++kh)
             dots_for<T>(vk)(q + g.q_index(s, i, kh * g.group), g.group, k + g.kv_index(s, j0, kh), stride, nb, g.d,
                     p + kh * g.group * g.tk + j0, g.tk);
         }
-        for (int64_t h = 0; h < g.hq; ++h) vk.softmax(p + h * g.tk, n, g.scale);
-        for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+        for (int64_t h = 0; h < g.hq; ++h) {
+          if (g.plain())
+            vk.softmax(p + h * g.tk, n, g.scale);
+          else
+            detail::masked_softmax(g, p + h * g.tk + lo, 0, n - lo, n - lo, h);
+        }
+        for (int64_t j0 = lo; j0 < n; j0 += kKeyBlock) {
           int64_t nb = std::min(kKeyBlock, n - j0);
           for (int64_t kh = 0; kh < g.hkv; ++kh)
             axpys_for<T>(vk)(p + kh * g.group * g.tk + j0, g.tk, g.group, v + g.kv_index(s, j0, kh), stride, nb,
@@ -196,10 +246,10 @@ void attention_forward_heads(const Geometry& g, const float* q, const T* k, cons
         for (int64_t i = 0; i < g.tq; ++i) {
           float* o0 = out + ((s * g.tq + i) * g.hq + kh * g.group) * g.d;
           std::memset(o0, 0, sizeof(float) * g.group * g.d);
-          int64_t n = g.visible(s, i);
-          if (n == 0) continue;
-          group_probabilities(g, q, k, s, kh, i, n, p);
-          axpys_for<T>(vk)(p, g.tk, g.group, v + g.kv_index(s, 0, kh), g.hkv * g.d, n, g.d, o0);
+          const int64_t n = g.visible(s, i), lo = std::min(g.first(s, i), n);
+          if (n == lo) continue;
+          group_probabilities(g, q, k, s, kh, i, lo, n, p);
+          axpys_for<T>(vk)(p, g.tk, g.group, v + g.kv_index(s, lo, kh), g.hkv * g.d, n - lo, g.d, o0);
         }
       }
     }
@@ -251,12 +301,16 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   Geometry g = detail::check_attention(q, k, v, opt);
   Tensor out = Tensor::empty(q.shape());
   attention_forward(g, q.data<float>(), k, v, out.data<float>());
-  if (autograd::needs_grad({q, k, v})) {
+  std::vector<Tensor> inputs{q, k, v};
+  if (opt.sinks.defined()) inputs.push_back(opt.sinks);
+  if (autograd::needs_grad(inputs)) {
     TP_CHECK(k.dtype() == DType::F32, "attention: gradients need f32 k and v, got {} (a bf16 KV cache is for "
              "inference)", dtype_name(k.dtype()));
-    autograd::record("attention", {q, k, v}, {out}, [opt, q, k, v](const std::vector<Tensor>& grad) {
+    autograd::record("attention", inputs, {out}, [opt, q, k, v](const std::vector<Tensor>& grad) {
       AttentionGrads d = attention_backward(q, k, v, grad[0], opt);
-      return std::vector<Tensor>{d.dq, d.dk, d.dv};
+      std::vector<Tensor> grads{d.dq, d.dk, d.dv};
+      if (opt.sinks.defined()) grads.push_back(d.dsinks);
+      return grads;
     });
   }
   return out;
@@ -274,17 +328,19 @@ KVCache::KVCache(Tensor keys, Tensor values) : keys_(std::move(keys)), values_(s
 std::vector<KVCache> KVCache::for_layers(int64_t batch, int64_t max_len, int64_t head_dim,
                                          const std::vector<Layer>& layers) {
   // Each tensor starts on a 64-byte boundary of the one block.
-  auto aligned_bytes = [&](const Layer& l) {
-    return (static_cast<size_t>(batch * max_len * l.kv_heads * head_dim) * dtype_size(l.dtype) + 63) / 64 * 64;
+  auto key_dim = [&](const Layer& l) { return l.key_dim > 0 ? l.key_dim : head_dim; };
+  auto value_dim = [&](const Layer& l) { return l.value_dim > 0 ? l.value_dim : head_dim; };
+  auto aligned_bytes = [&](const Layer& l, int64_t dim) {
+    return (static_cast<size_t>(batch * max_len * l.kv_heads * dim) * dtype_size(l.dtype) + 63) / 64 * 64;
   };
   size_t total = 0;
   for (const Layer& l : layers) {
-    TP_CHECK(batch >= 0 && max_len >= 0 && l.kv_heads > 0 && head_dim > 0,
-             "KVCache: invalid sizes batch {}, max_len {}, kv_heads {}, head_dim {}", batch, max_len, l.kv_heads,
-             head_dim);
+    TP_CHECK(batch >= 0 && max_len >= 0 && l.kv_heads > 0 && key_dim(l) > 0 && value_dim(l) > 0,
+             "KVCache: invalid sizes batch {}, max_len {}, kv_heads {}, head_dim {} (keys {}, values {})", batch,
+             max_len, l.kv_heads, head_dim, key_dim(l), value_dim(l));
     TP_CHECK(l.dtype == DType::F32 || l.dtype == DType::BF16, "KVCache: dtype must be f32 or bf16, got {}",
              dtype_name(l.dtype));
-    total += 2 * aligned_bytes(l);
+    total += aligned_bytes(l, key_dim(l)) + aligned_bytes(l, value_dim(l));
   }
   // From the block cache: a block of 2 MiB or more is on huge pages, and the next
   // generation reuses it instead of faulting in fresh pages.
@@ -293,10 +349,10 @@ std::vector<KVCache> KVCache::for_layers(int64_t batch, int64_t max_len, int64_t
   std::vector<KVCache> caches;
   size_t offset = 0;
   for (const Layer& l : layers) {
-    const Shape shape{batch, max_len, l.kv_heads, head_dim};
-    Tensor keys = Tensor::wrap(block, offset, shape, l.dtype);
-    Tensor values = Tensor::wrap(block, offset + aligned_bytes(l), shape, l.dtype);
-    offset += 2 * aligned_bytes(l);
+    Tensor keys = Tensor::wrap(block, offset, {batch, max_len, l.kv_heads, key_dim(l)}, l.dtype);
+    offset += aligned_bytes(l, key_dim(l));
+    Tensor values = Tensor::wrap(block, offset, {batch, max_len, l.kv_heads, value_dim(l)}, l.dtype);
+    offset += aligned_bytes(l, value_dim(l));
     caches.push_back(KVCache(std::move(keys), std::move(values)));
   }
   return caches;
@@ -310,12 +366,15 @@ void KVCache::append(const Tensor& k, const Tensor& v, const std::vector<int64_t
   check_f32(k, "KVCache::append", "k");
   check_f32(v, "KVCache::append", "v");
   const Shape& cs = keys_.shape();
-  TP_CHECK(k.dim() == 4 && k.size(0) == cs[0] && k.size(2) == cs[2] && k.size(3) == cs[3] && k.shape() == v.shape(),
-           "KVCache::append: k {} and v {} must be [B, T, Hkv, D] matching the cache [{}, max_len {}, {}, {}]",
-           shape_str(k.shape()), shape_str(v.shape()), cs[0], cs[1], cs[2], cs[3]);
+  const int64_t dv = values_.size(3);
+  TP_CHECK(k.dim() == 4 && v.dim() == 4 && k.size(0) == cs[0] && k.size(2) == cs[2] && k.size(3) == cs[3] &&
+               v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2) && v.size(3) == dv,
+           "KVCache::append: k {} and v {} must be [B, T, Hkv, D] matching the cache [{}, max_len {}, {}, {}] (values "
+           "D {})",
+           shape_str(k.shape()), shape_str(v.shape()), cs[0], cs[1], cs[2], cs[3], dv);
   TP_CHECK(counts.size() == lengths_.size(), "KVCache::append: {} counts for a batch of {}", counts.size(),
            lengths_.size());
-  int64_t t = k.size(1), row = cs[2] * cs[3];
+  int64_t t = k.size(1), row = cs[2] * cs[3], vrow = cs[2] * dv;
   for (size_t s = 0; s < counts.size(); ++s) {
     TP_CHECK(counts[s] >= 0 && counts[s] <= t, "KVCache::append: count {} for sequence {} is outside [0, {}]",
              counts[s], s, t);
@@ -323,12 +382,13 @@ void KVCache::append(const Tensor& k, const Tensor& v, const std::vector<int64_t
              "KVCache::append: sequence {} would grow to {} tokens, past max_len {}", s, lengths_[s] + counts[s],
              cs[1]);
   }
+  const size_t es = dtype_size(keys_.dtype());
   for (size_t s = 0; s < counts.size(); ++s) {
-    size_t count = static_cast<size_t>(counts[s] * row), es = dtype_size(keys_.dtype());
-    int64_t src = static_cast<int64_t>(s) * t * row, dst = (static_cast<int64_t>(s) * cs[1] + lengths_[s]) * row;
-    convert(k.data<float>() + src, DType::F32, static_cast<char*>(keys_.raw_data()) + dst * es, keys_.dtype(), count);
-    convert(v.data<float>() + src, DType::F32, static_cast<char*>(values_.raw_data()) + dst * es, values_.dtype(),
-            count);
+    const int64_t first = static_cast<int64_t>(s) * t, at = static_cast<int64_t>(s) * cs[1] + lengths_[s];
+    convert(k.data<float>() + first * row, DType::F32, static_cast<char*>(keys_.raw_data()) + at * row * es,
+            keys_.dtype(), static_cast<size_t>(counts[s] * row));
+    convert(v.data<float>() + first * vrow, DType::F32, static_cast<char*>(values_.raw_data()) + at * vrow * es,
+            values_.dtype(), static_cast<size_t>(counts[s] * vrow));
     lengths_[s] += counts[s];
   }
 }
@@ -363,10 +423,17 @@ void KVCache::take_lengths(const KVCache& rows, int64_t first) {
 }
 
 Tensor attention_with_cache(const Tensor& q, KVCache& cache, const Tensor& k_new, const Tensor& v_new, double scale) {
-  std::vector<int64_t> before = cache.lengths();
-  cache.append(k_new, v_new);
   AttentionOptions opt;
   opt.scale = scale;
+  return attention_with_cache(q, cache, k_new, v_new, opt);
+}
+
+Tensor attention_with_cache(const Tensor& q, KVCache& cache, const Tensor& k_new, const Tensor& v_new,
+                            const AttentionOptions& options) {
+  std::vector<int64_t> before = cache.lengths();
+  cache.append(k_new, v_new);
+  AttentionOptions opt = options;
+  opt.causal = true;
   opt.kv_lens = cache.lengths();
   opt.q_offsets = before;
   autograd::NoGradGuard no_grad;

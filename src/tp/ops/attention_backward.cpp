@@ -12,6 +12,13 @@
 //
 // The task owns its kv head's dK and dV rows: no two threads write one row, and
 // each row sums its blocks in the same order whatever the thread count.
+//
+// A sliding window only masks more of each block's scores (the block still
+// computes them from key 0: windowed training is not the hot path, and the
+// blocks keep their prefix structure). A sink is a column of the softmax whose
+// value is zero, so dS keeps its form with the sink-scaled P, and
+//   dsink_h = sum over rows of -P_sink (rowsum(P ∘ dP)),  P_sink = 1 - rowsum(P),
+// summed per (sequence, head) by the task, then over sequences in order.
 #include <cstring>
 #include <type_traits>
 
@@ -61,9 +68,10 @@ void zero_rows(float* base, int64_t from, int64_t to, int64_t stride, int64_t wi
   for (int64_t i = from; i < to; ++i) std::memset(base + i * stride, 0, sizeof(float) * static_cast<size_t>(width));
 }
 
+// dsink [B, Hq]: this task's (sequence, heads of its group) sink gradients, or null.
 template <typename T>
 void backward_task(const Geometry& g, int64_t s, int64_t kh, const float* q, const float* k, const float* v,
-                   const float* dout, float* dq, float* dk, float* dv) {
+                   const float* dout, float* dq, float* dk, float* dv, float* dsink) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
   const auto& vk = detail::vec_kernels();
   const int64_t d = g.d, group = g.group, kv_stride = g.hkv * d, q_stride = g.hq * d;
@@ -130,9 +138,15 @@ void backward_task(const Geometry& g, int64_t s, int64_t kh, const float* q, con
       float* pr = p + r * n;
       float* dsr = ds + r * n;
       const int64_t vis = g.visible(s, i0 + r / group);
-      if (vis > 0) vk.softmax(pr, vis, g.scale);
-      for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
+      float mass = 1.f;
+      if (g.plain()) {
+        if (vis > 0) vk.softmax(pr, vis, g.scale);
+        for (int64_t j = vis; j < n; ++j) pr[j] = 0.f;
+      } else {
+        mass = detail::masked_softmax(g, pr, std::min(g.first(s, i0 + r / group), vis), vis, n, kh * group + r % group);
+      }
       const float dot = vis > 0 ? vk.dot(pr, dsr, vis) : 0.f;
+      if (dsink != nullptr && vis > 0) dsink[s * g.hq + kh * group + r % group] -= (1.f - mass) * dot;
       for (int64_t j = 0; j < n; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * g.scale;
     }
     if constexpr (!std::is_same_v<T, float>) {
@@ -174,7 +188,10 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   TP_CHECK(dout.shape() == q.shape(), "attention_backward: dout {} must have q's shape {}", shape_str(dout.shape()),
            shape_str(q.shape()));
   // Every element is written by one task (zeros where no query reads a key).
-  AttentionGrads grads{Tensor::empty(q.shape()), Tensor::empty(k.shape()), Tensor::empty(v.shape())};
+  AttentionGrads grads{Tensor::empty(q.shape()), Tensor::empty(k.shape()), Tensor::empty(v.shape()), Tensor()};
+  std::vector<float> dsink_rows;  // [B, Hq]
+  if (g.sinks != nullptr) dsink_rows.assign(static_cast<size_t>(g.b * g.hq), 0.f);
+  float* dsink = g.sinks != nullptr ? dsink_rows.data() : nullptr;
   if (g.d == 0) return grads;
   const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(), *dop = dout.data<float>();
   float *dq = grads.dq.data<float>(), *dk = grads.dk.data<float>(), *dv = grads.dv.data<float>();
@@ -182,10 +199,16 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   for (int64_t s = 0; s < g.b; ++s) {
     for (int64_t kh = 0; kh < g.hkv; ++kh) {
       if (g.compute == DType::BF16)
-        backward_task<bf16>(g, s, kh, qp, kp, vp, dop, dq, dk, dv);
+        backward_task<bf16>(g, s, kh, qp, kp, vp, dop, dq, dk, dv, dsink);
       else
-        backward_task<float>(g, s, kh, qp, kp, vp, dop, dq, dk, dv);
+        backward_task<float>(g, s, kh, qp, kp, vp, dop, dq, dk, dv, dsink);
     }
+  }
+  if (dsink != nullptr) {
+    grads.dsinks = Tensor::zeros({g.hq});
+    float* ds = grads.dsinks.data<float>();
+    for (int64_t s = 0; s < g.b; ++s)
+      for (int64_t h = 0; h < g.hq; ++h) ds[h] += dsink[s * g.hq + h];
   }
   return grads;
 }

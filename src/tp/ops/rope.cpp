@@ -1,5 +1,6 @@
 #include "tp/ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tp/autograd/tape.h"
@@ -45,29 +46,76 @@ std::vector<float> rope_inv_freq(int64_t rotary_dim, double theta, const RopeSca
   return inv;
 }
 
+double yarn_mscale(double factor, double mscale) {
+  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+YarnRope rope_yarn(int64_t rotary_dim, double theta, const YarnScaling& y) {
+  TP_CHECK(y.factor >= 1 && y.original_max_position_embeddings > 0 && y.beta_fast > y.beta_slow,
+           "rope: invalid yarn rope_scaling (factor {}, original_max_position_embeddings {}, beta_fast {}, beta_slow {})",
+           y.factor, y.original_max_position_embeddings, y.beta_fast, y.beta_slow);
+  YarnRope r;
+  if (y.attention_factor > 0)
+    r.attention_factor = y.attention_factor;
+  else if (y.mscale != 0 && y.mscale_all_dim != 0)
+    r.attention_factor = yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim);
+  else
+    r.attention_factor = yarn_mscale(y.factor);
+  // The dimension (of rotary_dim) whose wavelength turns `rotations` times over the original context.
+  const double dim = static_cast<double>(rotary_dim), base = theta;
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(static_cast<double>(y.original_max_position_embeddings) / (rotations * 2 * M_PI)) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;
+  const std::vector<float> extrapolation = rope_inv_freq(rotary_dim, theta);
+  r.inv_freq.resize(extrapolation.size());
+  for (size_t i = 0; i < extrapolation.size(); ++i) {
+    // f32 as torch: ramp = clamp((i - low) / (high - low), 0, 1); extrapolation weight 1 - ramp.
+    const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) /
+                                      (static_cast<float>(high) - static_cast<float>(low)), 0.f, 1.f);
+    const float keep = 1.f - ramp;
+    const float pos_freq = std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+    const float interpolation = 1.0f / (static_cast<float>(y.factor) * pos_freq);
+    r.inv_freq[i] = interpolation * (1.f - keep) + extrapolation[i] * keep;
+  }
+  return r;
+}
+
 namespace {
 
 // Rotates x [B, T, H, D] in place into y; sign = +1 forward, -1 for the backward
-// (the transpose of a rotation is the rotation by -a).
+// (the transpose of a rotation is the rotation by -a; the amplitude is symmetric).
 void rotate(const float* x, float* y, const std::vector<int64_t>& pos, const std::vector<float>& inv_freq,
-            int64_t bt, int64_t h, int64_t d, float sign) {
+            int64_t bt, int64_t h, int64_t d, float sign, const RopeOptions& opt) {
   int64_t half = static_cast<int64_t>(inv_freq.size());
+  // Interleaved: pair i is (2i, 2i + 1); rotate-half: (i, i + R/2).
+  const bool interleaved = opt.layout == RopeLayout::Interleaved;
+  const int64_t stride = interleaved ? 2 : 1, partner = interleaved ? 1 : half;
 #pragma omp parallel for schedule(static) if (bt * h * d > 65536)
   for (int64_t r = 0; r < bt; ++r) {
     std::vector<float> c(half), s(half);
     float p = static_cast<float>(pos[r]);
     for (int64_t i = 0; i < half; ++i) {
       float a = p * inv_freq[i];  // f32 product, as torch's freqs matmul
-      c[i] = std::cos(a);
-      s[i] = sign * std::sin(a);
+      c[i] = std::cos(a) * opt.attention_factor;
+      s[i] = sign * std::sin(a) * opt.attention_factor;
     }
     for (int64_t hh = 0; hh < h; ++hh) {
       const float* xr = x + (r * h + hh) * d;
       float* yr = y + (r * h + hh) * d;
       for (int64_t i = 0; i < half; ++i) {
-        float x1 = xr[i], x2 = xr[i + half];
-        yr[i] = x1 * c[i] - x2 * s[i];
-        yr[i + half] = x2 * c[i] + x1 * s[i];
+        const int64_t i1 = i * stride, i2 = i1 + partner;
+        float x1 = xr[i1], x2 = xr[i2];
+        yr[i1] = x1 * c[i] - x2 * s[i];
+        yr[i2] = x2 * c[i] + x1 * s[i];
       }
       for (int64_t i = 2 * half; i < d; ++i) yr[i] = xr[i];
     }
@@ -76,7 +124,8 @@ void rotate(const float* x, float* y, const std::vector<int64_t>& pos, const std
 
 }  // namespace
 
-Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<float>& inv_freq) {
+Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<float>& inv_freq,
+                  const RopeOptions& opt) {
   check_f32(x, "apply_rope", "input");
   TP_CHECK(x.dim() == 4, "apply_rope: input must be [B, T, H, D], got shape {}", shape_str(x.shape()));
   TP_CHECK(positions.defined() && (positions.dtype() == DType::I64 || positions.dtype() == DType::I32),
@@ -91,11 +140,11 @@ Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<fl
   std::vector<int64_t> pos = positions.to_int_vector();
   int64_t bt = x.size(0) * x.size(1), h = x.size(2);
   Tensor out = Tensor::empty(x.shape());
-  rotate(x.data<float>(), out.data<float>(), pos, inv_freq, bt, h, d, 1.f);
+  rotate(x.data<float>(), out.data<float>(), pos, inv_freq, bt, h, d, 1.f, opt);
   if (autograd::needs_grad({x})) {
-    autograd::record("apply_rope", {x}, {out}, [pos, inv_freq, bt, h, d](const std::vector<Tensor>& g) {
+    autograd::record("apply_rope", {x}, {out}, [pos, inv_freq, bt, h, d, opt](const std::vector<Tensor>& g) {
       Tensor dx = Tensor::empty(g[0].shape());
-      rotate(g[0].data<float>(), dx.data<float>(), pos, inv_freq, bt, h, d, -1.f);
+      rotate(g[0].data<float>(), dx.data<float>(), pos, inv_freq, bt, h, d, -1.f, opt);
       return std::vector<Tensor>{dx};
     });
   }

@@ -5,6 +5,7 @@
 #include "tp/parallel/colwise.h"
 #include "tp/parallel/embedding.h"
 #include "tp/parallel/moe.h"
+#include "tp/parallel/mla.h"
 #include "tp/parallel/replicated.h"
 #include "tp/parallel/rowwise.h"
 #include "tp/parallel/sequence.h"
@@ -42,6 +43,7 @@ StyleRegistry shipped_styles() {
       {"grouped_gemm", std::make_shared<GroupedGemm>()},
       {"ep_router", std::make_shared<EpRouter>()},
       {"ep_dispatch_experts", std::make_shared<EpDispatchExperts>()},
+      {"mla_kv_a_proj", std::make_shared<MlaKvAProjParallel>()},
   };
 }
 

@@ -1,0 +1,57 @@
+#include "tp/models/causal_lm.h"
+
+#include <algorithm>
+
+#include "tp/ops/shape.h"
+
+namespace tp {
+
+Tensor batch_of_ids(const Tensor& ids_in, const KVState* state) {
+  Tensor ids = ids_in.dim() == 1 ? ids_in.reshape({1, ids_in.size(0)}) : ids_in;
+  TP_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+           "input ids must be an i64 tensor [batch, tokens], got {} {}", dtype_name(ids.dtype()),
+           shape_str(ids.shape()));
+  TP_CHECK(state == nullptr || state->batch() == ids.size(0), "KV state holds {} sequences, input has {}",
+           state ? state->batch() : 0, ids.size(0));
+  return ids;
+}
+
+Tensor token_positions(int64_t batch, int64_t tokens, const KVState* state) {
+  std::vector<int64_t> pos(static_cast<size_t>(batch * tokens));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < tokens; ++t) pos[b * tokens + t] = (state ? state->lengths()[b] : 0) + t;
+  return Tensor::from_ints(pos, {batch, tokens});
+}
+
+Tensor logit_rows(const Tensor& h, const std::vector<int64_t>& logit_positions) {
+  if (logit_positions.empty()) return h;
+  const int64_t B = h.size(0), T = h.size(1);
+  TP_CHECK(static_cast<int64_t>(logit_positions.size()) == B, "logit_positions has {} entries for a batch of {}",
+           logit_positions.size(), B);
+  std::vector<Tensor> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    TP_CHECK(logit_positions[b] >= 0 && logit_positions[b] < T, "logit position {} outside [0, {})",
+             logit_positions[b], T);
+    rows.push_back(ops::narrow(ops::narrow(h, 0, b, 1), 1, logit_positions[b], 1));
+  }
+  return ops::reshape(rows.size() == 1 ? rows[0] : ops::cat(rows, 0), {B, -1});  // [B, H]
+}
+
+parallel::Plan causal_lm_plan(const ModelConfig& config, const parallel::Plan& default_base) {
+  const parallel::Plan& base = config.base_model_tp_plan.empty() ? default_base : config.base_model_tp_plan;
+  parallel::Plan plan;
+  for (const auto& [key, style] : base) plan.emplace_back("model." + key, style);
+  // A tied lm_head shares the embedding's rows: both must be vocab-parallel.
+  if (config.tie_word_embeddings &&
+      std::none_of(plan.begin(), plan.end(), [](const auto& e) { return e.first == "model.embed_tokens"; }))
+    plan.emplace_back("model.embed_tokens", "embedding_rowwise");
+  plan.emplace_back("lm_head", "colwise_gather_output");
+  return plan;
+}
+
+std::map<std::string, std::string> tied_lm_head(const ModelConfig& config) {
+  if (!config.tie_word_embeddings) return {};
+  return {{"lm_head.weight", "model.embed_tokens.weight"}};
+}
+
+}  // namespace tp

@@ -1,0 +1,43 @@
+#pragma once
+// The body every decoder-only architecture shares: embed_tokens, the decoder
+// layers, the final norm, in checkpoint order. Layer is the architecture's
+// decoder layer, built as Layer(name, index, config, extra) where Extra is what
+// else it needs (LlamaVariant, DeepseekSizes).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tp/models/config.h"
+#include "tp/nn/layers.h"
+
+namespace tp {
+
+template <class Layer, class Extra>
+class DecoderModel : public nn::Module {
+ public:
+  DecoderModel(const std::string& name, const ModelConfig& c, const Extra& extra)
+      : nn::Module(name),
+        embed_tokens(
+            add_module(std::make_unique<nn::Embedding>(child_name("embed_tokens"), c.vocab_size, c.hidden_size))),
+        norm(add_layers_then_norm(c, extra)) {}
+  nn::Embedding& embed_tokens;
+  std::vector<Layer*> layers;
+  nn::RMSNorm& norm;
+
+ protected:
+  Tensor forward(const std::vector<Tensor>& inputs) override {  // ids [B, T] -> hidden [B, T, H]
+    Tensor h = embed_tokens(inputs.at(0));
+    for (Layer* layer : layers) h = (*layer)(h);
+    return norm(h);
+  }
+
+ private:
+  // Registration order is checkpoint order: embed_tokens, layers.0 ..., norm.
+  nn::RMSNorm& add_layers_then_norm(const ModelConfig& c, const Extra& extra) {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      layers.push_back(&add_module(std::make_unique<Layer>(child_name("layers." + std::to_string(i)), i, c, extra)));
+    return add_module(std::make_unique<nn::RMSNorm>(child_name("norm"), c.hidden_size, c.rms_norm_eps));
+  }
+};
+
+}  // namespace tp

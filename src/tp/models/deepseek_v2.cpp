@@ -1,0 +1,227 @@
+#include "tp/models/deepseek_v2.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tp/ops/attention.h"
+#include "tp/ops/elementwise.h"
+#include "tp/ops/shape.h"
+#include "tp/parallel/mla.h"
+
+namespace tp {
+
+// ---------------------------------------------------------------- rope and scale
+
+MlaRope mla_rope(const ModelConfig& c, const DeepseekSizes& s) {
+  const RopeScalingConfig& rs = c.rope_scaling;
+  MlaRope r;
+  r.options.layout = ops::RopeLayout::Interleaved;  // DeepSeek-V2: complex pairs (x[2i], x[2i+1])
+  r.scale = 1.0 / std::sqrt(static_cast<double>(s.qk_head_dim()));
+  if (rs.rope_type == "default") {
+    r.inv_freq = ops::rope_inv_freq(s.qk_rope_head_dim, c.rope_theta);
+    return r;
+  }
+  TP_CHECK(rs.rope_type == "yarn", "{}: rope_scaling type '{}' is not supported for {} models; supported: default, yarn",
+           c.source, rs.rope_type, c.model_type);
+  // Transformers: with original_max_position_embeddings given, the frequencies
+  // and the default attention factor use max_position_embeddings / it as the
+  // factor; the softmax scale below uses rope_scaling's factor as written.
+  ops::YarnScaling y;
+  y.original_max_position_embeddings =
+      rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings : c.max_position_embeddings;
+  y.factor = rs.original_max_position_embeddings > 0
+                 ? static_cast<double>(c.max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings)
+                 : rs.factor;
+  y.beta_fast = rs.beta_fast;
+  y.beta_slow = rs.beta_slow;
+  y.truncate = rs.truncate.value_or(true);
+  y.attention_factor = rs.attention_factor.value_or(0);
+  y.mscale = rs.mscale.value_or(0);
+  y.mscale_all_dim = rs.mscale_all_dim.value_or(0);
+  ops::YarnRope yarn = ops::rope_yarn(s.qk_rope_head_dim, c.rope_theta, y);
+  r.inv_freq = std::move(yarn.inv_freq);
+  r.options.attention_factor = static_cast<float>(yarn.attention_factor);
+  if (rs.mscale_all_dim.value_or(0) != 0) {
+    const double m = ops::yarn_mscale(rs.factor, *rs.mscale_all_dim);
+    r.scale *= m * m;
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- attention
+
+DeepseekV2Attention::DeepseekV2Attention(const std::string& name, const ModelConfig& c, const DeepseekSizes& s)
+    : nn::Module(name), sizes_(s) {
+  const int64_t H = c.hidden_size, heads = c.num_attention_heads, C = s.kv_lora_rank;
+  auto linear = [&](const char* key, int64_t in, int64_t out, bool bias) {
+    return &add_module(std::make_unique<nn::Linear>(child_name(key), in, out, bias));
+  };
+  // Registration order is checkpoint order.
+  if (s.q_lora_rank > 0) {
+    q_a_proj = linear("q_a_proj", H, s.q_lora_rank, c.attention_bias);
+    // Transformers builds both latent norms with RMSNorm's default eps (1e-6), not rms_norm_eps.
+    q_a_layernorm = &add_module(std::make_unique<nn::RMSNorm>(child_name("q_a_layernorm"), s.q_lora_rank, 1e-6));
+    q_b_proj = linear("q_b_proj", s.q_lora_rank, heads * s.qk_head_dim(), false);
+  } else {
+    q_proj = linear("q_proj", H, heads * s.qk_head_dim(), false);
+  }
+  kv_a_proj_with_mqa = linear("kv_a_proj_with_mqa", H, C + s.qk_rope_head_dim, c.attention_bias);
+  kv_a_layernorm = &add_module(std::make_unique<nn::RMSNorm>(child_name("kv_a_layernorm"), C, 1e-6));
+  kv_b_proj = linear("kv_b_proj", C, heads * (s.qk_nope_head_dim + s.v_head_dim), false);
+  o_proj = linear("o_proj", heads * s.v_head_dim, H, c.attention_bias);
+}
+
+namespace {
+
+// x [..., D] padded with zeros to [..., width] (no gradient flows to the zeros).
+Tensor pad_last(const Tensor& x, int64_t width) {
+  const int64_t d = x.size(-1);
+  if (d == width) return x;
+  Shape zeros = x.shape();
+  zeros.back() = width - d;
+  return ops::cat({x, Tensor::zeros(zeros)}, -1);
+}
+
+}  // namespace
+
+Tensor DeepseekV2Attention::forward(const std::vector<Tensor>& inputs) {
+  const Tensor& x = inputs.at(0);  // [B, T, H]
+  const int64_t B = x.size(0), T = x.size(1), N = sizes_.qk_nope_head_dim, R = sizes_.qk_rope_head_dim,
+                V = sizes_.v_head_dim, C = sizes_.kv_lora_rank;
+  Tensor q = q_proj != nullptr ? (*q_proj)(x) : (*q_b_proj)((*q_a_layernorm)((*q_a_proj)(x)));
+  q = ops::reshape(q, {B, T, -1, N + R});  // this rank's heads
+  Tensor q_nope = ops::narrow(q, 3, 0, N);
+  Tensor q_pe = ops::apply_rope(ops::narrow(q, 3, N, R), context->positions, rope->inv_freq, rope->options);
+
+  Tensor compressed = (*kv_a_proj_with_mqa)(x);  // [B, T, C + R]
+  Tensor latent = (*kv_a_layernorm)(ops::narrow(compressed, 2, 0, C));
+  Tensor k_pe = ops::apply_rope(ops::reshape(ops::narrow(compressed, 2, C, R), {B, T, 1, R}), context->positions,
+                                rope->inv_freq, rope->options);
+
+  ops::AttentionOptions options{.scale = rope->scale};
+  if (context->state != nullptr) {
+    // Cache the latent and k_pe, then attend over every cached token.
+    ops::KVCache& cache = context->state->layers.at(layer_index);
+    options.q_offsets = cache.lengths();
+    Tensor latent_rows = ops::reshape(latent, {B, T, 1, C});
+    if (context->counts != nullptr && !context->counts->empty())
+      cache.append(latent_rows, k_pe, *context->counts);
+    else
+      cache.append(latent_rows, k_pe);
+    options.kv_lens = cache.lengths();
+    const int64_t used = *std::max_element(options.kv_lens.begin(), options.kv_lens.end());
+    latent = ops::reshape(cache.keys().narrow(1, 0, used).to(DType::F32), {B, used, C});
+    k_pe = cache.values().narrow(1, 0, used).to(DType::F32);
+  }
+  const int64_t L = latent.size(1);
+  Tensor kv = ops::reshape((*kv_b_proj)(latent), {B, L, -1, N + V});
+  const int64_t heads = kv.size(2);
+  Tensor key = ops::cat({ops::narrow(kv, 3, 0, N), ops::cat(std::vector<Tensor>(heads, k_pe), 2)}, 3);
+  Tensor query = ops::cat({q_nope, q_pe}, 3);
+  // The attention op takes one head dim: the shorter of q/k and v is zero-padded
+  // (zeros change no dot product and add zero columns to the output).
+  const int64_t width = std::max(N + R, V);
+  Tensor out = ops::attention(pad_last(query, width), pad_last(key, width), pad_last(ops::narrow(kv, 3, N, V), width),
+                              options);
+  if (width != V) out = ops::narrow(out, 3, 0, V);
+  return (*o_proj)(ops::reshape(out, {B, T, -1}));
+}
+
+// ---------------------------------------------------------------- decoder layer
+
+DeepseekV2DecoderLayer::DeepseekV2DecoderLayer(const std::string& name, int64_t index, const ModelConfig& c,
+                                               const DeepseekSizes& s)
+    : nn::Module(name),
+      input_layernorm(add_module(
+          std::make_unique<nn::RMSNorm>(child_name("input_layernorm"), c.hidden_size, c.rms_norm_eps))),
+      self_attn(add_module(std::make_unique<DeepseekV2Attention>(child_name("self_attn"), c, s))),
+      post_attention_layernorm(add_module(
+          std::make_unique<nn::RMSNorm>(child_name("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps))),
+      mlp(add_module(std::make_unique<LlamaMLP>(child_name("mlp"), c))) {
+  self_attn.layer_index = index;
+}
+
+Tensor DeepseekV2DecoderLayer::forward(const std::vector<Tensor>& inputs) {
+  const Tensor& x = inputs.at(0);
+  Tensor h = ops::add(x, self_attn(input_layernorm(x)));  // self attention
+  return ops::add(h, mlp(post_attention_layernorm(h)));   // fully connected
+}
+
+// ---------------------------------------------------------------- causal LM
+
+parallel::Plan deepseek_v2_base_tp_plan(const DeepseekSizes& s) {
+  return {{s.q_lora_rank > 0 ? "layers.*.self_attn.q_b_proj" : "layers.*.self_attn.q_proj", "colwise"},
+          {"layers.*.self_attn.kv_a_proj_with_mqa", "mla_kv_a_proj"},
+          {"layers.*.self_attn.kv_b_proj", "colwise"},
+          {"layers.*.self_attn.o_proj", "rowwise"},
+          {"layers.*.mlp.gate_proj", "colwise"},
+          {"layers.*.mlp.up_proj", "colwise"},
+          {"layers.*.mlp.down_proj", "rowwise"}};
+}
+
+DeepseekV2ForCausalLM::DeepseekV2ForCausalLM(const ModelConfig& config)
+    : CausalLM(config),
+      model(add_module(std::make_unique<DeepseekV2Model>("model", config, deepseek_sizes(config)))),
+      lm_head(add_module(std::make_unique<nn::Linear>("lm_head", config.hidden_size, config.vocab_size, false))),
+      sizes_(deepseek_sizes(config)),
+      rope_(mla_rope(config, sizes_)) {
+  TP_CHECK(config.hidden_act == "silu", "{}: hidden_act '{}' is not supported; supported: silu", config.model_type,
+           config.hidden_act);
+  for (DeepseekV2DecoderLayer* layer : model.layers) {
+    layer->self_attn.context = &context_;
+    layer->self_attn.rope = &rope_;
+  }
+}
+
+parallel::Plan DeepseekV2ForCausalLM::shipped_plan() const {
+  return causal_lm_plan(config_, deepseek_v2_base_tp_plan(sizes_));
+}
+
+parallel::StyleOverrides DeepseekV2ForCausalLM::check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const {
+  parallel::StyleOverrides overrides;
+  auto style_of = [&](const nn::Module* m) {
+    auto it = m == nullptr ? plan.module_style.end() : plan.module_style.find(m->name());
+    return it == plan.module_style.end() ? std::string() : it->second;
+  };
+  const ModelConfig& c = config_;
+  for (const DeepseekV2DecoderLayer* layer : model.layers) {
+    const DeepseekV2Attention& a = layer->self_attn;
+    for (const nn::Linear* per_head : {a.q_proj, a.q_b_proj, a.kv_b_proj})
+      if (style_of(per_head) == "colwise")
+        TP_CHECK(c.num_attention_heads % tp_size == 0,
+                 "num_attention_heads {} is not divisible by tp_size {} ('{}' is colwise: each rank needs whole heads)",
+                 c.num_attention_heads, tp_size, per_head->name());
+    // The style needs the rope width, which only the config knows.
+    if (style_of(a.kv_a_proj_with_mqa) == "mla_kv_a_proj")
+      overrides[a.kv_a_proj_with_mqa->name()] = std::make_shared<parallel::MlaKvAProjParallel>(
+          parallel::MlaKvAProjParallel::Options{.qk_rope_head_dim = sizes_.qk_rope_head_dim});
+    for (const nn::Linear* m : {&layer->mlp.gate_proj, &layer->mlp.up_proj})
+      if (style_of(m) == "colwise")
+        TP_CHECK(c.intermediate_size % tp_size == 0, "intermediate_size {} is not divisible by tp_size {} ('{}')",
+                 c.intermediate_size, tp_size, m->name());
+  }
+  return overrides;
+}
+
+std::map<std::string, std::string> DeepseekV2ForCausalLM::tied_parameters() const { return tied_lm_head(config_); }
+
+KVState DeepseekV2ForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
+  // One "head" of the latent (keys) and of k_pe (values) per layer, on every rank.
+  std::vector<ops::KVCache::Layer> layers;
+  for (const DeepseekV2DecoderLayer* layer : model.layers) {
+    const DType dtype = layer->self_attn.kv_b_proj->weight_dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+    layers.push_back({1, dtype, sizes_.kv_lora_rank, sizes_.qk_rope_head_dim});
+  }
+  return KVState{ops::KVCache::for_layers(batch, max_len, sizes_.kv_lora_rank, layers)};
+}
+
+Tensor DeepseekV2ForCausalLM::forward_ids(const Tensor& ids_in, KVState* state,
+                                          const std::vector<int64_t>& logit_positions,
+                                          const std::vector<int64_t>& counts) {
+  Tensor ids = batch_of_ids(ids_in, state);
+  context_ = {.positions = token_positions(ids.size(0), ids.size(1), state), .state = state, .counts = &counts};
+  Tensor h = model(ids);  // [B, T, H]
+  return lm_head(logit_rows(h, logit_positions));
+}
+
+}  // namespace tp

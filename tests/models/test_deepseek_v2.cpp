@@ -1,0 +1,154 @@
+// DeepSeek-V2 (MLA) without the multi-rank suite: what its config accepts and
+// rejects (by message), the plan it ships, the latent KV cache's shape, yarn's
+// scale; and Mistral's / layer_types' window keys. tp = 1..4 equivalence, KV
+// decoding and the PyTorch oracle are in test_models and test_reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "models/model_test_util.h"
+#include "ops/op_test_util.h"
+#include "tp/models/auto.h"
+#include "tp/models/deepseek_v2.h"
+#include "tp/models/presets.h"
+
+using namespace tp;
+using tp::test::expect_error;
+
+namespace {
+
+ModelConfig preset_with(const std::string& arch, const std::string& preset, const nlohmann::json& changes) {
+  nlohmann::json raw = make_preset_config(arch, preset).to_json();
+  for (auto it = changes.begin(); it != changes.end(); ++it) {
+    if (it.value().is_null() && it.key() != "rope_scaling")
+      raw.erase(it.key());
+    else
+      raw[it.key()] = it.value();
+  }
+  return ModelConfig::from_json(raw, "config.json");
+}
+
+}  // namespace
+
+TEST(DeepseekV2, MixtureOfExpertsLayersAreAnErrorNamingTheKeys) {
+  expect_error([] { AutoModelForCausalLM::from_config(preset_with("deepseek_v2", "tiny", {{"first_k_dense_replace", 1}})); },
+               {"config.json", "layers 1 to 1 are mixture-of-experts layers", "'first_k_dense_replace' 1",
+                "'n_routed_experts' 4", "set first_k_dense_replace >= num_hidden_layers (2) or n_routed_experts to 0"});
+  // No routed experts: every layer is dense whatever first_k_dense_replace says.
+  EXPECT_NO_THROW(AutoModelForCausalLM::from_config(
+      preset_with("deepseek_v2", "tiny", {{"first_k_dense_replace", 0}, {"n_routed_experts", nullptr}})));
+}
+
+TEST(DeepseekV2, ConfigErrorsNameTheKey) {
+  expect_error([] { AutoModelForCausalLM::from_config(preset_with("deepseek_v2", "tiny", {{"kv_lora_rank", nullptr}})); },
+               {"config.json", "required key 'kv_lora_rank' is missing", "deepseek_v2"});
+  expect_error([] { AutoModelForCausalLM::from_config(preset_with("deepseek_v2", "tiny", {{"qk_rope_head_dim", 7}})); },
+               {"'qk_rope_head_dim' must be even", "7"});
+  expect_error([] { AutoModelForCausalLM::from_config(preset_with("deepseek_v2", "tiny", {{"v_head_dim", -2}})); },
+               {"'v_head_dim' must be a non-negative integer", "-2"});
+  expect_error(
+      [] { AutoModelForCausalLM::from_config(preset_with("deepseek_v2", "tiny", {{"num_key_value_heads", 4}})); },
+      {"'num_key_value_heads' (4) must equal 'num_attention_heads' (12)"});
+  expect_error(
+      [] {
+        AutoModelForCausalLM::from_config(preset_with(
+            "deepseek_v2", "tiny",
+            {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}}));
+      },
+      {"rope_scaling type 'linear' is not supported for deepseek_v2 models; supported: default, yarn"});
+}
+
+TEST(DeepseekV2, ShipsTheAttentionPlanOfItsQueryPath) {
+  auto plain = AutoModelForCausalLM::from_config(make_preset_config("deepseek_v2", "tiny"));
+  auto lora = AutoModelForCausalLM::from_config(make_preset_config("deepseek_v2", "tiny-q-lora"));
+  auto has = [](const parallel::Plan& plan, const std::string& key, const std::string& style) {
+    return std::find(plan.begin(), plan.end(), std::pair{key, style}) != plan.end();
+  };
+  EXPECT_TRUE(has(plain->shipped_plan(), "model.layers.*.self_attn.q_proj", "colwise"));
+  EXPECT_TRUE(has(lora->shipped_plan(), "model.layers.*.self_attn.q_b_proj", "colwise"));
+  for (const auto* m : {plain.get(), lora.get()}) {
+    EXPECT_TRUE(has(m->shipped_plan(), "model.layers.*.self_attn.kv_a_proj_with_mqa", "mla_kv_a_proj"));
+    EXPECT_TRUE(has(m->shipped_plan(), "model.layers.*.self_attn.kv_b_proj", "colwise"));
+    EXPECT_TRUE(has(m->shipped_plan(), "model.layers.*.self_attn.o_proj", "rowwise"));
+    EXPECT_TRUE(has(m->shipped_plan(), "lm_head", "colwise_gather_output"));
+  }
+  // Whole heads per rank, checked before any weight is read.
+  expect_error([&] { resolve_model_plan(*lora, {}, 5, nullptr); },
+               {"num_attention_heads 12 is not divisible by tp_size 5", "model.layers.0.self_attn.q_b_proj"});
+}
+
+TEST(DeepseekV2, KvCacheHoldsTheLatentAndTheSharedRopeKey) {
+  auto lm = AutoModelForCausalLM::from_config(make_preset_config("deepseek_v2", "tiny"));
+  KVState state = lm->make_kv_state(3, 20);
+  ASSERT_EQ(state.layers.size(), 2u);
+  // kv_lora_rank 32 + qk_rope_head_dim 8 per token, not 12 heads x (16 + 8 + 16).
+  EXPECT_EQ(state.layers[0].keys().shape(), (Shape{3, 20, 1, 32}));
+  EXPECT_EQ(state.layers[0].values().shape(), (Shape{3, 20, 1, 8}));
+}
+
+TEST(DeepseekV2, YarnScalesTheSoftmaxByMscaleSquared) {
+  const ModelConfig c = make_preset_config("deepseek_v2", "tiny");
+  const MlaRope r = mla_rope(c, deepseek_sizes(c));
+  const double m = 0.1 * 0.707 * std::log(4.0) + 1.0;
+  EXPECT_NEAR(r.scale, m * m / std::sqrt(24.0), 1e-12);
+  EXPECT_FLOAT_EQ(r.options.attention_factor, 1.f);  // mscale == mscale_all_dim
+  EXPECT_EQ(r.options.layout, ops::RopeLayout::Interleaved);
+  ASSERT_EQ(r.inv_freq.size(), 4u);
+  // Correction range [0, 2) of 4 frequencies: the first kept, the last two interpolated (/ factor 4).
+  const std::vector<float> base = ops::rope_inv_freq(8, 10000.0);
+  EXPECT_FLOAT_EQ(r.inv_freq[0], base[0]);
+  EXPECT_FLOAT_EQ(r.inv_freq[1], 0.5f * base[1] + 0.5f * base[1] / 4);
+  EXPECT_FLOAT_EQ(r.inv_freq[3], base[3] / 4);
+  // mscale != mscale_all_dim: cos and sin scaled by their ratio.
+  const ModelConfig c2 = preset_with("deepseek_v2", "tiny",
+                                     {{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0},
+                                                        {"original_max_position_embeddings", 64},
+                                                        {"mscale", 1.0}, {"mscale_all_dim", 0.5}}}});
+  EXPECT_FLOAT_EQ(mla_rope(c2, deepseek_sizes(c2)).options.attention_factor,
+                  static_cast<float>(ops::yarn_mscale(4, 1.0) / ops::yarn_mscale(4, 0.5)));
+}
+
+TEST(DeepseekV2, MlaKvAProjNeedsTheRopeWidth) {
+  // The registered style knows no qk_rope_head_dim: on a model whose config has
+  // none it is an error naming the module, before any weight is read.
+  auto lm = AutoModelForCausalLM::from_config(make_preset_config("llama", "tiny"));
+  parallel::DistributedConfig dc{.tp_plan = R"({"model.layers.*.self_attn.k_proj": "mla_kv_a_proj"})"};
+  parallel::StyleOverrides overrides;
+  parallel::ResolvedPlan plan = resolve_model_plan(*lm, dc, 2, &overrides);
+  expect_error([&] { parallel::apply_plan(*lm, plan, {2, 0}, nullptr, overrides); },
+               {"'model.layers.0.self_attn.k_proj' has style mla_kv_a_proj, which needs qk_rope_head_dim",
+                "add qk_rope_head_dim to config.json"});
+}
+
+TEST(SlidingWindow, ConfigKeysAreCheckedByMessage) {
+  expect_error([] { AutoModelForCausalLM::from_config(preset_with("mistral", "tiny", {{"sliding_window", 0}})); },
+               {"config.json", "'sliding_window' must be a positive integer or null", "0"});
+  expect_error(
+      [] {
+        AutoModelForCausalLM::from_config(preset_with("mistral", "tiny", {{"layer_types", {"sliding_attention"}}}));
+      },
+      {"'layer_types' must list one type per layer (2 layers)"});
+  expect_error(
+      [] {
+        AutoModelForCausalLM::from_config(preset_with(
+            "mistral", "tiny", {{"sliding_window", 8}, {"layer_types", {"sliding_attention", "chunked_attention"}}}));
+      },
+      {"layer_types[1] is \"chunked_attention\"", "supported: \"sliding_attention\", \"full_attention\""});
+  expect_error(
+      [] {
+        AutoModelForCausalLM::from_config(
+            preset_with("llama", "tiny", {{"layer_types", {"sliding_attention", "full_attention"}}}));
+      },
+      {"layer_types[0] is \"sliding_attention\" but 'sliding_window' is not set"});
+}
+
+TEST(SlidingWindow, LayerTypesAlternateWindowedAndFullLayers) {
+  auto lm = AutoModelForCausalLM::from_config(
+      preset_with("mistral", "tiny", {{"sliding_window", 128}, {"layer_types", {"sliding_attention", "full_attention"}}}));
+  auto& llama = dynamic_cast<LlamaForCausalLM&>(*lm);
+  EXPECT_EQ(llama.model.layers[0]->self_attn.sliding_window, 128);
+  EXPECT_EQ(llama.model.layers[1]->self_attn.sliding_window, 0);
+  auto mistral = AutoModelForCausalLM::from_config(preset_with("mistral", "tiny", {{"sliding_window", 4}}));
+  for (const LlamaDecoderLayer* l : dynamic_cast<LlamaForCausalLM&>(*mistral).model.layers)
+    EXPECT_EQ(l->self_attn.sliding_window, 4);
+}
