@@ -38,15 +38,21 @@ py::array model_forward(PretrainedModel& model, const py::handle& ids) {
 
 void bind_models(py::module_& m) {
   py::class_<DistributedConfig>(m, "DistributedConfig")
-      .def(py::init([](std::optional<int64_t> tp_size, std::string tp_plan, bool enable_sequence_parallel) {
+      .def(py::init([](std::optional<int64_t> tp_size, std::string tp_plan, bool enable_sequence_parallel,
+                       std::optional<int64_t> ep_size, std::string ep_plan) {
              return DistributedConfig{.tp_size = tp_size,
                                       .tp_plan = std::move(tp_plan),
-                                      .enable_sequence_parallel = enable_sequence_parallel};
+                                      .enable_sequence_parallel = enable_sequence_parallel,
+                                      .ep_size = ep_size,
+                                      .ep_plan = std::move(ep_plan)};
            }),
-           py::arg("tp_size") = py::none(), py::arg("tp_plan") = "auto", py::arg("enable_sequence_parallel") = false)
+           py::arg("tp_size") = py::none(), py::arg("tp_plan") = "auto", py::arg("enable_sequence_parallel") = false,
+           py::arg("ep_size") = py::none(), py::arg("ep_plan") = "auto")
       .def_readwrite("tp_size", &DistributedConfig::tp_size)
       .def_readwrite("tp_plan", &DistributedConfig::tp_plan)
-      .def_readwrite("enable_sequence_parallel", &DistributedConfig::enable_sequence_parallel);
+      .def_readwrite("enable_sequence_parallel", &DistributedConfig::enable_sequence_parallel)
+      .def_readwrite("ep_size", &DistributedConfig::ep_size)
+      .def_readwrite("ep_plan", &DistributedConfig::ep_plan);
 
   py::class_<dist::ParallelismConfig>(m, "ParallelismConfig")
       .def(py::init([](std::optional<int64_t> dp_replicate_size, std::optional<int64_t> dp_shard_size,

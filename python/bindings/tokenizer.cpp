@@ -6,6 +6,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include "bindings.h"
+#include "tp/chat/chat_template.h"
 
 namespace tp::python {
 
@@ -38,6 +39,20 @@ void bind_tokenizer(py::module_& m) {
       .def_property_readonly("bos_token_id", &Tokenizer::bos_token_id)
       .def_property_readonly("eos_token_ids", &Tokenizer::eos_token_ids)
       .def("is_special", &Tokenizer::is_special, py::arg("id"));
+
+  // Messages and extra variables cross as JSON text: the template engine's values are JSON's.
+  py::class_<chat::ChatTemplate>(m, "ChatTemplate")
+      .def_static("from_model_dir", &chat::ChatTemplate::from_model_dir, py::arg("model_dir"))
+      .def(
+          "apply",
+          [](const chat::ChatTemplate& t, const std::string& messages_json, bool add_generation_prompt,
+             const std::string& extra_json) {
+            return t.apply(nlohmann::json::parse(messages_json), add_generation_prompt,
+                           nlohmann::json::parse(extra_json));
+          },
+          py::arg("messages_json"), py::arg("add_generation_prompt"), py::arg("extra_json") = "{}")
+      .def_property_readonly("name", &chat::ChatTemplate::name)
+      .def_property_readonly("source", &chat::ChatTemplate::source);
 }
 
 }  // namespace tp::python

@@ -17,23 +17,25 @@ def _dtype_name(dtype):
     return _DTYPES[name]
 
 
-def _plan_text(tp_plan):
-    """DistributedConfig's tp_plan: 'auto', a dict (as JSON), or a JSON file's path."""
-    if isinstance(tp_plan, dict):
-        for key, style in tp_plan.items():
+def _plan_text(plan, what="tp_plan"):
+    """DistributedConfig's tp_plan / ep_plan: 'auto', a dict (as JSON), or a JSON file's path."""
+    if isinstance(plan, dict):
+        for key, style in plan.items():
             if not isinstance(key, str) or not isinstance(style, str):
-                raise ValueError(f"tp_plan entries map module names to style names (str: str), got {key!r}: {style!r}")
-        return json.dumps(tp_plan)
-    if isinstance(tp_plan, (str, os.PathLike)):
-        return os.fspath(tp_plan)
-    raise ValueError(f"tp_plan must be 'auto', a dict or a path to a JSON file, got {type(tp_plan).__name__}")
+                raise ValueError(f"{what} entries map module names to style names (str: str), got {key!r}: {style!r}")
+        return json.dumps(plan)
+    if isinstance(plan, (str, os.PathLike)):
+        return os.fspath(plan)
+    raise ValueError(f"{what} must be 'auto', a dict or a path to a JSON file, got {type(plan).__name__}")
 
 
 class DistributedConfig(_tp.DistributedConfig):
-    """Transformers' DistributedConfig: tp_size (None: every rank) and tp_plan ("auto", a dict or a JSON file)."""
+    """Transformers' DistributedConfig: tp_size (None: every rank) and tp_plan ("auto", a dict or a JSON
+    file); for mixture-of-experts models ep_size and ep_plan (expert parallelism)."""
 
-    def __init__(self, tp_size=None, tp_plan="auto", enable_sequence_parallel=False):
-        super().__init__(tp_size=tp_size, tp_plan=_plan_text(tp_plan), enable_sequence_parallel=enable_sequence_parallel)
+    def __init__(self, tp_size=None, tp_plan="auto", enable_sequence_parallel=False, ep_size=None, ep_plan="auto"):
+        super().__init__(tp_size=tp_size, tp_plan=_plan_text(tp_plan), enable_sequence_parallel=enable_sequence_parallel,
+                         ep_size=ep_size, ep_plan=_plan_text(ep_plan, "ep_plan"))
 
 
 class CausalLMOutput(dict):

@@ -22,6 +22,27 @@ class PreTrainedTokenizer:
         self._tokenizer = tokenizer
         self.name_or_path = name
         self.pad_token = pad_token
+        self._chat_template = None
+
+    def apply_chat_template(self, conversation, tokenize=True, add_generation_prompt=False, return_tensors=None,
+                            **kwargs):
+        """The model's chat template (tokenizer_config.json or chat_template.jinja) over a list of
+        {"role", "content"} messages, as Transformers renders it; tokenize=True gives the ids (the
+        template writes the special tokens itself, so none are added). Extra keyword arguments
+        (e.g. enable_thinking=False) are template variables."""
+        if not isinstance(conversation, (list, tuple)) or not all(isinstance(m, dict) for m in conversation):
+            raise ValueError("conversation must be a list of {'role': ..., 'content': ...} dicts")
+        if self._chat_template is None:
+            self._chat_template = _tp.ChatTemplate.from_model_dir(self.name_or_path)
+        text = self._chat_template.apply(json.dumps(list(conversation)), add_generation_prompt, json.dumps(kwargs))
+        if not tokenize:
+            return text
+        ids = self._tokenizer.encode(text, False)
+        if return_tensors == "np":
+            return np.array([ids], dtype=np.int64)
+        if return_tensors is not None:
+            raise ValueError(f"return_tensors={return_tensors!r} is not supported; tp returns numpy arrays ('np')")
+        return ids
 
     @property
     def vocab_size(self):

