@@ -58,6 +58,9 @@ std::vector<Tensor> MoeTpExperts::transform_inputs_pre_forward(nn::Module& modul
   // Each rank's gradient of the routing weights covers its part of every expert:
   // summed here, except under expert parallelism, where ep_router does it.
   if (!experts.experts_sharded()) inputs[1] = dist::copy_to_region(inputs[1], mesh.group("tp"));
+  // Cut inside each expert, every rank's partial output is summed: the down bias
+  // (GPT-OSS) goes in once, on tp rank 0. Holding whole experts, each rank adds its own.
+  experts.add_down_bias = experts.experts_sharded() || !any_param_sharded(module) || mesh.group("tp").rank() == 0;
   return inputs;
 }
 
