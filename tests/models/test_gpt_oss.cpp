@@ -60,7 +60,7 @@ TEST(GptOss, TensorParallelCutsWholeGateUpPairsTheSameIntermediateSliceAndEachRa
   EXPECT_EQ(row(r, L + "mlp.experts.gate_up_proj").local_shapes[1], (Shape{8, 64, 24}));
   EXPECT_EQ(row(r, L + "mlp.experts.gate_up_proj_bias").local_shapes[1], (Shape{8, 24}));
   EXPECT_EQ(row(r, L + "mlp.experts.down_proj").local_shapes[1], (Shape{8, 12, 64}));
-  EXPECT_EQ(row(r, L + "mlp.experts.down_proj_bias").local_shapes[1], (Shape{8, 64}));  // added once, on rank 0
+  EXPECT_EQ(row(r, L + "mlp.experts.down_proj_bias").local_shapes[1], (Shape{8, 64}));  // whole: added after the sum
   EXPECT_EQ(row(r, L + "self_attn.sinks").local_shapes[1], (Shape{6}));               // 24 heads / 4
   EXPECT_EQ(row(r, L + "mlp.router.weight").local_shapes[1], (Shape{8, 64}));         // replicated
   // Masked expert parallelism: 2 of 8 experts per rank, biases included.

@@ -185,6 +185,12 @@ TEST(RowsGatherAndCombine, GradientsMatchCentralDifferences) {
                       {param({3, 5}, 31)});
   TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::combine_rows(in[0], rows, in[1], 3); },
                       {param({4, 5}, 32), param({4}, 33)});
+  // The routed biases: slot weights times their expert's row, the sentinel (4) skipped.
+  Tensor bias = Tensor::from_vector({1, 2, 10, 20, 100, 200, 0, 0}, {4, 2});
+  Tensor ids = Tensor::from_ints({0, 2, 1, 4}, {2, 2}), w = Tensor::from_vector({0.5, 0.25, 2, 3}, {2, 2});
+  EXPECT_TRUE(close(ops::routed_bias(ids, w, bias), {25.5, 51, 20, 40}, 1e-6));
+  TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::routed_bias(ids, in[0], in[1]); },
+                      {param({2, 2}, 34), param({4, 2}, 35)});
   Tensor y = Tensor::from_vector({1, 2, 3, 4}, {2, 2});
   EXPECT_TRUE(close(ops::combine_rows(y, {1, 1}, Tensor::from_vector({2, 0.5}, {2}), 2), {0, 0, 3.5, 6}, 0));
 }

@@ -15,7 +15,7 @@
 //   experts.down_proj [E, I, H] colwise = Shard(1), the same I slice. In this
 //   x-by-W layout Linear's two styles cut the opposite dims, which is what the
 //   intermediate dim needs (packed_colwise would cut H).
-//   moe_tp_experts sums the partial outputs once; one rank adds the down bias.
+//   moe_tp_experts sums the partial outputs once, then adds the routed down bias.
 // The ep plan is Transformers': masked EP (ep_router, grouped_gemm on the four
 // expert tensors, moe_tp_experts).
 #include "tp/models/moe.h"

@@ -73,8 +73,8 @@ class MoeExperts : public Module {
   int64_t num_experts() const { return gate_up_proj.global_shape[0]; }
   int64_t hidden_size() const { return gate_up_proj.global_shape[layout_.gpt_oss ? 1 : 2]; }
   const ExpertLayout& layout() const { return layout_; }
-  // Whether this rank adds the down bias: under tensor parallelism inside each
-  // expert the ranks' partial sums are added up, so only one of them may (set by moe_tp_experts).
+  // Whether forward adds the down bias: under tensor parallelism inside each
+  // expert moe_tp_experts adds it after the ranks' partial sums are added up.
   bool add_down_bias = true;
   // Slots per token its router fills (for `tp plan`'s dispatch volume).
   int64_t top_k() const { return top_k_; }

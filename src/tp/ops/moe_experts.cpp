@@ -6,6 +6,7 @@
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/gemm.h"
+#include "tp/ops/shape.h"
 
 namespace tp::ops {
 
@@ -260,6 +261,25 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
         return out;
       });
   return out;
+}
+
+Tensor routed_bias(const Tensor& ids, const Tensor& weights, const Tensor& bias) {
+  TP_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64 && weights.shape() == ids.shape() && bias.dim() == 2,
+           "routed_bias: ids i64 [N, K], weights [N, K] and bias [E, H] expected, got {}, {} and {}",
+           shape_str(ids.shape()), shape_str(weights.shape()), shape_str(bias.shape()));
+  const int64_t N = ids.size(0), K = ids.size(1), E = bias.size(0);
+  const int64_t* id = ids.data<int64_t>();
+  std::vector<int64_t> experts, tokens, slots;
+  for (int64_t p = 0; p < N * K; ++p) {
+    TP_CHECK(id[p] >= 0 && id[p] <= E, "routed_bias: expert id {} outside [0, {}]", id[p], E);
+    if (id[p] == E) continue;
+    experts.push_back(id[p]);
+    tokens.push_back(p / K);
+    slots.push_back(p);
+  }
+  const Tensor b = bias.dtype() == DType::F32 ? bias : to_dtype(bias, DType::F32);
+  const Tensor w = gather_rows(reshape(weights, {N * K, 1}), slots);
+  return combine_rows(gather_rows(b, experts), tokens, reshape(w, {-1}), N);
 }
 
 }  // namespace tp::ops

@@ -30,8 +30,8 @@ struct ExpertOptions {
   float swiglu_alpha = 1.702f;
   Tensor gate_up_bias;       // undefined, or [E, 2I] (in gate_up's column order)
   Tensor down_bias;          // undefined, or [E, H]
-  // The down bias is added (false: left out, e.g. on all but one of the ranks
-  // whose partial sums are added up afterwards).
+  // The down bias is added (false: left out, e.g. by ranks whose partial sums
+  // are added up first; routed_bias adds it then).
   bool add_down_bias = true;
   static ExpertOptions gpt_oss(float limit, float alpha);
 };
@@ -68,5 +68,10 @@ Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows);
 // The weighted sum back into n rows: out [n, H], out[rows[p]] += weights[p] * y[p]
 // for y [P, H], weights [P] f32 (differentiable w.r.t. y and weights).
 Tensor combine_rows(const Tensor& y, const std::vector<int64_t>& rows, const Tensor& weights, int64_t n);
+
+// The experts' output biases as routed: out[n] = sum_k weights[n,k] * bias[ids[n,k]]
+// for bias [E, H] (slots with the sentinel id E skipped) -> [N, H] f32.
+// Differentiable w.r.t. weights and bias (gather_rows, then combine_rows).
+Tensor routed_bias(const Tensor& ids, const Tensor& weights, const Tensor& bias);
 
 }  // namespace tp::ops
