@@ -9,7 +9,7 @@
 // only moe_tp_experts on the experts, which leaves every expert whole on every
 // rank), so this one is ours, with the styles' usual meaning of the cut:
 //   attention colwise / rowwise as Llama's; sinks colwise (Shard(0): the sinks
-//   of this rank's query heads, matching q_proj's rows).
+//   of this rank's query heads, matching q_proj's rows), self_attn local_params.
 //   experts.gate_up_proj [E, H, 2I] rowwise = Shard(-1), and its bias [E, 2I]
 //   likewise: contiguous columns, so whole (gate, up) pairs when I % tp == 0;
 //   experts.down_proj [E, I, H] colwise = Shard(1), the same I slice. In this
@@ -28,6 +28,8 @@ LlamaVariant gpt_oss_variant(const ModelConfig& config) {
   v.attention_sinks = true;
   v.default_plan = llama_base_tp_plan();
   v.default_plan.resize(4);  // the attention entries; the experts replace the dense MLP's
+  // The attention runs on local tensors (its sinks are this rank's heads' own, not a gathered whole).
+  v.default_plan.push_back({"layers.*.self_attn", "local_params"});
   v.default_plan.push_back({"layers.*.self_attn.sinks", "colwise"});
   v.default_plan.push_back({"layers.*.mlp.experts.gate_up_proj", "rowwise"});
   v.default_plan.push_back({"layers.*.mlp.experts.gate_up_proj_bias", "rowwise"});
