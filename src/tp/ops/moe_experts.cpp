@@ -102,10 +102,19 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
   p.gu.resize(static_cast<size_t>(c * 2 * I));
   gemm_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(), l.gate_up_bias(gate_up_bias, e));
   p.a.resize(static_cast<size_t>(c * I));
+  if (!l.clamped() && !l.o.interleaved) {  // Mixtral / Qwen3-MoE: the plain loop, as before the options
 #pragma omp parallel for if (c * I > 32768)
-  for (int64_t i = 0; i < c; ++i)
-    for (int64_t j = 0; j < I; ++j)
-      p.a[i * I + j] = activate(l, p.gu[i * 2 * I + l.gate_col(j)], p.gu[i * 2 * I + l.up_col(j)]).a;
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < I; ++j) {
+        const float g = p.gu[i * 2 * I + j];
+        p.a[i * I + j] = g * sigmoid(g) * p.gu[i * 2 * I + I + j];
+      }
+  } else {
+#pragma omp parallel for if (c * I > 32768)
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < I; ++j)
+        p.a[i * I + j] = activate(l, p.gu[i * 2 * I + l.gate_col(j)], p.gu[i * 2 * I + l.up_col(j)]).a;
+  }
   p.y.resize(static_cast<size_t>(c * H));
   gemm_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
 }
