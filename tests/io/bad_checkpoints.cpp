@@ -81,7 +81,7 @@ std::vector<BadCase> make_bad_checkpoints(const fs::path& root) {
   file_case("not_object", R"([1, 2, 3])", 24, "does not start with '{'");
   file_case("entry_not_object", R"({"w": 5})", 24, "entry must be an object", "w");
   file_case("unknown_dtype", R"({"w": {"dtype": "F64", "shape": [2, 3], "data_offsets": [0, 48]}})", 48,
-            "unknown or unsupported dtype 'F64'; accepted: F32, BF16, F16, I32, I64", "w");
+            "unknown or unsupported dtype 'F64'; accepted: F32, BF16, F16, I32, I64, U8", "w");
   file_case("shape_mismatch", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 24,
             "needs 24 bytes", "w");
   file_case("begin_after_end", R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [16, 8]}})", 24,

@@ -29,6 +29,15 @@ skew=(/usr/bin/python3 "$(dirname "$0")/skew_router.py")
 "$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" --set num_hidden_layers=3 --set 'mlp_only_layers=[1]' \
   --out "$out/qwen3_moe"
 "${skew[@]}" "$out/qwen3_moe" "model.layers.{}.mlp.gate.weight" 5 6,7
+# GPT-OSS: sinks, a window of 4 on layer 0 (sliding) and full attention on layer 1, yarn, biases, top-4 of 8
+# experts (bf16 too: its sinks and biases converted); the MXFP4 one (its experts' in dims multiples of 32)
+# reads blocks and scales at load.
+"$tp" make-model --arch gpt_oss --preset tiny "${std[@]}" --out "$out/gpt_oss"
+"${skew[@]}" "$out/gpt_oss" "model.layers.{}.mlp.router.weight" 5 6,7
+"$tp" make-model --arch gpt_oss --preset tiny "${std[@]}" --dtype bf16 --out "$out/gpt_oss-bf16"
+"$tp" make-model --arch gpt_oss --preset tiny "${std[@]}" --set intermediate_size=96 --mxfp4 --seed 3 \
+  --out "$out/gpt_oss-mxfp4"
+"${skew[@]}" "$out/gpt_oss-mxfp4" "model.layers.{}.mlp.router.weight" 5 6,7
 # DeepSeek-V2's MLA with and without the query LoRA (dense-MLP layers).
 "$tp" make-model --arch deepseek_v2 --preset tiny "${std[@]}" --out "$out/deepseek_v2"
 "$tp" make-model --arch deepseek_v2 --preset tiny-q-lora "${std[@]}" --out "$out/deepseek_v2-q-lora"

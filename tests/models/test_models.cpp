@@ -149,9 +149,11 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           // experts cut inside each expert (packed gate/up, rowwise down)
                                           ArchCase{"mixtral", 1e-4}, ArchCase{"qwen3_moe", 1e-4},
                                           ArchCase{"deepseek_v2", 1e-4}, ArchCase{"deepseek_v2-q-lora", 1e-4},
+                                          // sinks, windowed layers, experts cut on whole interleaved gate/up pairs
+                                          ArchCase{"gpt_oss", 1e-4}, ArchCase{"gpt_oss-mxfp4", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
-                                           ArchCase{"llama-bf16", 3e-2}),
+                                           ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2}),
                          [](const auto& info) {
                            std::string n = info.param.model;
                            std::replace(n.begin(), n.end(), '-', '_');
@@ -214,6 +216,8 @@ PretrainedModel load_ep(const EpCase& c) {
 
 const std::string kMixtralDispatch =
     R"({"model.layers.*.mlp.gate": "local_params", "model.layers.*.mlp.experts": "ep_dispatch_experts"})";
+const std::string kGptOssDispatch =
+    R"({"model.layers.*.mlp.router": "local_params", "model.layers.*.mlp.experts": "ep_dispatch_experts"})";
 
 }  // namespace
 
@@ -239,8 +243,13 @@ INSTANTIATE_TEST_SUITE_P(
     Tiny, ExpertParallel,
     ::testing::Values(EpCase{"qwen3_moe", 2, 1}, EpCase{"qwen3_moe", 2, 2}, EpCase{"mixtral", 2, 2},
                       EpCase{"mixtral", 2, 1, kMixtralDispatch}, EpCase{"qwen3_moe", 4, 1}, EpCase{"qwen3_moe", 4, 2},
-                      EpCase{"qwen3_moe", 4, 4}, EpCase{"mixtral", 4, 4}, EpCase{"mixtral", 4, 2, kMixtralDispatch}),
+                      EpCase{"qwen3_moe", 4, 4}, EpCase{"mixtral", 4, 4}, EpCase{"mixtral", 4, 2, kMixtralDispatch},
+                      EpCase{"gpt_oss", 2, 2}, EpCase{"gpt_oss", 2, 1, kGptOssDispatch}, EpCase{"gpt_oss", 4, 4},
+                      EpCase{"gpt_oss", 4, 2, kGptOssDispatch}, EpCase{"gpt_oss-mxfp4", 2, 2},
+                      EpCase{"gpt_oss-mxfp4", 4, 2, kGptOssDispatch}),
     [](const auto& info) {
       const EpCase& c = info.param;
-      return fmt::format("{}_ep{}_tp{}{}", c.model, c.world, c.tp, c.ep_plan == "auto" ? "" : "_dispatch");
+      std::string n = fmt::format("{}_ep{}_tp{}{}", c.model, c.world, c.tp, c.ep_plan == "auto" ? "" : "_dispatch");
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
     });

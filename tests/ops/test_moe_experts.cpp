@@ -1,6 +1,8 @@
 // The MoE kernels against naive per-token loops, and their backward against
 // central differences: grouped experts (an expert with no tokens, the sentinel
-// id skipped), the softmax top-k router, row gather and combine.
+// id skipped), GPT-OSS's layout (x @ W, interleaved gate/up, biases, clamped
+// SwiGLU), the softmax top-k and top-k softmax routers, row gather and combine.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/op_test_util.h"
@@ -69,6 +71,90 @@ TEST(MoeExperts, BadIdsAndShapesAreErrors) {
                {"down_proj must be [4, 6, 4]"});
 }
 
+// GPT-OSS: gu = x W[e] + b[e] (W [H, 2I]), gate = gu[0::2] <= limit, up = gu[1::2] in [-limit, limit],
+// y = ((up + 1) gate sigmoid(alpha gate)) Wd[e] + bd[e] (Wd [I, H]).
+std::vector<double> naive_gpt_oss_experts(const Tensor& x, const std::vector<int64_t>& ids, const Tensor& w,
+                                          const Tensor& gate_up, const Tensor& gub, const Tensor& down,
+                                          const Tensor& db, double limit, double alpha) {
+  const int64_t N = x.size(0), H = x.size(1), K = w.size(1), E = gate_up.size(0), I = gate_up.size(2) / 2;
+  std::vector<float> xv = x.to_vector(), wv = w.to_vector(), gu = gate_up.to_vector(), dn = down.to_vector(),
+                     bu = gub.to_vector(), bd = db.to_vector();
+  std::vector<double> out(static_cast<size_t>(N * H), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = ids[n * K + k];
+      if (e == E) continue;
+      std::vector<double> a(static_cast<size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double g = bu[e * 2 * I + 2 * i], u = bu[e * 2 * I + 2 * i + 1];
+        for (int64_t h = 0; h < H; ++h) {
+          g += gu[(e * H + h) * 2 * I + 2 * i] * xv[n * H + h];
+          u += gu[(e * H + h) * 2 * I + 2 * i + 1] * xv[n * H + h];
+        }
+        g = std::min(g, limit);
+        u = std::clamp(u, -limit, limit);
+        a[i] = (u + 1) * g / (1 + std::exp(-alpha * g));
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        double y = bd[e * H + h];
+        for (int64_t i = 0; i < I; ++i) y += dn[(e * I + i) * H + h] * a[i];
+        out[n * H + h] += wv[n * K + k] * y;
+      }
+    }
+  return out;
+}
+
+ops::ExpertOptions gpt_oss_options(const Tensor& gub, const Tensor& db, float limit) {
+  ops::ExpertOptions o = ops::ExpertOptions::gpt_oss(limit, 1.702f);
+  o.gate_up_bias = gub;
+  o.down_bias = db;
+  return o;
+}
+
+TEST(MoeExperts, GptOssLayoutEqualsTokenByTokenExperts) {
+  // A limit of 1 clamps some gates and ups (values around +-1.5).
+  Tensor x = Tensor::randn({5, 6}, 1), w = Tensor::rand({5, 2}, 2), gu = Tensor::randn({4, 6, 8}, 3, 0.f, 0.6f),
+         gub = Tensor::randn({4, 8}, 5, 0.f, 0.5f), dn = Tensor::randn({4, 4, 6}, 4, 0.f, 0.5f),
+         db = Tensor::randn({4, 6}, 6, 0.f, 0.5f);
+  Tensor ids = Tensor::from_ints(kIds, {5, 2});
+  for (float limit : {1.f, 7.f})
+    EXPECT_TRUE(close(ops::moe_experts(x, ids, w, gu, dn, gpt_oss_options(gub, db, limit)),
+                      naive_gpt_oss_experts(x, kIds, w, gu, gub, dn, db, limit, 1.702), 1e-5, 1e-5))
+        << "limit " << limit;
+  // Without the down bias (the ranks that leave it to rank 0): the same minus the weighted biases.
+  ops::ExpertOptions no_bias = gpt_oss_options(gub, db, 7.f);
+  no_bias.add_down_bias = false;
+  EXPECT_TRUE(close(ops::moe_experts(x, ids, w, gu, dn, no_bias),
+                    naive_gpt_oss_experts(x, kIds, w, gu, gub, dn, Tensor::zeros({4, 6}), 7.f, 1.702), 1e-5, 1e-5));
+  expect_error([&] { ops::moe_experts(x, ids, w, gu, dn, gpt_oss_options(Tensor::zeros({4, 6}), db, 7.f)); },
+               {"gate_up_proj_bias must be [4, 8]", "[4, 6]"});
+  expect_error([&] { ops::moe_experts(x, ids, w, gu, Tensor::randn({4, 6, 4}, 7), gpt_oss_options(gub, db, 7.f)); },
+               {"down_proj must be [4, 4, 6]"});
+}
+
+TEST(MoeExperts, GptOssGradientsMatchCentralDifferences) {
+  // A limit of 0.8 clamps a good part of the gates and ups (values around +-1), none
+  // of them within a difference step of the limit, where the derivative jumps.
+  Tensor ids = Tensor::from_ints(kIds, {5, 2});
+  TP_EXPECT_GRADCHECK(
+      [&](const std::vector<Tensor>& in) {
+        return ops::moe_experts(in[0], ids, in[1], in[2], in[3], gpt_oss_options(in[4], in[5], 0.8f));
+      },
+      {param({5, 6}, 11), param({5, 2}, 12), param({4, 6, 8}, 13, 0.4f), param({4, 4, 6}, 14, 0.5f),
+       param({4, 8}, 15, 0.3f), param({4, 6}, 16, 0.5f)});
+}
+
+TEST(TopKSoftmax, PicksTheLargestLogitsThenTakesTheSoftmaxOfThem) {
+  Tensor logits = Tensor::from_vector({0.1f, 2.f, -1.f, 1.f, /**/ 3.f, 0.f, 0.5f, 2.5f}, {2, 4});
+  ops::TopK t = ops::top_k_softmax(logits, 2);
+  EXPECT_EQ(t.ids.to_int_vector(), (std::vector<int64_t>{1, 3, 0, 3}));
+  const double a = 1 / (1 + std::exp(1.0 - 2.0)), b = 1 / (1 + std::exp(2.5 - 3.0));
+  EXPECT_TRUE(close(t.weights, {a, 1 - a, b, 1 - b}, 1e-6));
+  expect_error([&] { ops::top_k_softmax(logits, 0); }, {"top_k 0 must be in [1, 4]"});
+  TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::top_k_softmax(in[0], 3).weights; },
+                      {param({4, 6}, 22)});
+}
+
 TEST(SoftmaxTopK, PicksTheLargestProbabilitiesAndRenormalises) {
   Tensor logits = Tensor::from_vector({0.1f, 2.f, -1.f, 1.f, /**/ 3.f, 0.f, 0.5f, 2.5f}, {2, 4});
   for (bool renorm : {false, true}) {
@@ -99,6 +185,12 @@ TEST(RowsGatherAndCombine, GradientsMatchCentralDifferences) {
                       {param({3, 5}, 31)});
   TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::combine_rows(in[0], rows, in[1], 3); },
                       {param({4, 5}, 32), param({4}, 33)});
+  // The routed biases: slot weights times their expert's row, the sentinel (4) skipped.
+  Tensor bias = Tensor::from_vector({1, 2, 10, 20, 100, 200, 0, 0}, {4, 2});
+  Tensor ids = Tensor::from_ints({0, 2, 1, 4}, {2, 2}), w = Tensor::from_vector({0.5, 0.25, 2, 3}, {2, 2});
+  EXPECT_TRUE(close(ops::routed_bias(ids, w, bias), {25.5, 51, 20, 40}, 1e-6));
+  TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::routed_bias(ids, in[0], in[1]); },
+                      {param({2, 2}, 34), param({4, 2}, 35)});
   Tensor y = Tensor::from_vector({1, 2, 3, 4}, {2, 2});
   EXPECT_TRUE(close(ops::combine_rows(y, {1, 1}, Tensor::from_vector({2, 0.5}, {2}), 2), {0, 0, 3.5, 6}, 0));
 }

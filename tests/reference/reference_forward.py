@@ -12,6 +12,13 @@ tied embeddings; MoE: router softmax in float32 over all experts, top-k,
 renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob), each expert a
 SiLU-gated MLP over the tokens routed to it, weighted and summed; Qwen3-MoE's
 dense layers (mlp_only_layers, decoder_sparse_step).
+GPT-OSS: biases on q/k/v/o, a sink logit per head in every softmax's
+denominator, alternating sliding-window / full attention (layer_types), yarn
+RoPE (cos and sin times its attention factor), router logits with a bias, top-k
+of the raw logits then a softmax over the k, experts in x @ W layout with gate /
+up columns interleaved (0::2 / 1::2), biases, the clamped SwiGLU
+(up + 1) * gate * sigmoid(1.702 gate) with gate <= limit, |up| <= limit; MXFP4
+expert weights (*_blocks, *_scales) dequantised as published (mxfp4_dequantise).
 
   reference_forward.py write MODELS_DIR GOLDEN_DIR   # (re)write the golden logits
   reference_forward.py check MODELS_DIR GOLDEN_DIR   # recompute; exit 1 if they differ
@@ -24,9 +31,11 @@ import sys
 
 import torch
 
-MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v2-q-lora"]
+MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v2-q-lora", "gpt_oss",
+          "gpt_oss-mxfp4"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
-DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32}
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32,
+          "U8": torch.uint8}
 
 
 def read_safetensors(path):
@@ -91,7 +100,7 @@ def rotate_half(x):
 
 
 def is_sparse_layer(cfg, i):
-    if cfg["model_type"] == "mixtral":
+    if cfg["model_type"] in ("mixtral", "gpt_oss"):
         return True
     if cfg["model_type"] != "qwen3_moe":
         return False
@@ -124,11 +133,96 @@ def sparse_moe(cfg, w, p, h, expert_load=None):
     return out.view_as(h)
 
 
+# FP4 E2M1 values of the nibbles 0..7; bit 3 is the sign.
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def mxfp4_dequantise(blocks, scales):
+    """blocks [E, out, G, 16] uint8 (two values a byte: low nibble first), scales
+    [E, out, G] uint8 (e8m0: 2^(s - 127) for the block's 32 values) -> float32
+    [E, in, out] with in = G * 32 (the blocks are stored out x in, then transposed)."""
+    lut = torch.tensor(E2M1 + [-v for v in E2M1])
+    lo, hi = lut[(blocks & 0x0F).long()], lut[(blocks >> 4).long()]
+    values = torch.stack((lo, hi), dim=-1).reshape(*blocks.shape[:-1], 32)  # [E, out, G, 32]
+    values = values * torch.pow(2.0, scales.float() - 127.0)[..., None]
+    return values.reshape(blocks.shape[0], blocks.shape[1], -1).transpose(1, 2).contiguous()
+
+
 def load_model(model_dir):
-    """config.json and the checkpoint's tensors as float32, in the file's order."""
+    """config.json and the checkpoint's tensors as float32, in the file's order
+    (MXFP4 pairs dequantised under the parameter's name)."""
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
-    w = {k: v.float() for k, v in read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
+    raw = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    w = {}
+    for k, v in raw.items():
+        if k.endswith("_blocks"):
+            w[k[:-len("_blocks")]] = mxfp4_dequantise(v, raw[k[:-len("_blocks")] + "_scales"])
+        elif not k.endswith("_scales"):
+            w[k] = v.float()
     return cfg, w
+
+
+def rope_tables(cfg, D, T):
+    """cos and sin [T, 1, D] for rotate-half RoPE, yarn's attention factor applied."""
+    s = cfg.get("rope_scaling") or {}
+    if s.get("rope_type", s.get("type")) == "yarn":
+        freqs, att = yarn(cfg, D)
+    else:
+        freqs, att = inv_freq(cfg, D), 1.0
+    ang = torch.outer(torch.arange(T).float(), freqs)
+    emb = torch.cat((ang, ang), dim=-1)
+    return (emb.cos() * att)[:, None, :], (emb.sin() * att)[:, None, :]
+
+
+def gpt_oss_attention(cfg, w, p, h, mask):
+    """GPT-OSS attention: biased projections, rotate-half yarn RoPE, GQA, and a
+    per-head sink logit joining each softmax (its column dropped afterwards)."""
+    B, T, _ = h.shape
+    nh, nkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    a = p + "self_attn."
+
+    def proj(name, x, heads):
+        y = x @ w[a + name + ".weight"].T + w[a + name + ".bias"]
+        return y.view(B, T, heads, D) if heads else y
+
+    cos, sin = rope_tables(cfg, D, T)
+    q, k, v = proj("q_proj", h, nh), proj("k_proj", h, nkv), proj("v_proj", h, nkv)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k = k.repeat_interleave(nh // nkv, dim=2)
+    v = v.repeat_interleave(nh // nkv, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * D ** -0.5 + mask
+    sinks = w[a + "sinks"].view(1, nh, 1, 1).expand(B, nh, T, 1)
+    combined = torch.cat((scores, sinks), dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    probs = combined.softmax(dim=-1)[..., :-1]
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(B, T, nh * D)
+    return proj("o_proj", out, 0)
+
+
+def gpt_oss_moe(cfg, w, p, h, expert_load=None):
+    """GPT-OSS's MoE block: top-k of the biased router logits, softmax over the k,
+    experts x @ W with interleaved gate/up columns and the clamped SwiGLU."""
+    m = p + "mlp."
+    limit, alpha = cfg.get("swiglu_limit", 7.0), 1.702
+    x = h.reshape(-1, h.shape[-1])
+    logits = x @ w[m + "router.weight"].T + w[m + "router.bias"]
+    top_v, top_i = logits.topk(cfg["num_experts_per_tok"], dim=-1)
+    top_w = top_v.softmax(dim=-1)
+    gate_up, gate_up_b = w[m + "experts.gate_up_proj"], w[m + "experts.gate_up_proj_bias"]
+    down, down_b = w[m + "experts.down_proj"], w[m + "experts.down_proj_bias"]
+    out = torch.zeros_like(x)
+    for e in range(cfg["num_local_experts"]):
+        token, slot = (top_i == e).nonzero(as_tuple=True)
+        if expert_load is not None:
+            expert_load.append(len(token))
+        if len(token) == 0:
+            continue
+        gu = x[token] @ gate_up[e] + gate_up_b[e]
+        gate, up = gu[..., 0::2].clamp(max=limit), gu[..., 1::2].clamp(min=-limit, max=limit)
+        glu = gate * torch.sigmoid(gate * alpha)
+        out.index_add_(0, token, (((up + 1) * glu) @ down[e] + down_b[e]) * top_w[token, slot, None])
+    return out.view_as(h)
 
 
 def llama_attention(cfg, w, p, h, mask):
@@ -232,10 +326,11 @@ def forward_batch(cfg, w, ids, expert_loads=None):
     B, T = ids.shape
     causal = torch.full((T, T), float("-inf")).triu(1)
     # Sliding window W: query i sees keys j in (i - W, i] (Transformers' sliding-window causal mask).
-    window = cfg.get("sliding_window") if cfg["model_type"] == "mistral" else None
+    window = cfg.get("sliding_window") if cfg["model_type"] in ("mistral", "gpt_oss") else None
     layer_types = cfg.get("layer_types") or ["sliding_attention" if window else "full_attention"] * cfg["num_hidden_layers"]
     windowed = causal.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf")) if window else causal
-    attention = mla_attention if cfg["model_type"] == "deepseek_v2" else llama_attention
+    attention = {"deepseek_v2": mla_attention, "gpt_oss": gpt_oss_attention}.get(cfg["model_type"], llama_attention)
+    moe = gpt_oss_moe if cfg["model_type"] == "gpt_oss" else sparse_moe
 
     x = w["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
@@ -245,7 +340,7 @@ def forward_batch(cfg, w, ids, expert_loads=None):
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         if is_sparse_layer(cfg, i):
             load = [] if expert_loads is not None else None
-            x = x + sparse_moe(cfg, w, p, h, load)
+            x = x + moe(cfg, w, p, h, load)
             if expert_loads is not None:
                 expert_loads.append(load)
             continue

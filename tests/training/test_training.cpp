@@ -203,7 +203,8 @@ TEST_P(Training, VocabParallelLossEqualsGatheredLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Training,
-                         ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2", "deepseek_v2", "deepseek_v2-q-lora"));
+                         ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2", "deepseek_v2", "deepseek_v2-q-lora",
+                                           "gpt_oss"));
 
 TEST(TrainingSgd, MomentumStepsEqualTp1) {
   auto data = synthetic_data(516, 8);

@@ -2,10 +2,13 @@
 // and tensor names of a real architecture, for tests and benchmarks.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "tp/cli/command.h"
 #include "tp/models/checkpoint.h"
+#include "tp/models/mxfp4.h"
 #include "tp/models/presets.h"
 
 namespace tp::cli {
@@ -18,8 +21,38 @@ struct Options {
   std::string arch, preset, dtype, tokenizer, out, max_shard = "5GB";
   int64_t layers = 0;
   uint64_t seed = 0;
+  bool mxfp4 = false;
   std::vector<std::string> sets;
 };
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// GPT-OSS's expert weights, which MXFP4 checkpoints store as blocks and scales.
+bool mxfp4_param(const std::string& name) {
+  return ends_with(name, ".mlp.experts.gate_up_proj") || ends_with(name, ".mlp.experts.down_proj");
+}
+
+// `p` drawn in f32, quantised (tp/models/mxfp4.h): two sources, the quantisation run once for both.
+void add_mxfp4_sources(const ParamSpec& p, double std, uint64_t seed, std::vector<io::TensorSource>& sources,
+                       size_t& total) {
+  auto q = std::make_shared<Mxfp4Tensors>();
+  auto get = [p, std, seed, q]() -> const Mxfp4Tensors& {
+    if (!q->blocks.defined()) *q = quantise_mxfp4(init_param(p, std, seed, DType::F32));
+    return *q;
+  };
+  io::TensorSource b{p.name + "_blocks", DType::U8, mxfp4_blocks_shape(p.name, p.shape), {}, {}};
+  b.fill = [get](void* dst) { std::memcpy(dst, get().blocks.raw_data(), get().blocks.nbytes()); };
+  io::TensorSource s{p.name + "_scales", DType::U8, mxfp4_scales_shape(p.name, p.shape), {}, {}};
+  s.fill = [get, q](void* dst) {
+    std::memcpy(dst, get().scales.raw_data(), get().scales.nbytes());
+    *q = {};  // both written: the memory goes
+  };
+  total += b.nbytes() + s.nbytes();
+  sources.push_back(std::move(b));
+  sources.push_back(std::move(s));
+}
 
 // --set key=value: value parsed as JSON when it is JSON (numbers, true, null,
 // lists), else taken as a string.
@@ -63,8 +96,21 @@ int run(const Options& o) {
   if (o.layers > 0) {
     raw["num_hidden_layers"] = o.layers;
     if (raw.contains("max_window_layers")) raw["max_window_layers"] = o.layers;
+    // GPT-OSS lists one attention type per layer: the first ones are kept.
+    if (auto it = raw.find("layer_types"); it != raw.end() && it->is_array() && it->size() > static_cast<size_t>(o.layers))
+      it->erase(it->begin() + o.layers, it->end());
   }
   for (const std::string& kv : o.sets) apply_set(raw, kv);
+  if (o.mxfp4) {
+    if (raw.value("model_type", "") != "gpt_oss")
+      throw UsageError(fmt::format("--mxfp4: only gpt_oss checkpoints have MXFP4 experts (this is {})",
+                                   raw.value("model_type", "")));
+    // What the Hub's gpt-oss checkpoints carry: everything but the experts stays unquantised.
+    raw["quantization_config"] = {
+        {"quant_method", "mxfp4"},
+        {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                    "lm_head"}}};
+  }
   DType dtype = model_dtype(o.dtype, raw.value("torch_dtype", "float32"));
   raw["torch_dtype"] = torch_dtype_name(dtype);
   ModelConfig config = ModelConfig::from_json(raw, fmt::format("preset {}/{} with overrides", o.arch, o.preset));
@@ -73,6 +119,10 @@ int run(const Options& o) {
   std::vector<io::TensorSource> sources;
   size_t total = 0;
   for (const ParamSpec& p : layout) {
+    if (o.mxfp4 && mxfp4_param(p.name)) {
+      add_mxfp4_sources(p, config.initializer_range, o.seed, sources, total);
+      continue;
+    }
     io::TensorSource s{p.name, dtype, p.shape, {}, {}};
     s.fill = [p, dtype, std = config.initializer_range, seed = o.seed](void* dst) {
       init_param_into(p, std, seed, dtype, dst);
@@ -92,7 +142,7 @@ int run(const Options& o) {
   if (!o.tokenizer.empty()) copy_tokenizer(o.tokenizer, out);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("wrote %s: %s %s, %lld layers, %zu tensors, %.1f MB %s, seed %llu (%.1f s)\n", out.c_str(),
-              o.arch.c_str(), o.preset.c_str(), static_cast<long long>(config.num_hidden_layers), layout.size(),
+              o.arch.c_str(), o.preset.c_str(), static_cast<long long>(config.num_hidden_layers), sources.size(),
               total / 1e6, dtype_name(dtype), static_cast<unsigned long long>(o.seed), secs);
   return 0;
 }
@@ -100,13 +150,15 @@ int run(const Options& o) {
 Registrar reg("make-model", "Write a random-weight checkpoint of a real architecture (config.json + safetensors)",
               [](CLI::App& sub) -> RunFn {
                 auto o = std::make_shared<Options>();
-                sub.add_option("--arch", o->arch, "Architecture: llama, mistral, qwen3, deepseek_v2")->required();
+                sub.add_option("--arch", o->arch, "Architecture: llama, mistral, qwen3, mixtral, qwen3_moe, gpt_oss, deepseek_v2")->required();
                 sub.add_option("--preset", o->preset,
                                "Preset: tiny, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, qwen3-0.6b, qwen3-8b")
                     ->required();
                 sub.add_option("--layers", o->layers, "Override num_hidden_layers")->check(CLI::PositiveNumber);
                 sub.add_option("--dtype", o->dtype, "Weight dtype: f32, bf16, f16 (default: the preset's torch_dtype)");
                 sub.add_option("--seed", o->seed, "Random seed (default 0)");
+                sub.add_flag("--mxfp4", o->mxfp4,
+                             "gpt_oss: store the expert weights as MXFP4 blocks and scales (dequantised at load)");
                 sub.add_option("--tokenizer", o->tokenizer,
                                "tokenizer.json to copy (tokenizer_config.json next to it is copied too)");
                 sub.add_option("--max-shard-size", o->max_shard, "Shard weights above this size (default 5GB)");

@@ -33,6 +33,7 @@ MPI_Datatype move_type(DType dtype) {
     case DType::F16: return MPI_UINT16_T;
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
+    case DType::U8: return MPI_UINT8_T;
   }
   fail("unsupported dtype");
 }

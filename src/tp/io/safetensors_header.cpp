@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-const char* kAccepted = "F32, BF16, F16, I32, I64";
+const char* kAccepted = "F32, BF16, F16, I32, I64, U8";
 
 DType parse_st_dtype(const std::string& s, const std::string& where) {
   if (s == "F32") return DType::F32;
@@ -22,6 +22,7 @@ DType parse_st_dtype(const std::string& s, const std::string& where) {
   if (s == "F16") return DType::F16;
   if (s == "I32") return DType::I32;
   if (s == "I64") return DType::I64;
+  if (s == "U8") return DType::U8;
   fail("{}: unknown or unsupported dtype '{}'; accepted: {}", where, s, kAccepted);
 }
 
@@ -40,6 +41,7 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::F16: return "F16";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::U8: return "U8";
   }
   return "?";
 }

@@ -32,6 +32,7 @@ const std::vector<std::pair<std::string, Factory>>& architectures() {
                                                                     {"qwen3", llama_family<qwen3_variant>},
                                                                     {"mixtral", llama_family<mixtral_variant>},
                                                                     {"qwen3_moe", llama_family<qwen3_moe_variant>},
+                                                                    {"gpt_oss", llama_family<gpt_oss_variant>},
                                                                     {"deepseek_v2", deepseek_v2}};
   return list;
 }

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "tp/models/layout.h"
+#include "tp/models/mxfp4.h"
 #include "tp/models/moe_checkpoint.h"
 #include "tp/tensor/error.h"
 
@@ -100,11 +101,28 @@ struct Checker {
     return at && find(at->param) != nullptr;
   }
 
+  void check_mxfp4(const ParamSpec& p) const {
+    const std::pair<std::string, Shape> want[] = {{p.name + "_blocks", mxfp4_blocks_shape(p.name, p.shape)},
+                                                   {p.name + "_scales", mxfp4_scales_shape(p.name, p.shape)}};
+    for (const auto& [name, shape] : want) {
+      const io::TensorInfo* t = find(name);
+      TP_CHECK(t, "{}: tensor '{}' {} (MXFP4 '{}' {}) is missing", dir, name, shape_str(shape), p.name,
+               shape_str(p.shape));
+      TP_CHECK(t->shape == shape && t->dtype == DType::U8, "{}: MXFP4 tensor '{}' is {} {}, but {} implies U8 {}",
+               t->file.string(), name, io::safetensors_dtype_name(t->dtype), shape_str(t->shape), cfg,
+               shape_str(shape));
+    }
+  }
+
   // Every tensor; bounded now that the layer count equals the weights'.
   void layout() const {
     for (const ParamSpec& p : checkpoint_layout(c)) {
       const io::TensorInfo* t = find(p.name);
       if (!t && already_fused(p)) continue;
+      if (!t && find(p.name + "_blocks") != nullptr) {  // MXFP4 (mxfp4.h): both tensors' shapes and dtypes
+        check_mxfp4(p);
+        continue;
+      }
       TP_CHECK(t, "{}: tensor '{}' {} required by {} (model_type {}, {} layers) is missing", dir, p.name,
                shape_str(p.shape), cfg, c.model_type, c.num_hidden_layers);
       TP_CHECK(t->shape == p.shape, "{}: tensor '{}' has shape {} but {} implies {}", t->file.string(), p.name,

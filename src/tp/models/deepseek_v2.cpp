@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tp/models/rope_config.h"
 #include "tp/ops/attention.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/shape.h"
@@ -23,22 +24,8 @@ MlaRope mla_rope(const ModelConfig& c, const DeepseekSizes& s) {
   }
   TP_CHECK(rs.rope_type == "yarn", "{}: rope_scaling type '{}' is not supported for {} models; supported: default, yarn",
            c.source, rs.rope_type, c.model_type);
-  // Transformers: with original_max_position_embeddings given, the frequencies
-  // and the default attention factor use max_position_embeddings / it as the
-  // factor; the softmax scale below uses rope_scaling's factor as written.
-  ops::YarnScaling y;
-  y.original_max_position_embeddings =
-      rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings : c.max_position_embeddings;
-  y.factor = rs.original_max_position_embeddings > 0
-                 ? static_cast<double>(c.max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings)
-                 : rs.factor;
-  y.beta_fast = rs.beta_fast;
-  y.beta_slow = rs.beta_slow;
-  y.truncate = rs.truncate.value_or(true);
-  y.attention_factor = rs.attention_factor.value_or(0);
-  y.mscale = rs.mscale.value_or(0);
-  y.mscale_all_dim = rs.mscale_all_dim.value_or(0);
-  ops::YarnRope yarn = ops::rope_yarn(s.qk_rope_head_dim, c.rope_theta, y);
+  // The softmax scale below uses rope_scaling's factor as written.
+  ops::YarnRope yarn = yarn_rope_for(c, s.qk_rope_head_dim);
   r.inv_freq = std::move(yarn.inv_freq);
   r.options.attention_factor = static_cast<float>(yarn.attention_factor);
   if (rs.mscale_all_dim.value_or(0) != 0) {

@@ -25,9 +25,11 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
 std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
   const std::string& mt = c.model_type;
   TP_CHECK(has_known_layout(mt),
-           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe, deepseek_v2",
+           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe, gpt_oss, "
+           "deepseek_v2",
            mt);
-  const bool moe_model = mt == "mixtral" || mt == "qwen3_moe";
+  const bool gpt_oss = mt == "gpt_oss";
+  const bool moe_model = mt == "mixtral" || mt == "qwen3_moe" || gpt_oss;
   const MoeConfig moe = moe_model ? MoeConfig::from(c) : MoeConfig{};
   using I = ParamSpec::Init;
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
@@ -43,9 +45,12 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     out.push_back({std::move(name), std::move(shape), init});
   };
   add("model.embed_tokens.weight", {c.vocab_size, H}, I::Normal);
+  // GPT-OSS's biases and sinks are drawn like its weights (not zeros), so that
+  // a random test model exercises them.
+  const I bias_init = gpt_oss ? I::Normal : I::Zeros;
   auto linear = [&](const std::string& name, int64_t out_f, int64_t in_f, bool bias) {
     add(name + ".weight", {out_f, in_f}, I::Normal);
-    if (bias) add(name + ".bias", {out_f}, I::Zeros);
+    if (bias) add(name + ".bias", {out_f}, bias_init);
   };
   // DeepSeek's multi-head latent attention (deepseek_v2.h), in its modules' order.
   auto mla = [&](const std::string& L, const DeepseekSizes& d) {
@@ -78,11 +83,20 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
       linear(L + "self_attn.v_proj", KV, H, attn_bias);
       linear(L + "self_attn.o_proj", H, Q, attn_bias);
     }
+    if (gpt_oss) add(L + "self_attn.sinks", {c.num_attention_heads}, I::Normal);
     if (mt == "qwen3" || mt == "qwen3_moe") {
       add(L + "self_attn.q_norm.weight", {D}, I::Ones);
       add(L + "self_attn.k_norm.weight", {D}, I::Ones);
     }
-    if (moe_model && moe.is_sparse_layer(i)) {
+    if (gpt_oss) {
+      // Fused on the Hub already: x @ W layout, gate/up columns interleaved (tp/ops/moe_experts.h).
+      const int64_t E = moe.num_experts, EI = moe.expert_intermediate;
+      linear(L + "mlp.router", E, H, true);
+      add(L + "mlp.experts.gate_up_proj", {E, H, checked_mul(2, EI, "2 x intermediate_size")}, I::Normal);
+      add(L + "mlp.experts.gate_up_proj_bias", {E, 2 * EI}, I::Normal);
+      add(L + "mlp.experts.down_proj", {E, EI, H}, I::Normal);
+      add(L + "mlp.experts.down_proj_bias", {E, H}, I::Normal);
+    } else if (moe_model && moe.is_sparse_layer(i)) {
       // The Hub's per-expert tensors (fused into 3-D parameters at load: tp/models/moe_checkpoint.h).
       const int64_t E = moe.num_experts, EI = moe.expert_intermediate;
       const std::string block = L + (mt == "mixtral" ? "block_sparse_moe." : "mlp.");
@@ -122,7 +136,7 @@ int64_t count(const std::vector<ParamSpec>& specs) {
 
 bool has_known_layout(const std::string& model_type) {
   return model_type == "llama" || model_type == "mistral" || model_type == "qwen3" || model_type == "mixtral" ||
-         model_type == "qwen3_moe" || model_type == "deepseek_v2";
+         model_type == "qwen3_moe" || model_type == "gpt_oss" || model_type == "deepseek_v2";
 }
 
 std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }

@@ -1,5 +1,7 @@
 #include "tp/models/llama.h"
 #include "tp/models/variants.h"
+#include "tp/models/moe.h"
+#include "tp/models/rope_config.h"
 
 #include <cmath>
 
@@ -33,6 +35,7 @@ LlamaAttention::LlamaAttention(const std::string& name, const ModelConfig& c, co
     q_norm = &add_module(std::make_unique<nn::RMSNorm>(child_name("q_norm"), c.head_dim, c.rms_norm_eps));
     k_norm = &add_module(std::make_unique<nn::RMSNorm>(child_name("k_norm"), c.head_dim, c.rms_norm_eps));
   }
+  if (v.attention_sinks) sinks = &add_parameter("sinks", {c.num_attention_heads});
 }
 
 bool LlamaAttention::takes_bf16_input() const {
@@ -50,8 +53,12 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
     q = (*q_norm)(q);
     k = (*k_norm)(k);
   }
-  q = ops::apply_rope(q, context->positions, *context->inv_freq);
-  k = ops::apply_rope(k, context->positions, *context->inv_freq);
+  q = ops::apply_rope(q, context->positions, *context->inv_freq, context->rope);
+  k = ops::apply_rope(k, context->positions, *context->inv_freq, context->rope);
+  // The op takes f32 sinks (a bf16 checkpoint's are converted, differentiably).
+  Tensor sink_logits;
+  if (sinks != nullptr)
+    sink_logits = sinks->data.dtype() == DType::F32 ? sinks->data : ops::to_dtype(sinks->data, DType::F32);
 
   Tensor out;
   if (context->state != nullptr) {
@@ -67,9 +74,10 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
                           .causal = true,
                           .kv_lens = cache.lengths(),
                           .q_offsets = q_offsets,
-                          .sliding_window = sliding_window});
+                          .sliding_window = sliding_window,
+                          .sinks = sink_logits});
   } else {
-    out = ops::attention(q, k, v, {.scale = scale_, .sliding_window = sliding_window});
+    out = ops::attention(q, k, v, {.scale = scale_, .sliding_window = sliding_window, .sinks = sink_logits});
   }
   return o_proj(ops::reshape(out, {B, T, -1}));
 }
@@ -171,6 +179,7 @@ namespace {
 std::vector<float> inv_freq_for(const ModelConfig& c) {
   const RopeScalingConfig& s = c.rope_scaling;
   if (s.rope_type == "default") return ops::rope_inv_freq(c.head_dim, c.rope_theta);
+  if (s.rope_type == "yarn") return yarn_rope_for(c, c.head_dim).inv_freq;
   if (s.rope_type == "llama3")
     return ops::rope_inv_freq(c.head_dim, c.rope_theta,
                               {.rope_type = "llama3",
@@ -183,8 +192,14 @@ std::vector<float> inv_freq_for(const ModelConfig& c) {
     for (float& x : f) x = static_cast<float>(x / s.factor);
     return f;
   }
-  fail("rope_scaling type '{}' is not supported for {} models yet; supported: default, linear, llama3", s.rope_type,
-       c.model_type);
+  fail("rope_scaling type '{}' is not supported for {} models yet; supported: default, linear, llama3, yarn",
+       s.rope_type, c.model_type);
+}
+
+// Yarn scales cos and sin by its attention factor; the other types do not.
+ops::RopeOptions rope_options_for(const ModelConfig& c) {
+  if (c.rope_scaling.rope_type != "yarn") return {};
+  return {.attention_factor = static_cast<float>(yarn_rope_for(c, c.head_dim).attention_factor)};
 }
 
 }  // namespace
@@ -201,7 +216,8 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant varia
       model(add_module(std::make_unique<LlamaModel>("model", config, variant))),
       lm_head(add_module(std::make_unique<nn::Linear>("lm_head", config.hidden_size, config.vocab_size, false))),
       variant_(std::move(variant)),
-      inv_freq_(inv_freq_for(config)) {
+      inv_freq_(inv_freq_for(config)),
+      rope_options_(rope_options_for(config)) {
   TP_CHECK(config.hidden_act == "silu", "{}: hidden_act '{}' is not supported; supported: silu", config.model_type,
            config.hidden_act);
   for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
@@ -256,6 +272,15 @@ parallel::StyleOverrides LlamaForCausalLM::check_tp(const parallel::ResolvedPlan
       overrides[kv->name()] = std::make_shared<parallel::ColwiseParallel>(
           parallel::ColwiseParallel::Options{.kv_replicas = tp_size / c.num_key_value_heads});
     }
+    if (const auto* moe = dynamic_cast<const SparseMoeBlock*>(&layer->mlp)) {
+      const nn::MoeExperts& ex = moe->experts;
+      auto style = plan.param_style.find(ex.gate_up_proj.name);
+      if (ex.layout().gpt_oss && style != plan.param_style.end() && style->second == "rowwise")
+        TP_CHECK(ex.gate_up_proj.global_shape[2] / 2 % tp_size == 0,
+                 "intermediate_size {} is not divisible by tp_size {} ('{}' [E, H, 2I] is cut on its last dim into "
+                 "whole interleaved (gate, up) column pairs)",
+                 ex.gate_up_proj.global_shape[2] / 2, tp_size, ex.gate_up_proj.name);
+    }
     if (const auto* dense = dynamic_cast<const LlamaMLP*>(&layer->mlp))
       for (const nn::Linear* m : {&dense->gate_proj, &dense->up_proj})
         if (style_of(m->name()) == "colwise")
@@ -283,6 +308,7 @@ Tensor LlamaForCausalLM::forward_ids(const Tensor& ids_in, KVState* state, const
   Tensor ids = batch_of_ids(ids_in, state);
   context_ = {.positions = token_positions(ids.size(0), ids.size(1), state),
               .inv_freq = &inv_freq_,
+              .rope = rope_options_,
               .state = state,
               .counts = &counts};
   Tensor h = model(ids);  // [B, T, H]

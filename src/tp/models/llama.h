@@ -14,6 +14,7 @@
 #include "tp/models/causal_lm.h"
 #include "tp/models/decoder_model.h"
 #include "tp/nn/layers.h"
+#include "tp/ops/rope.h"
 
 namespace tp {
 
@@ -22,6 +23,9 @@ struct LlamaVariant {
   // Mistral: every layer's window (0: none). With `layer_types` in config.json
   // (GPT-OSS style), only the "sliding_attention" layers use it.
   int64_t sliding_window = 0;
+  // GPT-OSS: one learned sink logit per query head (self_attn.sinks [Hq]) joins
+  // every softmax's denominator.
+  bool attention_sinks = false;
   parallel::Plan default_plan;     // used when config.json carries no base_model_tp_plan
   parallel::Plan default_ep_plan;  // used when config.json carries no base_model_ep_plan (MoE models)
   // The feed-forward block of layer i (named `name`, i.e. "...layers.i.mlp");
@@ -33,6 +37,7 @@ struct LlamaVariant {
 struct AttentionContext {
   Tensor positions;                         // [B, T] i64
   const std::vector<float>* inv_freq = nullptr;
+  ops::RopeOptions rope;                    // yarn's factor on cos and sin
   KVState* state = nullptr;                 // null: no cache
   const std::vector<int64_t>* counts = nullptr;
 };
@@ -46,6 +51,7 @@ class LlamaAttention : public nn::Module {
   nn::Linear& o_proj;
   nn::RMSNorm* q_norm = nullptr;
   nn::RMSNorm* k_norm = nullptr;
+  nn::Parameter* sinks = nullptr;  // [Hq] (this rank's heads), GPT-OSS
   int64_t layer_index;
   int64_t sliding_window = 0;  // this layer's: keys in (p - window, p]; 0: full attention
   const AttentionContext* context = nullptr;
@@ -107,6 +113,7 @@ class LlamaForCausalLM : public CausalLM {
  private:
   LlamaVariant variant_;
   std::vector<float> inv_freq_;
+  ops::RopeOptions rope_options_;
   AttentionContext context_;
 };
 

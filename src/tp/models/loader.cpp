@@ -1,6 +1,7 @@
 #include "tp/models/loader.h"
 
 #include "tp/models/moe_checkpoint.h"
+#include "tp/models/mxfp4.h"
 
 namespace tp {
 
@@ -19,6 +20,10 @@ void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype
   for (nn::Parameter* p : module.own_parameters()) {
     std::string source = p->name;
     DType as = p->global_shape.size() >= 2 ? dtype : DType::F32;
+    if (reads_mxfp4(ckpt, p->name)) {  // GPT-OSS's MXFP4 experts: this rank's slice dequantised
+      p->data = read_mxfp4(ckpt, p->name, p->global_shape, p->shard, as);
+      continue;
+    }
     if (reads_from_hub_names(ckpt, p->name)) {  // per-expert Hub tensors, fused here
       p->data = read_from_hub_names(ckpt, p->name, p->global_shape, p->shard, as);
       continue;

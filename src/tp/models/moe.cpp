@@ -20,7 +20,8 @@ int64_t positive_int(const ModelConfig& c, const char* key) {
 
 MoeConfig MoeConfig::from(const ModelConfig& c) {
   MoeConfig m;
-  const bool mixtral = c.model_type == "mixtral";
+  m.gpt_oss = c.model_type == "gpt_oss";
+  const bool mixtral = c.model_type == "mixtral" || m.gpt_oss;  // GPT-OSS sizes its experts as Mixtral does
   m.num_experts = positive_int(c, mixtral ? "num_local_experts" : "num_experts");
   m.top_k = positive_int(c, "num_experts_per_tok");
   TP_CHECK(m.top_k <= m.num_experts, "{}: 'num_experts_per_tok' ({}) is more than the {} experts", c.source, m.top_k,
@@ -28,6 +29,14 @@ MoeConfig MoeConfig::from(const ModelConfig& c) {
   m.expert_intermediate = mixtral ? c.intermediate_size : positive_int(c, "moe_intermediate_size");
   // Mixtral always renormalises the top-k weights; Qwen3-MoE when norm_topk_prob (default false, as Transformers).
   m.norm_topk_prob = mixtral || c.raw.value("norm_topk_prob", false);
+  if (m.gpt_oss) {
+    m.router_name = "router";
+    if (auto it = c.raw.find("swiglu_limit"); it != c.raw.end()) {
+      TP_CHECK(it->is_number() && it->get<double>() > 0, "{}: 'swiglu_limit' must be a positive number, got {}",
+               c.source, it->dump());
+      m.swiglu_limit = it->get<double>();
+    }
+  }
   if (!mixtral) {
     m.decoder_sparse_step = c.raw.contains("decoder_sparse_step") ? positive_int(c, "decoder_sparse_step") : 1;
     if (auto it = c.raw.find("mlp_only_layers"); it != c.raw.end() && !it->is_null()) {
@@ -51,12 +60,15 @@ bool MoeConfig::is_sparse_layer(int64_t layer) const {
 
 SparseMoeBlock::SparseMoeBlock(const std::string& name, int64_t hidden, const MoeConfig& moe)
     : nn::Module(name),
-      gate(add_module(std::make_unique<nn::TopKRouter>(
-          child_name("gate"), hidden, moe.num_experts,
-          nn::RouterScoring{.top_k = moe.top_k, .renormalize = moe.norm_topk_prob}))),
-      experts(add_module(
-          std::make_unique<nn::MoeExperts>(child_name("experts"), moe.num_experts, hidden, moe.expert_intermediate,
-                                           moe.top_k))) {}
+      gate(add_module(std::make_unique<nn::TopKRouter>(child_name(moe.router_name), hidden, moe.num_experts,
+                                                       nn::RouterScoring{.top_k = moe.top_k,
+                                                                         .renormalize = moe.norm_topk_prob,
+                                                                         .top_k_then_softmax = moe.gpt_oss,
+                                                                         .bias = moe.gpt_oss}))),
+      experts(add_module(std::make_unique<nn::MoeExperts>(
+          child_name("experts"), moe.num_experts, hidden, moe.expert_intermediate, moe.top_k,
+          // alpha is fixed in Transformers' GPT-OSS experts (1.702); the limit is config.json's swiglu_limit.
+          nn::ExpertLayout{.gpt_oss = moe.gpt_oss, .swiglu_limit = static_cast<float>(moe.swiglu_limit)}))) {}
 
 Tensor SparseMoeBlock::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);  // [B, T, H]

@@ -6,6 +6,7 @@
 //   out     = experts(x, routing)        sum_k w_k * SwiGLU expert_k(x), grouped by expert
 //
 // and the config keys that size it. x [B, T, H] is flattened to N = B*T tokens.
+// GPT-OSS names its router mlp.router (the member is `gate` all the same).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +18,8 @@ namespace tp {
 
 // The MoE keys of config.json (Mixtral: num_local_experts, intermediate_size per
 // expert; Qwen3-MoE: num_experts, moe_intermediate_size, norm_topk_prob,
-// decoder_sparse_step, mlp_only_layers).
+// decoder_sparse_step, mlp_only_layers; GPT-OSS: num_local_experts,
+// intermediate_size, swiglu_limit, a router `mlp.router` with a bias).
 struct MoeConfig {
   int64_t num_experts = 0;
   int64_t top_k = 0;               // num_experts_per_tok
@@ -27,6 +29,9 @@ struct MoeConfig {
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.0;
   bool output_router_logits = false;
+  std::string router_name = "gate";  // GPT-OSS: "router"
+  bool gpt_oss = false;              // router top-k then softmax with a bias; GPT-OSS's experts (nn::ExpertLayout)
+  double swiglu_limit = 7.0;
 
   // Errors name the file and the key.
   static MoeConfig from(const ModelConfig& config);

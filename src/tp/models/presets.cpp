@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tp/models/deepseek_v2.h"
+#include "tp/models/variants.h"
 #include "tp/tensor/convert.h"
 #include "tp/tensor/random.h"
 
@@ -105,15 +106,20 @@ struct MoeSizes {
   int64_t experts, top_k, expert_intermediate;
 };
 
-json mixtral_config(const Sizes& s, const MoeSizes& m) {
-  json j = common_keys(s);
-  j["architectures"] = {"MixtralForCausalLM"};
-  j["model_type"] = "mixtral";
+// Mixtral's and GPT-OSS's MoE keys (experts sized by intermediate_size).
+void local_expert_keys(json& j, const MoeSizes& m, double router_aux_loss_coef) {
   j["intermediate_size"] = m.expert_intermediate;  // per expert
   j["num_local_experts"] = m.experts;
   j["num_experts_per_tok"] = m.top_k;
   j["output_router_logits"] = false;
-  j["router_aux_loss_coef"] = 0.02;
+  j["router_aux_loss_coef"] = router_aux_loss_coef;
+}
+
+json mixtral_config(const Sizes& s, const MoeSizes& m) {
+  json j = common_keys(s);
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["model_type"] = "mixtral";
+  local_expert_keys(j, m, 0.02);
   j["router_jitter_noise"] = 0.0;
   j["sliding_window"] = nullptr;
   json plan = llama_tp_plan();
@@ -145,6 +151,33 @@ json qwen3_moe_config(const Sizes& s, const MoeSizes& m) {
                              {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
                              {"layers.*.mlp.experts", "ep_dispatch_experts"}};
   return j;
+}
+
+// GPT-OSS (openai/gpt-oss-20b's keys): layers alternate sliding-window and full
+// attention, starting with a sliding one; yarn RoPE without truncation.
+json gpt_oss_config(const Sizes& s, const MoeSizes& m, int64_t sliding_window, json rope_scaling) {
+  json j = common_keys(s);
+  j["architectures"] = {"GptOssForCausalLM"};
+  j["model_type"] = "gpt_oss";
+  j["attention_bias"] = true;
+  local_expert_keys(j, m, 0.9);
+  j["experts_per_token"] = m.top_k;
+  j["swiglu_limit"] = 7.0;
+  j["sliding_window"] = sliding_window;
+  json types = json::array();
+  for (int64_t i = 0; i < s.layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["rope_scaling"] = rope_scaling;
+  json plan = json::object();
+  for (const auto& [key, style] : gpt_oss_variant(ModelConfig::from_json(j, "preset gpt_oss")).default_plan)
+    plan[key] = style;
+  j["base_model_tp_plan"] = plan;
+  return j;
+}
+
+json gpt_oss_yarn(double factor, int64_t original) {
+  return {{"rope_type", "yarn"}, {"factor", factor}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+          {"original_max_position_embeddings", original}, {"truncate", false}};
 }
 
 // DeepSeek-V2 (DeepSeek-V2-Lite's keys, as Transformers writes them: head_dim
@@ -246,6 +279,20 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
            return qwen3_moe_config(
                {2048, 6144, 48, 32, 4, 128, 151936, 40960, 1e6, 1e-6, false, "bfloat16", 151643, 151645},
                {128, 8, 768});
+         }}}},
+      // 8 experts (ep 1, 2, 4), top-4, expert intermediate 48 over tp 1-4; a window
+      // of 4 so that the tests' prompts run past it. gpt-oss-20b is 1.6 GB per bf16
+      // layer: make-model --layers 2 fits this machine.
+      {"gpt_oss",
+       {{"tiny",
+         [] {
+           return gpt_oss_config({64, 48, 2, 24, 12, 8, 516, 256, 150000.0, 1e-5, false, "float32", 1, 2}, {8, 4, 48},
+                                 4, gpt_oss_yarn(4.0, 64));
+         }},
+        {"gpt-oss-20b", [] {
+           return gpt_oss_config(
+               {2880, 2880, 24, 64, 8, 64, 201088, 131072, 150000.0, 1e-5, false, "bfloat16", 199998, 200002},
+               {32, 4, 2880}, 128, gpt_oss_yarn(32.0, 4096));
          }}}},
       {"deepseek_v2",
        {{"tiny",

@@ -9,6 +9,7 @@ LlamaVariant mistral_variant(const ModelConfig& config);  // mistral.cpp
 LlamaVariant qwen3_variant(const ModelConfig& config);    // qwen3.cpp
 LlamaVariant mixtral_variant(const ModelConfig& config);    // mixtral.cpp
 LlamaVariant qwen3_moe_variant(const ModelConfig& config);  // qwen3_moe.cpp
+LlamaVariant gpt_oss_variant(const ModelConfig& config);    // gpt_oss.cpp
 
 // Shared by the MoE variants (mixtral.cpp): the experts' entries of their
 // base_model_tp_plan, and `v` with a sparse MoE block on the layers the config

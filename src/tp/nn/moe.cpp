@@ -23,6 +23,7 @@ Routing unpack_routing(const Tensor& routing) {
 
 TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring)
     : Module(std::move(name)), weight(add_parameter("weight", {num_experts, hidden})), scoring_(scoring) {
+  if (scoring.bias) bias = &add_parameter("bias", {num_experts});
   TP_CHECK(scoring.top_k >= 1 && scoring.top_k <= num_experts,
            "{}: num_experts_per_tok {} must be between 1 and the number of experts ({})", this->name(),
            scoring.top_k, num_experts);
@@ -31,21 +32,36 @@ TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, Ro
 Tensor TopKRouter::forward(const std::vector<Tensor>& inputs) {
   TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
   // Logits in the model's arithmetic, then the softmax in f32 before the top-k (Transformers).
-  last_logits_ = ops::linear(inputs[0], weight.data);
-  ops::TopK top = ops::softmax_top_k(last_logits_, scoring_.top_k, scoring_.renormalize);
+  last_logits_ = ops::linear(inputs[0], weight.data, bias != nullptr ? bias->data : Tensor());
+  ops::TopK top = scoring_.top_k_then_softmax ? ops::top_k_softmax(last_logits_, scoring_.top_k)
+                                              : ops::softmax_top_k(last_logits_, scoring_.top_k, scoring_.renormalize);
   return pack_routing(top.weights, top.ids);
 }
 
-MoeExperts::MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k)
+MoeExperts::MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k,
+                       ExpertLayout layout)
     : Module(std::move(name)),
-      gate_up_proj(add_parameter("gate_up_proj", {num_experts, 2 * intermediate, hidden})),
-      down_proj(add_parameter("down_proj", {num_experts, hidden, intermediate})),
-      top_k_(top_k) {}
+      gate_up_proj(add_parameter("gate_up_proj", layout.gpt_oss ? Shape{num_experts, hidden, 2 * intermediate}
+                                                                 : Shape{num_experts, 2 * intermediate, hidden})),
+      down_proj(add_parameter("down_proj", layout.gpt_oss ? Shape{num_experts, intermediate, hidden}
+                                                           : Shape{num_experts, hidden, intermediate})),
+      top_k_(top_k),
+      layout_(layout) {
+  if (layout.gpt_oss) {  // checkpoint order: gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias
+    gate_up_proj_bias = &add_parameter("gate_up_proj_bias", {num_experts, 2 * intermediate});
+    down_proj_bias = &add_parameter("down_proj_bias", {num_experts, hidden});
+  }
+}
 
 Tensor MoeExperts::forward(const std::vector<Tensor>& inputs) {
   TP_CHECK(inputs.size() == 2, "{} takes the hidden states and the routing, got {} inputs", name(), inputs.size());
   const Routing r = unpack_routing(inputs[1]);
-  return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data);
+  if (!layout_.gpt_oss) return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data);
+  ops::ExpertOptions o = ops::ExpertOptions::gpt_oss(layout_.swiglu_limit, layout_.swiglu_alpha);
+  o.gate_up_bias = gate_up_proj_bias->data;
+  o.down_bias = down_proj_bias->data;
+  o.add_down_bias = add_down_bias;
+  return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data, o);
 }
 
 }  // namespace tp::nn

@@ -3,6 +3,9 @@
 // the MoE styles (tp/parallel/moe.h) act on:
 //   mlp.gate     TopKRouter   weight [E, H]: per token, k experts and their weights
 //   mlp.experts  MoeExperts   gate_up_proj [E, 2I, H], down_proj [E, H, I]
+// GPT-OSS: mlp.router with a bias; experts gate_up_proj [E, H, 2I] (interleaved
+// gate/up columns), down_proj [E, I, H], gate_up_proj_bias [E, 2I], down_proj_bias
+// [E, H], its clamped SwiGLU (ExpertLayout below; the math in tp/ops/moe_experts.h).
 // The router's output is one tensor (a module returns one): the routing
 //   [N, 2K] f32 = weights (columns 0..K-1) | expert ids (K..2K-1, exact integers)
 // so that a style can mask and remap it (ep_router) and the experts take
@@ -28,12 +31,15 @@ Routing unpack_routing(const Tensor& routing);
 struct RouterScoring {
   int64_t top_k = 2;
   bool renormalize = true;  // divide the k weights by their sum (Mixtral always; Qwen3-MoE: norm_topk_prob)
+  bool top_k_then_softmax = false;  // GPT-OSS: top-k of the raw logits, softmax over those k
+  bool bias = false;                // GPT-OSS: the router has a bias [E]
 };
 
 class TopKRouter : public Module {
  public:
   TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring);
   Parameter& weight;
+  Parameter* bias = nullptr;
   int64_t num_experts() const { return weight.global_shape[0]; }
   const RouterScoring& scoring() const { return scoring_; }
   // The logits of the last forward [N, E] (the auxiliary load-balancing loss reads them).
@@ -47,15 +53,29 @@ class TopKRouter : public Module {
   Tensor last_logits_;
 };
 
+// The experts' weight layout and activation (the default: Mixtral's and Qwen3-MoE's).
+struct ExpertLayout {
+  bool gpt_oss = false;  // in x out weights, interleaved gate/up, biases, clamped SwiGLU
+  float swiglu_limit = 7.f;
+  float swiglu_alpha = 1.702f;
+};
+
 class MoeExperts : public Module {
  public:
-  MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k);
+  MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k,
+             ExpertLayout layout = {});
   Parameter& gate_up_proj;
   Parameter& down_proj;
+  Parameter* gate_up_proj_bias = nullptr;
+  Parameter* down_proj_bias = nullptr;
   // Experts this rank holds (all of them unless the expert dim is sharded).
   int64_t num_local_experts() const { return local_shape(gate_up_proj)[0]; }
   int64_t num_experts() const { return gate_up_proj.global_shape[0]; }
-  int64_t hidden_size() const { return gate_up_proj.global_shape[2]; }
+  int64_t hidden_size() const { return gate_up_proj.global_shape[layout_.gpt_oss ? 1 : 2]; }
+  const ExpertLayout& layout() const { return layout_; }
+  // Whether forward adds the down bias: under tensor parallelism inside each
+  // expert moe_tp_experts adds it after the ranks' partial sums are added up.
+  bool add_down_bias = true;
   // Slots per token its router fills (for `tp plan`'s dispatch volume).
   int64_t top_k() const { return top_k_; }
   // The expert dim is sharded (expert parallelism), not replicated or cut inside each expert.
@@ -68,6 +88,7 @@ class MoeExperts : public Module {
 
  private:
   int64_t top_k_;
+  ExpertLayout layout_;
 };
 
 }  // namespace tp::nn

@@ -1,10 +1,12 @@
 #include "tp/ops/moe_experts.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/gemm.h"
+#include "tp/ops/shape.h"
 
 namespace tp::ops {
 
@@ -37,48 +39,88 @@ Groups group_by_expert(const Tensor& ids, int64_t experts) {
   return g;
 }
 
-// C [m, n] = A [m, k] · B^T (B stored [n, k]) or A · B (B stored [k, n]).
+// C [m, n] = A [m, k] · B^T (B stored [n, k]) or A · B (B stored [k, n]), plus bias [n] when given.
 void gemm_rows(const float* a, const Tensor& b_all, int64_t b_offset_elems, int64_t m, int64_t n, int64_t k,
-               bool trans_b, float* c, bool accumulate = false) {
+               bool trans_b, float* c, const float* bias = nullptr) {
   detail::GemmSpec s{.m = m, .n = n, .k = k, .trans_b = trans_b, .a_dtype = DType::F32, .b_dtype = b_all.dtype()};
-  s.accumulate = accumulate;
   const char* b = static_cast<const char*>(b_all.raw_data()) + b_offset_elems * dtype_size(b_all.dtype());
-  detail::gemm(s, a, b, nullptr, c);
+  detail::gemm(s, a, b, bias, c);
 }
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
-
-// One expert's activations for its c pairs, recomputed by the backward.
-struct ExpertPass {
-  std::vector<float> x;   // [c, H] the tokens
-  std::vector<float> gu;  // [c, 2I] gate | up
-  std::vector<float> a;   // [c, I] silu(gate) * up
-  std::vector<float> y;   // [c, H] the expert's output (unweighted)
-};
-
-void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, int64_t K, int64_t H, int64_t I,
-                const Tensor& gate_up, const Tensor& down, int64_t e) {
-  p.x.resize(static_cast<size_t>(c * H));
-  for (int64_t i = 0; i < c; ++i) std::memcpy(&p.x[i * H], x + (pairs[i] / K) * H, H * sizeof(float));
-  p.gu.resize(static_cast<size_t>(c * 2 * I));
-  gemm_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, true, p.gu.data());
-  p.a.resize(static_cast<size_t>(c * I));
-#pragma omp parallel for if (c * I > 32768)
-  for (int64_t i = 0; i < c; ++i)
-    for (int64_t j = 0; j < I; ++j) {
-      const float g = p.gu[i * 2 * I + j];
-      p.a[i * I + j] = g * sigmoid(g) * p.gu[i * 2 * I + I + j];
-    }
-  p.y.resize(static_cast<size_t>(c * H));
-  gemm_rows(p.a.data(), down, e * H * I, c, H, I, true, p.y.data());
-}
 
 struct Dims {
   int64_t N, H, K, E, I;
 };
 
+// Where expert e's weights and gate/up columns are, and its activation.
+struct Layout {
+  const ExpertOptions& o;
+  Dims d;
+  // gu = x gate_up[e]^T (Linear layout, trans_b) or x gate_up[e]; y = a down[e]^T or a down[e].
+  bool trans_b() const { return !o.in_by_out; }
+  int64_t gate_col(int64_t j) const { return o.interleaved ? 2 * j : j; }
+  int64_t up_col(int64_t j) const { return o.interleaved ? 2 * j + 1 : d.I + j; }
+  bool clamped() const { return o.swiglu_limit > 0; }
+  const float* gate_up_bias(const Tensor& b, int64_t e) const {
+    return b.defined() ? b.data<float>() + e * 2 * d.I : nullptr;
+  }
+  const float* down_bias(const Tensor& b, int64_t e) const {
+    return b.defined() && o.add_down_bias ? b.data<float>() + e * d.H : nullptr;
+  }
+};
+
+// The activation of one (gate, up) pair and, for the backward, its derivatives.
+struct Act {
+  float a, da_dg, da_du;
+};
+Act activate(const Layout& l, float g, float u) {
+  if (!l.clamped()) {
+    const float s = sigmoid(g);
+    return {g * s * u, u * (s + g * s * (1.f - s)), g * s};
+  }
+  // GPT-OSS: gate clamped from above, up from both sides; the clamp passes no gradient outside its range.
+  const float L = l.o.swiglu_limit, al = l.o.swiglu_alpha;
+  const float gc = std::min(g, L), uc = std::clamp(u, -L, L);
+  const float s = sigmoid(al * gc), glu = gc * s;
+  return {(uc + 1.f) * glu, g <= L ? (uc + 1.f) * (s + al * gc * s * (1.f - s)) : 0.f, u >= -L && u <= L ? glu : 0.f};
+}
+
+// One expert's activations for its c pairs, recomputed by the backward.
+struct ExpertPass {
+  std::vector<float> x;   // [c, H] the tokens
+  std::vector<float> gu;  // [c, 2I] gate and up (the layout's column order), biases added
+  std::vector<float> a;   // [c, I] the activation
+  std::vector<float> y;   // [c, H] the expert's output (unweighted)
+};
+
+void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, const Layout& l, const Tensor& gate_up,
+                const Tensor& down, const Tensor& gate_up_bias, const Tensor& down_bias, int64_t e) {
+  const int64_t K = l.d.K, H = l.d.H, I = l.d.I;
+  p.x.resize(static_cast<size_t>(c * H));
+  for (int64_t i = 0; i < c; ++i) std::memcpy(&p.x[i * H], x + (pairs[i] / K) * H, H * sizeof(float));
+  p.gu.resize(static_cast<size_t>(c * 2 * I));
+  gemm_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(), l.gate_up_bias(gate_up_bias, e));
+  p.a.resize(static_cast<size_t>(c * I));
+  if (!l.clamped() && !l.o.interleaved) {  // Mixtral / Qwen3-MoE: the plain loop, as before the options
+#pragma omp parallel for if (c * I > 32768)
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < I; ++j) {
+        const float g = p.gu[i * 2 * I + j];
+        p.a[i * I + j] = g * sigmoid(g) * p.gu[i * 2 * I + I + j];
+      }
+  } else {
+#pragma omp parallel for if (c * I > 32768)
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < I; ++j)
+        p.a[i * I + j] = activate(l, p.gu[i * 2 * I + l.gate_col(j)], p.gu[i * 2 * I + l.up_col(j)]).a;
+  }
+  p.y.resize(static_cast<size_t>(c * H));
+  gemm_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
+}
+
 Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
-                  const Tensor& down) {
+                  const Tensor& down, const ExpertOptions& o) {
   TP_CHECK(x.dim() == 2 && x.dtype() == DType::F32, "moe_experts: x must be f32 [tokens, hidden], got {} {}",
            dtype_name(x.dtype()), shape_str(x.shape()));
   TP_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64 && ids.size(0) == x.size(0),
@@ -87,20 +129,40 @@ Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, con
   TP_CHECK(weights.dtype() == DType::F32 && weights.shape() == ids.shape(),
            "moe_experts: weights must be f32 {} like the ids, got {} {}", shape_str(ids.shape()),
            dtype_name(weights.dtype()), shape_str(weights.shape()));
-  TP_CHECK(gate_up.dim() == 3 && gate_up.size(2) == x.size(1) && gate_up.size(1) % 2 == 0,
-           "moe_experts: gate_up_proj must be [experts, 2 x intermediate, {}], got {}", x.size(1),
+  const int64_t h_dim = o.in_by_out ? 1 : 2, i_dim = 3 - h_dim;
+  TP_CHECK(gate_up.dim() == 3 && gate_up.size(h_dim) == x.size(1) && gate_up.size(i_dim) % 2 == 0,
+           "moe_experts: gate_up_proj must be {}, got {}",
+           o.in_by_out ? fmt::format("[experts, {}, 2 x intermediate]", x.size(1))
+                       : fmt::format("[experts, 2 x intermediate, {}]", x.size(1)),
            shape_str(gate_up.shape()));
-  const int64_t E = gate_up.size(0), I = gate_up.size(1) / 2;
-  TP_CHECK(down.shape() == (Shape{E, x.size(1), I}), "moe_experts: down_proj must be {} to match gate_up_proj {}, got {}",
-           shape_str(Shape{E, x.size(1), I}), shape_str(gate_up.shape()), shape_str(down.shape()));
-  return {x.size(0), x.size(1), ids.size(1), E, I};
+  const int64_t E = gate_up.size(0), H = x.size(1), I = gate_up.size(i_dim) / 2;
+  const Shape want_down = o.in_by_out ? Shape{E, I, H} : Shape{E, H, I};
+  TP_CHECK(down.shape() == want_down, "moe_experts: down_proj must be {} to match gate_up_proj {}, got {}",
+           shape_str(want_down), shape_str(gate_up.shape()), shape_str(down.shape()));
+  TP_CHECK(!o.gate_up_bias.defined() || o.gate_up_bias.shape() == (Shape{E, 2 * I}),
+           "moe_experts: gate_up_proj_bias must be {}, got {}", shape_str(Shape{E, 2 * I}),
+           shape_str(o.gate_up_bias.shape()));
+  TP_CHECK(!o.down_bias.defined() || o.down_bias.shape() == (Shape{E, H}),
+           "moe_experts: down_proj_bias must be {}, got {}", shape_str(Shape{E, H}), shape_str(o.down_bias.shape()));
+  return {x.size(0), H, ids.size(1), E, I};
+}
+
+Tensor f32_or_undefined(const Tensor& t) { return !t.defined() || t.dtype() == DType::F32 ? t : t.to(DType::F32); }
+Tensor as_dtype_of(const Tensor& grad, const Tensor& like) {
+  return like.dtype() == DType::F32 ? grad : grad.to(like.dtype());
 }
 
 }  // namespace
 
+ExpertOptions ExpertOptions::gpt_oss(float limit, float alpha) {
+  return {.in_by_out = true, .interleaved = true, .swiglu_limit = limit, .swiglu_alpha = alpha};
+}
+
 Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
-                   const Tensor& down) {
-  const Dims d = check_shapes(x, ids, weights, gate_up, down);
+                   const Tensor& down, const ExpertOptions& opt) {
+  const Dims d = check_shapes(x, ids, weights, gate_up, down, opt);
+  const Layout layout{opt, d};
+  const Tensor gub = f32_or_undefined(opt.gate_up_bias), db = f32_or_undefined(opt.down_bias);
   const Groups groups = group_by_expert(ids, d.E);
   Tensor out = Tensor::zeros({d.N, d.H});
   float* o = out.data<float>();
@@ -110,7 +172,7 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
     const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
     if (c == 0) continue;
     const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
-    run_expert(pass, x.data<float>(), pairs, c, d.K, d.H, d.I, gate_up, down, e);
+    run_expert(pass, x.data<float>(), pairs, c, layout, gate_up, down, gub, db, e);
     for (int64_t i = 0; i < c; ++i) {
       float* row = o + (pairs[i] / d.K) * d.H;
       const float wi = w[pairs[i]];
@@ -118,25 +180,34 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
       for (int64_t j = 0; j < d.H; ++j) row[j] += wi * y[j];
     }
   }
-  if (!autograd::needs_grad({x, weights, gate_up, down})) return out;
+  std::vector<Tensor> inputs = {x, weights, gate_up, down};
+  if (opt.gate_up_bias.defined()) inputs.push_back(opt.gate_up_bias);
+  if (opt.down_bias.defined()) inputs.push_back(opt.down_bias);
+  if (!autograd::needs_grad(inputs)) return out;
 
+  ExpertOptions saved = opt;
+  saved.gate_up_bias = gub;
+  saved.down_bias = db;
   autograd::record(
-      "moe_experts", {x, weights, gate_up, down}, {out},
-      [x, ids, weights, gate_up, down, d](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+      "moe_experts", inputs, {out},
+      [x, ids, weights, gate_up, down, saved, opt, d](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
         // The weights' gradients are computed in f32 (a trainer's masters are f32).
         const Tensor gu32 = gate_up.to(DType::F32), dn32 = down.to(DType::F32);
+        const Layout l{saved, d};
+        const bool tb = l.trans_b();
         const Groups groups = group_by_expert(ids, d.E);
         const float* dout = grads[0].data<float>();
         const float* w = weights.data<float>();
         Tensor dx = Tensor::zeros({d.N, d.H}), dw = Tensor::zeros({d.N, d.K});
         Tensor dgu = Tensor::zeros(gate_up.shape()), ddown = Tensor::zeros(down.shape());
+        Tensor dgub = Tensor::zeros({d.E, 2 * d.I}), ddb = Tensor::zeros({d.E, d.H});
         ExpertPass pass;
         std::vector<float> dy, da, dg, dxe;
         for (int64_t e = 0; e < d.E; ++e) {
           const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
           if (c == 0) continue;
           const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
-          run_expert(pass, x.data<float>(), pairs, c, d.K, d.H, d.I, gu32, dn32, e);
+          run_expert(pass, x.data<float>(), pairs, c, l, gu32, dn32, saved.gate_up_bias, saved.down_bias, e);
           // dweight = <dout[token], y>; dy = weight * dout[token]
           dy.resize(static_cast<size_t>(c * d.H));
           for (int64_t i = 0; i < c; ++i) {
@@ -149,34 +220,75 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
             }
             dw.data<float>()[pairs[i]] = static_cast<float>(dot);
           }
-          // y = a down^T: da = dy down; ddown += dy^T a
+          if (l.down_bias(saved.down_bias, e) != nullptr) {
+            float* b = ddb.data<float>() + e * d.H;
+            for (int64_t i = 0; i < c; ++i)
+              for (int64_t j = 0; j < d.H; ++j) b[j] += dy[i * d.H + j];
+          }
+          // y = a down^T (Linear layout: down [H, I]) or a down (down [I, H]):
+          // da = dy down or dy down^T; ddown += dy^T a or a^T dy.
           da.resize(static_cast<size_t>(c * d.I));
-          gemm_rows(dy.data(), dn32, e * d.H * d.I, c, d.I, d.H, false, da.data());
-          detail::gemm({.m = d.H, .n = d.I, .k = c, .trans_a = true, .accumulate = true}, dy.data(), pass.a.data(),
-                       nullptr, ddown.data<float>() + e * d.H * d.I);
-          // a = silu(g) u: dg = da u silu'(g), du = da silu(g)
+          gemm_rows(dy.data(), dn32, e * d.H * d.I, c, d.I, d.H, !tb, da.data());
+          float* ddown_e = ddown.data<float>() + e * d.H * d.I;
+          if (tb)
+            detail::gemm({.m = d.H, .n = d.I, .k = c, .trans_a = true, .accumulate = true}, dy.data(), pass.a.data(),
+                         nullptr, ddown_e);
+          else
+            detail::gemm({.m = d.I, .n = d.H, .k = c, .trans_a = true, .accumulate = true}, pass.a.data(), dy.data(),
+                         nullptr, ddown_e);
           dg.resize(static_cast<size_t>(c * 2 * d.I));
           for (int64_t i = 0; i < c; ++i)
             for (int64_t j = 0; j < d.I; ++j) {
-              const float g = pass.gu[i * 2 * d.I + j], u = pass.gu[i * 2 * d.I + d.I + j];
-              const float s = sigmoid(g), grad = da[i * d.I + j];
-              dg[i * 2 * d.I + j] = grad * u * (s + g * s * (1.f - s));
-              dg[i * 2 * d.I + d.I + j] = grad * g * s;
+              float* row = &dg[i * 2 * d.I];
+              const Act act = activate(l, pass.gu[i * 2 * d.I + l.gate_col(j)], pass.gu[i * 2 * d.I + l.up_col(j)]);
+              row[l.gate_col(j)] = da[i * d.I + j] * act.da_dg;
+              row[l.up_col(j)] = da[i * d.I + j] * act.da_du;
             }
-          // gu = x gate_up^T: dx = dg gate_up; dgate_up += dg^T x
+          if (saved.gate_up_bias.defined()) {
+            float* b = dgub.data<float>() + e * 2 * d.I;
+            for (int64_t i = 0; i < c; ++i)
+              for (int64_t j = 0; j < 2 * d.I; ++j) b[j] += dg[i * 2 * d.I + j];
+          }
+          // gu = x gate_up^T or x gate_up: dx = dg gate_up or dg gate_up^T; dgate_up += dg^T x or x^T dg.
           dxe.resize(static_cast<size_t>(c * d.H));
-          gemm_rows(dg.data(), gu32, e * 2 * d.I * d.H, c, d.H, 2 * d.I, false, dxe.data());
-          detail::gemm({.m = 2 * d.I, .n = d.H, .k = c, .trans_a = true, .accumulate = true}, dg.data(),
-                       pass.x.data(), nullptr, dgu.data<float>() + e * 2 * d.I * d.H);
+          gemm_rows(dg.data(), gu32, e * 2 * d.I * d.H, c, d.H, 2 * d.I, !tb, dxe.data());
+          float* dgu_e = dgu.data<float>() + e * 2 * d.I * d.H;
+          if (tb)
+            detail::gemm({.m = 2 * d.I, .n = d.H, .k = c, .trans_a = true, .accumulate = true}, dg.data(),
+                         pass.x.data(), nullptr, dgu_e);
+          else
+            detail::gemm({.m = d.H, .n = 2 * d.I, .k = c, .trans_a = true, .accumulate = true}, pass.x.data(),
+                         dg.data(), nullptr, dgu_e);
           for (int64_t i = 0; i < c; ++i) {
             float* row = dx.data<float>() + (pairs[i] / d.K) * d.H;
             for (int64_t j = 0; j < d.H; ++j) row[j] += dxe[i * d.H + j];
           }
         }
-        return {dx, dw, gate_up.dtype() == DType::F32 ? dgu : dgu.to(gate_up.dtype()),
-                down.dtype() == DType::F32 ? ddown : ddown.to(down.dtype())};
+        std::vector<Tensor> out = {dx, dw, as_dtype_of(dgu, gate_up), as_dtype_of(ddown, down)};
+        if (opt.gate_up_bias.defined()) out.push_back(as_dtype_of(dgub, opt.gate_up_bias));
+        if (opt.down_bias.defined()) out.push_back(as_dtype_of(ddb, opt.down_bias));
+        return out;
       });
   return out;
+}
+
+Tensor routed_bias(const Tensor& ids, const Tensor& weights, const Tensor& bias) {
+  TP_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64 && weights.shape() == ids.shape() && bias.dim() == 2,
+           "routed_bias: ids i64 [N, K], weights [N, K] and bias [E, H] expected, got {}, {} and {}",
+           shape_str(ids.shape()), shape_str(weights.shape()), shape_str(bias.shape()));
+  const int64_t N = ids.size(0), K = ids.size(1), E = bias.size(0);
+  const int64_t* id = ids.data<int64_t>();
+  std::vector<int64_t> experts, tokens, slots;
+  for (int64_t p = 0; p < N * K; ++p) {
+    TP_CHECK(id[p] >= 0 && id[p] <= E, "routed_bias: expert id {} outside [0, {}]", id[p], E);
+    if (id[p] == E) continue;
+    experts.push_back(id[p]);
+    tokens.push_back(p / K);
+    slots.push_back(p);
+  }
+  const Tensor b = bias.dtype() == DType::F32 ? bias : to_dtype(bias, DType::F32);
+  const Tensor w = gather_rows(reshape(weights, {N * K, 1}), slots);
+  return combine_rows(gather_rows(b, experts), tokens, reshape(w, {-1}), N);
 }
 
 }  // namespace tp::ops
@@ -245,6 +357,53 @@ TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
                        }
                        return std::vector<Tensor>{dl};
                      });
+  return {weights, ids};
+}
+
+}  // namespace tp::ops
+
+namespace tp::ops {
+
+TopK top_k_softmax(const Tensor& logits, int64_t k) {
+  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "top_k_softmax: logits must be f32 [tokens, experts], "
+           "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
+  const int64_t N = logits.size(0), E = logits.size(1);
+  TP_CHECK(k >= 1 && k <= E, "top_k_softmax: top_k {} must be in [1, {}] (the number of experts)", k, E);
+  Tensor weights = Tensor::empty({N, k}), ids = Tensor::empty({N, k}, DType::I64);
+  const float* l = logits.data<float>();
+  float* w = weights.data<float>();
+  int64_t* id = ids.data<int64_t>();
+#pragma omp parallel for if (N * E > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = l + n * E;
+    std::vector<bool> taken(static_cast<size_t>(E), false);
+    for (int64_t j = 0; j < k; ++j) {  // in descending order, as torch.topk: the first is the largest
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e)
+        if (!taken[e] && (best < 0 || row[e] > row[best])) best = e;
+      taken[best] = true;
+      id[n * k + j] = best;
+    }
+    const float mx = row[id[n * k]];
+    double z = 0;
+    for (int64_t j = 0; j < k; ++j) z += w[n * k + j] = std::exp(row[id[n * k + j]] - mx);
+    for (int64_t j = 0; j < k; ++j) w[n * k + j] = static_cast<float>(w[n * k + j] / z);
+  }
+  if (autograd::needs_grad({logits}))
+    autograd::record("top_k_softmax", {logits}, {weights}, [weights, ids, N, E, k](const std::vector<Tensor>& g) {
+      const float* dw = g[0].data<float>();
+      const float* w = weights.data<float>();
+      const int64_t* id = ids.data<int64_t>();
+      Tensor dl = Tensor::zeros({N, E});
+      float* d = dl.data<float>();
+      for (int64_t n = 0; n < N; ++n) {  // softmax over the k: dl_j = w_j (dw_j - sum_i dw_i w_i); others 0
+        double dot = 0;
+        for (int64_t j = 0; j < k; ++j) dot += dw[n * k + j] * w[n * k + j];
+        for (int64_t j = 0; j < k; ++j)
+          d[n * E + id[n * k + j]] = static_cast<float>(w[n * k + j] * (dw[n * k + j] - dot));
+      }
+      return std::vector<Tensor>{dl};
+    });
   return {weights, ids};
 }
 

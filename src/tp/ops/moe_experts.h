@@ -11,13 +11,33 @@
 //   down     [E, H, I]
 //   out[n] = sum_k weights[n,k] * down[e] (silu(gate[e] x[n]) * up[e] x[n]),  e = ids[n,k]
 // Products accumulate in f32 (bf16 weights: bf16 operands); the combine is in f32.
-// Differentiable w.r.t. x, weights, gate_up and down.
+// Differentiable w.r.t. x, weights, gate_up and down (and the biases).
+//
+// GPT-OSS stores its experts otherwise (ExpertOptions::gpt_oss()):
+//   gate_up  [E, H, 2I]  x @ W (in x out), gate = columns 0::2, up = columns 1::2
+//   down     [E, I, H]
+//   biases   gate_up_bias [E, 2I], down_bias [E, H]
+//   act      gate = min(gate, limit), up = clamp(up, -limit, limit),
+//            (up + 1) * gate * sigmoid(alpha * gate)
 #include "tp/tensor/tensor.h"
 
 namespace tp::ops {
 
+struct ExpertOptions {
+  bool in_by_out = false;    // gate_up [E, H, 2I] and down [E, I, H] (x @ W), not Linear's out x in
+  bool interleaved = false;  // gate and up alternate in gate_up's 2I (gate even, up odd), not halves
+  float swiglu_limit = 0;    // > 0: GPT-OSS's clamped SwiGLU with swiglu_alpha and (up + 1); 0: silu(gate) * up
+  float swiglu_alpha = 1.702f;
+  Tensor gate_up_bias;       // undefined, or [E, 2I] (in gate_up's column order)
+  Tensor down_bias;          // undefined, or [E, H]
+  // The down bias is added (false: left out, e.g. by ranks whose partial sums
+  // are added up first; routed_bias adds it then).
+  bool add_down_bias = true;
+  static ExpertOptions gpt_oss(float limit, float alpha);
+};
+
 Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
-                   const Tensor& down);
+                   const Tensor& down, const ExpertOptions& options = {});
 
 }  // namespace tp::ops
 
@@ -33,6 +53,11 @@ struct TopK {
 };
 TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize);
 
+// GPT-OSS's router: the top k of the raw logits per token (ties: the lower id),
+// then a softmax over those k values (in f32).
+//   logits [N, E] f32 -> weights [N, K] f32 (differentiable w.r.t. logits), ids [N, K] i64
+TopK top_k_softmax(const Tensor& logits, int64_t k);
+
 }  // namespace tp::ops
 
 namespace tp::ops {
@@ -43,5 +68,10 @@ Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows);
 // The weighted sum back into n rows: out [n, H], out[rows[p]] += weights[p] * y[p]
 // for y [P, H], weights [P] f32 (differentiable w.r.t. y and weights).
 Tensor combine_rows(const Tensor& y, const std::vector<int64_t>& rows, const Tensor& weights, int64_t n);
+
+// The experts' output biases as routed: out[n] = sum_k weights[n,k] * bias[ids[n,k]]
+// for bias [E, H] (slots with the sentinel id E skipped) -> [N, H] f32.
+// Differentiable w.r.t. weights and bias (gather_rows, then combine_rows).
+Tensor routed_bias(const Tensor& ids, const Tensor& weights, const Tensor& bias);
 
 }  // namespace tp::ops

@@ -57,6 +57,14 @@ std::vector<Tensor> MoeTpExperts::transform_inputs_pre_forward(nn::Module& modul
   inputs[0] = dist::copy_to_region(inputs[0], experts_group(experts, mesh, "moe_tp_experts"));
   // Each rank's gradient of the routing weights covers its part of every expert:
   // summed here, except under expert parallelism, where ep_router does it.
+  // Cut inside each expert, the ranks' partial outputs are summed, so the down
+  // bias (GPT-OSS) is left out of them and added after the sum, on every rank
+  // (each then has its whole gradient, and the router its share once). Holding
+  // whole experts, each rank adds its own experts' biases.
+  const bool bias_after_sum =
+      experts.down_proj_bias != nullptr && !experts.experts_sharded() && any_param_sharded(module);
+  experts.add_down_bias = !bias_after_sum;
+  experts.style_state = bias_after_sum ? std::any(inputs[1]) : std::any();  // the routing, before the copy below
   if (!experts.experts_sharded()) inputs[1] = dist::copy_to_region(inputs[1], mesh.group("tp"));
   return inputs;
 }
@@ -65,7 +73,13 @@ Tensor MoeTpExperts::transform_output_post_forward(nn::Module& module, Tensor ou
                                                    const dist::DeviceMesh& mesh) const {
   nn::MoeExperts& experts = as_experts(module, "moe_tp_experts");
   if (!any_param_sharded(module)) return output;
-  return dist::reduce_from_region(output, experts_group(experts, mesh, "moe_tp_experts"));
+  Tensor sum = dist::reduce_from_region(output, experts_group(experts, mesh, "moe_tp_experts"));
+  if (const auto* routing = std::any_cast<Tensor>(&experts.style_state)) {
+    const nn::Routing r = nn::unpack_routing(*routing);
+    sum = ops::add(sum, ops::routed_bias(r.ids, r.weights, experts.down_proj_bias->data));
+    experts.style_state.reset();
+  }
+  return sum;
 }
 
 std::vector<CollectiveCost> MoeTpExperts::forward_collectives(const nn::Module& module, const TpRank& tp) const {

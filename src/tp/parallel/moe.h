@@ -8,7 +8,8 @@
 //   rowwise on experts.down_proj [E, H, I]: Shard(-1) (rowwise.h; its output comm is here)
 //   moe_tp_experts on experts — fwd: all-reduce of the output when a parameter is sharded;
 //     bwd: all-reduce of the hidden states' gradient, and of the routing weights'
-//     unless the experts are expert-parallel (ep_router reduces those).
+//     unless the experts are expert-parallel (ep_router reduces those). Experts
+//     with a down bias (GPT-OSS) get it after the sum (routed_bias), not per rank.
 // Expert parallelism (mesh dim "ep"):
 //   grouped_gemm on the expert parameters: Shard(0), E / ep_size experts per rank.
 //   ep_router on the router (masked EP, ep_size = tp_size, every rank sees every

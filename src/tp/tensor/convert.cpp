@@ -153,6 +153,7 @@ auto visit_dtype(DType dtype, Fn&& fn) {
     case DType::F16: return fn(f16{});
     case DType::I32: return fn(int32_t{});
     case DType::I64: return fn(int64_t{});
+    case DType::U8: return fn(uint8_t{});
   }
   fail("bad dtype tag {}", static_cast<int>(dtype));
 }

@@ -13,6 +13,7 @@ size_t dtype_size(DType dtype) {
     case DType::F16: return 2;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::U8: return 1;
   }
   return 0;
 }
@@ -24,6 +25,7 @@ const char* dtype_name(DType dtype) {
     case DType::F16: return "f16";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::U8: return "u8";
   }
   return "?";
 }
@@ -34,8 +36,9 @@ DType parse_dtype(std::string_view name) {
   if (name == "f16" || name == "F16" || name == "float16" || name == "half") return DType::F16;
   if (name == "i32" || name == "I32" || name == "int32") return DType::I32;
   if (name == "i64" || name == "I64" || name == "int64") return DType::I64;
-  fail("unknown dtype '{}'; supported: f32, bf16, f16, i32, i64 (or F32, BF16, F16, I32, I64, "
-       "float32, bfloat16, float16, int32, int64)",
+  if (name == "u8" || name == "U8" || name == "uint8") return DType::U8;
+  fail("unknown dtype '{}'; supported: f32, bf16, f16, i32, i64, u8 (or F32, BF16, F16, I32, I64, U8, "
+       "float32, bfloat16, float16, int32, int64, uint8)",
        name);
 }
 

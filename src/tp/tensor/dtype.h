@@ -8,10 +8,11 @@
 
 namespace tp {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, I64 };
+// U8: raw bytes (MXFP4 checkpoints' blocks and scales, dequantised at load).
+enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8 };
 
 size_t dtype_size(DType dtype);
-// "f32", "bf16", "f16", "i32", "i64"
+// "f32", "bf16", "f16", "i32", "i64", "u8"
 const char* dtype_name(DType dtype);
 // Accepts our names and the safetensors/torch spellings ("F32", "BF16", "float32",
 // "bfloat16", "float16", "int32", "int64"); throws tp::Error listing them otherwise.
@@ -64,6 +65,10 @@ struct dtype_of<int32_t> {
 template <>
 struct dtype_of<int64_t> {
   static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
 };
 
 }  // namespace tp

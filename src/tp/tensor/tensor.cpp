@@ -290,6 +290,7 @@ double Tensor::at(int64_t i) const {
     case DType::F16: return to_f32(reinterpret_cast<const f16*>(p)[i]);
     case DType::I32: return reinterpret_cast<const int32_t*>(p)[i];
     case DType::I64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+    case DType::U8: return reinterpret_cast<const uint8_t*>(p)[i];
   }
   return 0;
 }

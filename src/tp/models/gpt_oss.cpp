@@ -1,0 +1,47 @@
+// GPT-OSS: the Llama decoder with biases on q/k/v/o, a learned sink logit per
+// query head (self_attn.sinks), layers alternating sliding-window and full
+// attention (layer_types), yarn RoPE, and a sparse MoE block on every layer:
+// router mlp.router with a bias (top-k of the raw logits, softmax over the k),
+// experts stored in x out with interleaved gate/up columns and biases, and the
+// clamped SwiGLU (see tp/ops/moe_experts.h).
+//
+// Plans. Transformers ships no base_model_tp_plan for gpt_oss today (early v5:
+// only moe_tp_experts on the experts, which leaves every expert whole on every
+// rank), so this one is ours, with the styles' usual meaning of the cut:
+//   attention colwise / rowwise as Llama's; sinks colwise (Shard(0): the sinks
+//   of this rank's query heads, matching q_proj's rows), self_attn local_params.
+//   experts.gate_up_proj [E, H, 2I] rowwise = Shard(-1), and its bias [E, 2I]
+//   likewise: contiguous columns, so whole (gate, up) pairs when I % tp == 0;
+//   experts.down_proj [E, I, H] colwise = Shard(1), the same I slice. In this
+//   x-by-W layout Linear's two styles cut the opposite dims, which is what the
+//   intermediate dim needs (packed_colwise would cut H).
+//   moe_tp_experts sums the partial outputs once, then adds the routed down bias.
+// The ep plan is Transformers': masked EP (ep_router, grouped_gemm on the four
+// expert tensors, moe_tp_experts).
+#include "tp/models/moe.h"
+#include "tp/models/variants.h"
+
+namespace tp {
+
+LlamaVariant gpt_oss_variant(const ModelConfig& config) {
+  LlamaVariant v = mistral_variant(config);  // sliding_window, used by the "sliding_attention" layers
+  v.attention_sinks = true;
+  v.default_plan = llama_base_tp_plan();
+  v.default_plan.resize(4);  // the attention entries; the experts replace the dense MLP's
+  // The attention runs on local tensors (its sinks are this rank's heads' own, not a gathered whole).
+  v.default_plan.push_back({"layers.*.self_attn", "local_params"});
+  v.default_plan.push_back({"layers.*.self_attn.sinks", "colwise"});
+  v.default_plan.push_back({"layers.*.mlp.experts.gate_up_proj", "rowwise"});
+  v.default_plan.push_back({"layers.*.mlp.experts.gate_up_proj_bias", "rowwise"});
+  v.default_plan.push_back({"layers.*.mlp.experts.down_proj", "colwise"});
+  v.default_plan.push_back({"layers.*.mlp.experts", "moe_tp_experts"});
+  v.default_ep_plan = {{"layers.*.mlp.router", "ep_router"},
+                       {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+                       {"layers.*.mlp.experts.gate_up_proj_bias", "grouped_gemm"},
+                       {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
+                       {"layers.*.mlp.experts.down_proj_bias", "grouped_gemm"},
+                       {"layers.*.mlp.experts", "moe_tp_experts"}};
+  return with_sparse_moe(std::move(v), config);
+}
+
+}  // namespace tp

@@ -1,0 +1,45 @@
+#pragma once
+// MXFP4 expert weights (GPT-OSS checkpoints; Transformers' integrations/mxfp4.py):
+// a parameter W [E, in, out] is stored as
+//   W_blocks [E, out, in / 32, 16] u8   two FP4 E2M1 values a byte: low nibble the
+//                                       even element, high nibble the odd one
+//   W_scales [E, out, in / 32]     u8   E8M0: each block of 32 values times 2^(s - 127)
+// i.e. out x in with blocks along `in`, transposed back at load. E2M1 nibble:
+// bit 3 the sign, bits 0-2 index {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+// Loading dequantises only this rank's slice: whole experts (dim 0), out columns
+// (the blocks' rows), or the blocks covering its `in` rows.
+#include <string>
+
+#include "tp/models/checkpoint.h"
+#include "tp/parallel/layer.h"
+
+namespace tp {
+
+inline constexpr int64_t kMxfp4Block = 32;
+
+// W_blocks' and W_scales' shapes for a parameter of shape [E, in, out]; an error
+// names `name` unless in is a multiple of 32.
+Shape mxfp4_blocks_shape(const std::string& name, const Shape& param);
+Shape mxfp4_scales_shape(const std::string& name, const Shape& param);
+
+// blocks [E, O, G, 16] and scales [E, O, G] (u8) -> f32 [E, n, O]: the input rows
+// [lo, lo + n) of the G * 32 the blocks hold, transposed to the parameter's layout.
+Tensor dequantise_mxfp4(const Tensor& blocks, const Tensor& scales, int64_t lo, int64_t n);
+
+// `param` is not in `ckpt` under its own name but as param_blocks + param_scales.
+bool reads_mxfp4(const Checkpoint& ckpt, const std::string& param);
+
+// This rank's slice (`shard` of `global_shape` [E, in, out]) of `param`, dequantised
+// to `as`. Errors name the tensor and the shapes expected.
+Tensor read_mxfp4(const Checkpoint& ckpt, const std::string& param, const Shape& global_shape,
+                  const parallel::ParamShard& shard, DType as);
+
+// W [E, in, out] f32 -> blocks and scales (make-model --mxfp4): per block the
+// smallest scale that fits its largest |value| into 6, each value rounded to the
+// nearest E2M1 value (ties: the lower magnitude).
+struct Mxfp4Tensors {
+  Tensor blocks, scales;
+};
+Mxfp4Tensors quantise_mxfp4(const Tensor& w);
+
+}  // namespace tp
