@@ -29,9 +29,14 @@ skew=(/usr/bin/python3 "$(dirname "$0")/skew_router.py")
 "$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" --set num_hidden_layers=3 --set 'mlp_only_layers=[1]' \
   --out "$out/qwen3_moe"
 "${skew[@]}" "$out/qwen3_moe" "model.layers.{}.mlp.gate.weight" 5 6,7
-# DeepSeek-V2's MLA with and without the query LoRA (dense-MLP layers).
+# DeepSeek-V2's MLA with and without the query LoRA, layer 1 MoE with shared experts
+# (greedy; group-limited in q-lora), and DeepSeek-V3 (sigmoid, noaux_tc), skewed alike.
 "$tp" make-model --arch deepseek_v2 --preset tiny "${std[@]}" --out "$out/deepseek_v2"
 "$tp" make-model --arch deepseek_v2 --preset tiny-q-lora "${std[@]}" --out "$out/deepseek_v2-q-lora"
+"$tp" make-model --arch deepseek_v3 --preset tiny "${std[@]}" --out "$out/deepseek_v3"
+for m in deepseek_v2 deepseek_v2-q-lora deepseek_v3; do
+  "${skew[@]}" "$out/$m" "model.layers.{}.mlp.gate.weight" 5 6,7
+done
 # Small models for the training oracle (tests/reference/reference_training.py); mistral-train
 # takes another seed, or its weights (and so its golden) would be llama-train's.
 train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_attention_heads=4

@@ -148,7 +148,10 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           ArchCase{"qwen3", 1e-4},
                                           // experts cut inside each expert (packed gate/up, rowwise down)
                                           ArchCase{"mixtral", 1e-4}, ArchCase{"qwen3_moe", 1e-4},
+                                          // MLA; layer 1 MoE with shared experts (V2 greedy, q-lora
+                                          // group-limited; V3 sigmoid noaux_tc, attention replicated)
                                           ArchCase{"deepseek_v2", 1e-4}, ArchCase{"deepseek_v2-q-lora", 1e-4},
+                                          ArchCase{"deepseek_v3", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
                                            ArchCase{"llama-bf16", 3e-2}),
@@ -239,8 +242,15 @@ INSTANTIATE_TEST_SUITE_P(
     Tiny, ExpertParallel,
     ::testing::Values(EpCase{"qwen3_moe", 2, 1}, EpCase{"qwen3_moe", 2, 2}, EpCase{"mixtral", 2, 2},
                       EpCase{"mixtral", 2, 1, kMixtralDispatch}, EpCase{"qwen3_moe", 4, 1}, EpCase{"qwen3_moe", 4, 2},
-                      EpCase{"qwen3_moe", 4, 4}, EpCase{"mixtral", 4, 4}, EpCase{"mixtral", 4, 2, kMixtralDispatch}),
+                      EpCase{"qwen3_moe", 4, 4}, EpCase{"mixtral", 4, 4}, EpCase{"mixtral", 4, 2, kMixtralDispatch},
+                      // DeepSeek ships masked EP (ep = tp); token dispatch for the others.
+                      EpCase{"deepseek_v2", 2, 2}, EpCase{"deepseek_v2", 2, 1, kMixtralDispatch},
+                      EpCase{"deepseek_v2-q-lora", 4, 4}, EpCase{"deepseek_v2-q-lora", 4, 2, kMixtralDispatch},
+                      EpCase{"deepseek_v3", 2, 2}, EpCase{"deepseek_v3", 4, 1, kMixtralDispatch},
+                      EpCase{"deepseek_v3", 4, 4}),
     [](const auto& info) {
       const EpCase& c = info.param;
-      return fmt::format("{}_ep{}_tp{}{}", c.model, c.world, c.tp, c.ep_plan == "auto" ? "" : "_dispatch");
+      std::string model = c.model;
+      std::replace(model.begin(), model.end(), '-', '_');
+      return fmt::format("{}_ep{}_tp{}{}", model, c.world, c.tp, c.ep_plan == "auto" ? "" : "_dispatch");
     });

@@ -25,9 +25,10 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
 std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
   const std::string& mt = c.model_type;
   TP_CHECK(has_known_layout(mt),
-           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe, deepseek_v2",
+           "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe, deepseek_v2, deepseek_v3",
            mt);
-  const bool moe_model = mt == "mixtral" || mt == "qwen3_moe";
+  const bool is_mla = mt == "deepseek_v2" || mt == "deepseek_v3";
+  const bool moe_model = mt == "mixtral" || mt == "qwen3_moe" || is_mla;
   const MoeConfig moe = moe_model ? MoeConfig::from(c) : MoeConfig{};
   using I = ParamSpec::Init;
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
@@ -66,7 +67,6 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     linear(L + "self_attn.o_proj", H, checked_mul(heads, d.v_head_dim, "num_attention_heads x v_head_dim"),
            c.attention_bias);
   };
-  const bool is_mla = mt == "deepseek_v2";
   const DeepseekSizes ds = is_mla ? deepseek_sizes(c) : DeepseekSizes{};
   for (int64_t i = 0; i < layers; ++i) {
     const std::string L = fmt::format("model.layers.{}.", i);
@@ -87,6 +87,8 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
       const int64_t E = moe.num_experts, EI = moe.expert_intermediate;
       const std::string block = L + (mt == "mixtral" ? "block_sparse_moe." : "mlp.");
       linear(block + "gate", E, H, false);
+      // Transformers starts it at zero; random here, so that the tiny models test it choosing experts.
+      if (moe.score_correction_bias) add(block + "gate.e_score_correction_bias", {E}, I::Normal);
       for (int64_t e = 0; e < E; ++e) {
         const std::string x = fmt::format("{}experts.{}.", block, e);
         if (mt == "mixtral") {
@@ -98,6 +100,11 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
           linear(x + "up_proj", EI, H, false);
           linear(x + "down_proj", H, EI, false);
         }
+      }
+      if (moe.shared_intermediate > 0) {  // DeepSeek
+        linear(block + "shared_experts.gate_proj", moe.shared_intermediate, H, false);
+        linear(block + "shared_experts.up_proj", moe.shared_intermediate, H, false);
+        linear(block + "shared_experts.down_proj", H, moe.shared_intermediate, false);
       }
     } else {
       linear(L + "mlp.gate_proj", F, H, mlp_bias);
@@ -122,7 +129,7 @@ int64_t count(const std::vector<ParamSpec>& specs) {
 
 bool has_known_layout(const std::string& model_type) {
   return model_type == "llama" || model_type == "mistral" || model_type == "qwen3" || model_type == "mixtral" ||
-         model_type == "qwen3_moe" || model_type == "deepseek_v2";
+         model_type == "qwen3_moe" || model_type == "deepseek_v2" || model_type == "deepseek_v3";
 }
 
 std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }
