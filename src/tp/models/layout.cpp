@@ -1,5 +1,7 @@
 #include "tp/models/layout.h"
 
+#include <array>
+
 #include "tp/models/moe.h"
 #include "tp/models/deepseek_config.h"
 #include "tp/tensor/error.h"
@@ -21,8 +23,9 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
   return r;
 }
 
-// The checkpoint of `c` with `layers` decoder layers.
-std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
+// The checkpoint of `c` with decoder layers [first, last) (the tensors outside
+// the layers only when `outside`).
+std::vector<ParamSpec> layout_of(const ModelConfig& c, int64_t first, int64_t last, bool outside = true) {
   const std::string& mt = c.model_type;
   TP_CHECK(has_known_layout(mt),
            "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe, deepseek_v2, deepseek_v3",
@@ -43,7 +46,7 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     for (int64_t s : shape) n = checked_mul(n, s, fmt::format("the element count of {} {}", name, shape_str(shape)));
     out.push_back({std::move(name), std::move(shape), init});
   };
-  add("model.embed_tokens.weight", {c.vocab_size, H}, I::Normal);
+  if (outside) add("model.embed_tokens.weight", {c.vocab_size, H}, I::Normal);
   auto linear = [&](const std::string& name, int64_t out_f, int64_t in_f, bool bias) {
     add(name + ".weight", {out_f, in_f}, I::Normal);
     if (bias) add(name + ".bias", {out_f}, I::Zeros);
@@ -68,7 +71,7 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
            c.attention_bias);
   };
   const DeepseekSizes ds = is_mla ? deepseek_sizes(c) : DeepseekSizes{};
-  for (int64_t i = 0; i < layers; ++i) {
+  for (int64_t i = first; i < last; ++i) {
     const std::string L = fmt::format("model.layers.{}.", i);
     if (is_mla) {
       mla(L, ds);
@@ -114,6 +117,7 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     add(L + "input_layernorm.weight", {H}, I::Ones);
     add(L + "post_attention_layernorm.weight", {H}, I::Ones);
   }
+  if (!outside) return out;
   add("model.norm.weight", {H}, I::Ones);
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, H}, I::Normal);
   return out;
@@ -132,18 +136,33 @@ bool has_known_layout(const std::string& model_type) {
          model_type == "qwen3_moe" || model_type == "deepseek_v2" || model_type == "deepseek_v3";
 }
 
-std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }
+std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_of(c, 0, c.num_hidden_layers); }
 
 LayoutCounts layout_counts(const ModelConfig& c) {
-  const std::vector<ParamSpec> none = layout_with_layers(c, 0), one = layout_with_layers(c, 1);
   LayoutCounts r;
-  r.outside_layers = count(none);
-  r.per_layer = count(one) - r.outside_layers;
-  r.tensors_per_layer = static_cast<int64_t>(one.size() - none.size());
-  r.total = checked_add(
-      r.outside_layers,
-      checked_mul(c.num_hidden_layers, r.per_layer, "num_hidden_layers x the parameters of one layer"),
-      "the parameter count");
+  r.outside_layers = count(layout_of(c, 0, 0));
+  // Layers come in two kinds at most (dense, and MoE where the config says so):
+  // one layer of each kind is enumerated, the others are counted.
+  const bool moe_model = c.model_type == "mixtral" || c.model_type == "qwen3_moe" || c.model_type == "deepseek_v2" ||
+                         c.model_type == "deepseek_v3";
+  const MoeConfig moe = moe_model ? MoeConfig::from(c) : MoeConfig{};
+  std::array<int64_t, 2> params{-1, -1}, tensors{0, 0}, layers{0, 0};
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const int kind = moe_model && moe.is_sparse_layer(i) ? 1 : 0;
+    if (layers[kind]++ > 0) continue;
+    const std::vector<ParamSpec> one = layout_of(c, i, i + 1, false);
+    params[kind] = count(one);
+    tensors[kind] = static_cast<int64_t>(one.size());
+  }
+  r.in_layers = 0;
+  for (int k = 0; k < 2; ++k) {
+    if (layers[k] == 0) continue;
+    r.in_layers = checked_add(r.in_layers, checked_mul(layers[k], params[k], "num_hidden_layers x the parameters of "
+                                                                             "one layer"),
+                              "the parameter count");
+    r.layer_tensors += layers[k] * tensors[k];
+  }
+  r.total = checked_add(r.outside_layers, r.in_layers, "the parameter count");
   return r;
 }
 

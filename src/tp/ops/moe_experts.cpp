@@ -260,9 +260,10 @@ TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bi
       w[n * k + j] = static_cast<float>((sc.renormalize ? w[n * k + j] / sums[n] : w[n * k + j]) * sc.scaling);
   }
   if (autograd::needs_grad({logits}))
-    autograd::record("route_top_k", {logits}, {weights}, [probs, weights, ids, sums, sc, N, E, k](
+    autograd::record("route_top_k", {logits}, {weights}, [logits, probs, weights, ids, sums, sc, N, E, k](
                                                              const std::vector<Tensor>& g) {
       const float* dw = g[0].data<float>();
+      const float* lg = logits.data<float>();
       const float* w = weights.data<float>();
       const float* p = probs.data<float>();
       const int64_t* id = ids.data<int64_t>();
@@ -278,14 +279,28 @@ TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bi
         for (int64_t j = 0; j < k; ++j)
           dp[id[n * k + j]] = static_cast<float>(
               sc.renormalize ? scale * (dw[n * k + j] - dot) / sums[n] : scale * dw[n * k + j]);
-        if (sc.sigmoid) {  // dl_e = p_e (1 - p_e) dp_e
-          for (int64_t e = 0; e < E; ++e) d[n * E + e] = p[n * E + e] * (1.f - p[n * E + e]) * dp[e];
+        if (sc.sigmoid) {  // dl_e = sigmoid(l_e) sigmoid(-l_e) dp_e (not p (1 - p): exact when saturated)
+          for (int64_t e = 0; e < E; ++e)
+            d[n * E + e] = p[n * E + e] * (1.f / (1.f + std::exp(lg[n * E + e]))) * dp[e];
           continue;
         }
-        // softmax: dl_e = p_e (dp_e - sum_i dp_i p_i)
+        // softmax: dl_e = p_e (dp_e - sum_i dp_i p_i) = p_e (dp_e sum_{i != e} p_i - sum_{i != e} dp_i p_i)
+        // (sum_i p_i = 1). For the k chosen e the second form is used: with a
+        // saturated router (p_e near 1) the first subtracts two numbers near dp_e
+        // and loses their small difference (tp ranks then disagree in it).
+        const float* pn = p + n * E;
         double inner = 0;
-        for (int64_t e = 0; e < E; ++e) inner += dp[e] * p[n * E + e];
-        for (int64_t e = 0; e < E; ++e) d[n * E + e] = static_cast<float>(p[n * E + e] * (dp[e] - inner));
+        for (int64_t j = 0; j < k; ++j) inner += static_cast<double>(dp[id[n * k + j]]) * pn[id[n * k + j]];
+        for (int64_t e = 0; e < E; ++e) d[n * E + e] = static_cast<float>(-pn[e] * inner);  // dp_e = 0
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t e = id[n * k + j];
+          double others = 0, others_dp = 0;  // sum_{i != e} p_i (no cancellation: terms summed directly)
+          for (int64_t i = 0; i < E; ++i)
+            if (i != e) others += pn[i];
+          for (int64_t i = 0; i < k; ++i)
+            if (id[n * k + i] != e) others_dp += static_cast<double>(dp[id[n * k + i]]) * pn[id[n * k + i]];
+          d[n * E + e] = static_cast<float>(pn[e] * (dp[e] * others - others_dp));
+        }
       }
       return std::vector<Tensor>{dl};
     });
