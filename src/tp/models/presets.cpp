@@ -208,6 +208,12 @@ json tiny_yarn() {
           {"beta_slow", 1}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}};
 }
 
+// The released checkpoints' yarn: factor 40 over 4096 positions (163840 = 40 x 4096).
+json long_yarn(double mscale) {
+  return {{"type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+          {"beta_slow", 1}, {"mscale", mscale}, {"mscale_all_dim", mscale}};
+}
+
 // V3's yarn (mscale = mscale_all_dim = 1) over the same short original context.
 json tiny_yarn_v3() {
   return {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"beta_fast", 32},
@@ -281,12 +287,25 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
            return deepseek_config("deepseek_v2", {96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
                                   {24, 32, 16, 8, 16}, {1, 1, {8, 2, 24}, "group_limited_greedy", 2, 1, 1.5},
                                   tiny_yarn());
+         }},
+        // DeepSeek-V2-Lite's shapes (a 1.4 GB bf16 MoE layer; cut with make-model --layers).
+        {"deepseek-v2-lite", [] {
+           return deepseek_config(
+               "deepseek_v2", {2048, 10944, 27, 16, 16, 64, 102400, 163840, 10000.0, 1e-6, false, "bfloat16", 100000, 100001},
+               {nullptr, 512, 128, 64, 128}, {1, 2, {64, 6, 1408}, "greedy"}, long_yarn(0.707));
          }}}},
       {"deepseek_v3",
-       {{"tiny", [] {
-          return deepseek_config("deepseek_v3", {96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
-                                 {24, 32, 16, 8, 16}, {1, 1, {8, 2, 24}, "noaux_tc", 4, 2, 2.5}, tiny_yarn_v3());
-        }}}},
+       {{"tiny",
+         [] {
+           return deepseek_config("deepseek_v3", {96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
+                                  {24, 32, 16, 8, 16}, {1, 1, {8, 2, 24}, "noaux_tc", 4, 2, 2.5}, tiny_yarn_v3());
+         }},
+        // DeepSeek-V3's shapes in bf16 (the Hub's are FP8 blocks; 23 GB per MoE layer: --layers 4 fits).
+        {"deepseek-v3", [] {
+           return deepseek_config(
+               "deepseek_v3", {7168, 18432, 61, 128, 128, 64, 129280, 163840, 10000.0, 1e-6, false, "bfloat16", 0, 1},
+               {1536, 512, 128, 64, 128}, {3, 1, {256, 8, 2048}, "noaux_tc", 8, 4, 2.5}, long_yarn(1.0));
+         }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},
         {"qwen3-0.6b",
