@@ -208,7 +208,7 @@ TEST(ConfigCheck, LayoutCountsEqualTheEnumeratedLayout) {
       const LayoutCounts counts = layout_counts(c);
       EXPECT_EQ(counts.total, n) << arch << "/" << preset;
       // embed_tokens, norm and (untied) lm_head outside the layers.
-      EXPECT_EQ(static_cast<int64_t>(layout.size()) - c.num_hidden_layers * counts.tensors_per_layer,
+      EXPECT_EQ(static_cast<int64_t>(layout.size()) - counts.layer_tensors,
                 c.tie_word_embeddings ? 2 : 3);
     }
 }

@@ -86,7 +86,7 @@ TEST(Presets, ErrorsListTheValidNames) {
     make_preset_config("gpt2", "tiny");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, gpt_oss, llama, mistral, mixtral, qwen3, qwen3_moe"),
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, deepseek_v3, gpt_oss, llama, mistral, mixtral, qwen3, qwen3_moe"),
               std::string::npos);
   }
   try {

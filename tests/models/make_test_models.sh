@@ -38,9 +38,18 @@ skew=(/usr/bin/python3 "$(dirname "$0")/skew_router.py")
 "$tp" make-model --arch gpt_oss --preset tiny "${std[@]}" --set intermediate_size=96 --mxfp4 --seed 3 \
   --out "$out/gpt_oss-mxfp4"
 "${skew[@]}" "$out/gpt_oss-mxfp4" "model.layers.{}.mlp.router.weight" 5 6,7
-# DeepSeek-V2's MLA with and without the query LoRA (dense-MLP layers).
+# DeepSeek-V2's MLA with and without the query LoRA, layer 1 MoE with shared experts
+# (greedy; group-limited in q-lora), and DeepSeek-V3 (sigmoid, noaux_tc), skewed alike.
 "$tp" make-model --arch deepseek_v2 --preset tiny "${std[@]}" --out "$out/deepseek_v2"
 "$tp" make-model --arch deepseek_v2 --preset tiny-q-lora "${std[@]}" --out "$out/deepseek_v2-q-lora"
+"$tp" make-model --arch deepseek_v3 --preset tiny "${std[@]}" --out "$out/deepseek_v3"
+for m in deepseek_v2 deepseek_v2-q-lora deepseek_v3; do
+  "${skew[@]}" "$out/$m" "model.layers.{}.mlp.gate.weight" 5 6,7
+done
+# The training suite's query-LoRA MLA model keeps dense layers: the skewed, group-limited
+# router's gradients are too small (~1e-7) for a 1e-5 relative comparison across tp sizes.
+"$tp" make-model --arch deepseek_v2 --preset tiny-q-lora "${std[@]}" --set first_k_dense_replace=2 \
+  --out "$out/deepseek_v2-q-lora-dense"
 # Small models for the training oracle (tests/reference/reference_training.py); mistral-train
 # takes another seed, or its weights (and so its golden) would be llama-train's.
 train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_attention_heads=4

@@ -2,8 +2,8 @@
 """Makes a tiny MoE checkpoint route unevenly, in place (f32 model.safetensors):
 embedding column 0 += 10 gives every token's hidden state one large common
 component, so every router sends every token to the same few experts (in
-each layer one expert gets all tokens and most get none); on top, in layer 0
-router row BIG reads that component with +3 and rows NONE with -3. Other router
+each layer one expert gets all tokens and most get none); on top, in the first
+MoE layer router row BIG reads that component with +3 and rows NONE with -3. Other router
 weights on component 0 are zeroed and the rest scaled by 10, so the logits of
 different experts stay apart (no ties) and the probabilities far above f32's
 underflow. reference_forward.py prints and checks the resulting loads.
@@ -45,7 +45,7 @@ def main():
             gate[e * hidden] = 0.0
             for j in range(1, hidden):
                 gate[e * hidden + j] *= 10.0
-        if layer == 0:
+        if layer == layers[0]:
             for e, value in [(big, 3.0)] + [(e, -3.0) for e in none]:
                 gate[e * hidden] = value
         store(at, gate)

@@ -1,6 +1,6 @@
-// DeepSeek-V2 (MLA) without the multi-rank suite: what its config accepts and
-// rejects (by message), the plan it ships, the latent KV cache's shape, yarn's
-// scale; and Mistral's / layer_types' window keys. tp = 1..4 equivalence, KV
+// DeepSeek-V2/V3 (MLA, MoE layers) without the multi-rank suite: what its config
+// accepts and rejects (by message), the plans it ships, the latent KV cache's
+// shape, yarn's scale; and Mistral's / layer_types' window keys. tp = 1..4 equivalence, KV
 // decoding and the PyTorch oracle are in test_models and test_reference.
 #include <gtest/gtest.h>
 
@@ -30,13 +30,85 @@ ModelConfig preset_with(const std::string& arch, const std::string& preset, cons
 
 }  // namespace
 
-TEST(DeepseekV2, MixtureOfExpertsLayersAreAnErrorNamingTheKeys) {
-  expect_error([] { AutoModelForCausalLM::from_config(preset_with("deepseek_v2", "tiny", {{"first_k_dense_replace", 1}})); },
-               {"config.json", "layers 1 to 1 are mixture-of-experts layers", "'first_k_dense_replace' 1",
-                "'n_routed_experts' 4", "set first_k_dense_replace >= num_hidden_layers (2) or n_routed_experts to 0"});
+TEST(DeepseekV2, LayersFromFirstKDenseReplaceAreMoeWithSharedExperts) {
+  auto lm = AutoModelForCausalLM::from_config(make_preset_config("deepseek_v2", "tiny"));
+  auto& ds = dynamic_cast<DeepseekV2ForCausalLM&>(*lm);
+  ASSERT_NE(ds.model.layers[0]->dense, nullptr);
+  EXPECT_EQ(ds.model.layers[0]->moe, nullptr);
+  const SparseMoeBlock* moe = ds.model.layers[1]->moe;
+  ASSERT_NE(moe, nullptr);
+  EXPECT_EQ(moe->experts.gate_up_proj.global_shape, (Shape{8, 48, 96}));
+  ASSERT_NE(moe->shared_experts, nullptr);  // moe_intermediate_size 24 x n_shared_experts 2
+  EXPECT_EQ(moe->shared_experts->gate_proj.weight.global_shape, (Shape{48, 96}));
+  EXPECT_EQ(moe->gate.e_score_correction_bias, nullptr);
+  EXPECT_FALSE(moe->gate.scoring().renormalize);  // Transformers' V2 ignores norm_topk_prob
+  const ModelConfig v3 = make_preset_config("deepseek_v3", "tiny");
+  const MoeConfig m = MoeConfig::from(v3);
+  EXPECT_TRUE(m.scoring.sigmoid && m.scoring.renormalize && m.scoring.group_sum_top2 && m.score_correction_bias);
+  EXPECT_EQ(m.scoring.n_group, 4);
+  EXPECT_EQ(m.scoring.topk_group, 2);
+  EXPECT_DOUBLE_EQ(m.scoring.scaling, 2.5);
   // No routed experts: every layer is dense whatever first_k_dense_replace says.
-  EXPECT_NO_THROW(AutoModelForCausalLM::from_config(
-      preset_with("deepseek_v2", "tiny", {{"first_k_dense_replace", 0}, {"n_routed_experts", nullptr}})));
+  auto dense = AutoModelForCausalLM::from_config(
+      preset_with("deepseek_v2", "tiny", {{"first_k_dense_replace", 0}, {"n_routed_experts", nullptr}}));
+  for (const auto* l : dynamic_cast<DeepseekV2ForCausalLM&>(*dense).model.layers) EXPECT_NE(l->dense, nullptr);
+}
+
+TEST(DeepseekV2, MoeConfigErrorsNameTheKeyAndWhatIsAccepted) {
+  auto fails = [](const std::string& arch, const std::string& preset, const nlohmann::json& changes,
+                  std::vector<std::string> parts) {
+    expect_error([&] { AutoModelForCausalLM::from_config(preset_with(arch, preset, changes)); }, parts);
+  };
+  fails("deepseek_v2", "tiny", {{"topk_method", "noaux_tc"}},
+        {"config.json", "topk_method 'noaux_tc' is not supported for deepseek_v2; supported: greedy, "
+                        "group_limited_greedy"});
+  fails("deepseek_v3", "tiny", {{"topk_method", "greedy"}},
+        {"topk_method 'greedy' is not supported for deepseek_v3; supported: noaux_tc"});
+  fails("deepseek_v2", "tiny", {{"scoring_func", "sigmoid"}},
+        {"scoring_func 'sigmoid' is not supported for deepseek_v2; supported: softmax"});
+  fails("deepseek_v2", "tiny", {{"moe_intermediate_size", nullptr}}, {"required key 'moe_intermediate_size'"});
+  fails("deepseek_v2", "tiny", {{"num_experts_per_tok", 9}},
+        {"'num_experts_per_tok' (9) is more than the 8 experts ('n_routed_experts')"});
+  fails("deepseek_v2", "tiny-q-lora", {{"n_group", 3}},
+        {"'n_group' (3) must divide 'n_routed_experts' (8) for topk_method group_limited_greedy"});
+  fails("deepseek_v2", "tiny-q-lora", {{"topk_group", 3}}, {"'topk_group' (3) must be in [1, n_group = 2]"});
+  fails("deepseek_v2", "tiny-q-lora", {{"num_experts_per_tok", 5}},
+        {"'num_experts_per_tok' (5) is more than the 4 experts of the 'topk_group' (1) groups kept"});
+  fails("deepseek_v3", "tiny", {{"n_group", 8}, {"topk_group", 4}},
+        {"noaux_tc scores a group by its two best experts", "8 / 8"});
+  fails("deepseek_v3", "tiny", {{"routed_scaling_factor", -1}}, {"'routed_scaling_factor' must be a positive number"});
+  fails("deepseek_v3", "tiny", {{"rope_interleave", "yes"}}, {"'rope_interleave' must be true or false"});
+}
+
+TEST(DeepseekV3, RopeInterleaveKeepsV2sPairsAndFalseRotatesHalves) {
+  const ModelConfig c = make_preset_config("deepseek_v3", "tiny");
+  EXPECT_EQ(mla_rope(c, deepseek_sizes(c)).options.layout, ops::RopeLayout::Interleaved);
+  const ModelConfig half = preset_with("deepseek_v3", "tiny", {{"rope_interleave", false}});
+  EXPECT_EQ(mla_rope(half, deepseek_sizes(half)).options.layout, ops::RopeLayout::RotateHalf);
+}
+
+TEST(DeepseekV2, ShipsTheExpertAndSharedExpertPlans) {
+  auto has = [](const parallel::Plan& plan, const std::string& key, const std::string& style) {
+    return std::find(plan.begin(), plan.end(), std::pair{key, style}) != plan.end();
+  };
+  auto v2 = AutoModelForCausalLM::from_config(make_preset_config("deepseek_v2", "tiny"));
+  auto v3 = AutoModelForCausalLM::from_config(make_preset_config("deepseek_v3", "tiny"));
+  for (const auto* m : {v2.get(), v3.get()}) {
+    const parallel::Plan tp = m->shipped_plan(), ep = m->shipped_ep_plan();
+    EXPECT_TRUE(has(tp, "model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"));
+    EXPECT_TRUE(has(tp, "model.layers.*.mlp.experts.down_proj", "rowwise"));
+    EXPECT_TRUE(has(tp, "model.layers.*.mlp.experts", "moe_tp_experts"));
+    EXPECT_TRUE(has(tp, "model.layers.*.mlp.shared_experts.gate_proj", "colwise"));
+    EXPECT_TRUE(has(tp, "model.layers.*.mlp.shared_experts.up_proj", "colwise"));
+    EXPECT_TRUE(has(tp, "model.layers.*.mlp.shared_experts.down_proj", "rowwise"));
+    EXPECT_TRUE(has(tp, "model.layers.*.mlp.gate_proj", "colwise"));
+    EXPECT_TRUE(has(ep, "model.layers.*.mlp.gate", "ep_router"));
+    EXPECT_TRUE(has(ep, "model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"));
+    EXPECT_TRUE(has(ep, "model.layers.*.mlp.experts", "moe_tp_experts"));
+  }
+  // V3's plan leaves the attention replicated.
+  for (const auto& [key, style] : v3->shipped_plan()) EXPECT_EQ(key.find("self_attn"), std::string::npos) << key;
+  EXPECT_TRUE(has(v2->shipped_plan(), "model.layers.*.self_attn.o_proj", "rowwise"));
 }
 
 TEST(DeepseekV2, ConfigErrorsNameTheKey) {

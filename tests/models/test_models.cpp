@@ -148,9 +148,12 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           ArchCase{"qwen3", 1e-4},
                                           // experts cut inside each expert (packed gate/up, rowwise down)
                                           ArchCase{"mixtral", 1e-4}, ArchCase{"qwen3_moe", 1e-4},
+                                          // MLA; layer 1 MoE with shared experts (V2 greedy, q-lora
+                                          // group-limited; V3 sigmoid noaux_tc, attention replicated)
                                           ArchCase{"deepseek_v2", 1e-4}, ArchCase{"deepseek_v2-q-lora", 1e-4},
                                           // sinks, windowed layers, experts cut on whole interleaved gate/up pairs
                                           ArchCase{"gpt_oss", 1e-4}, ArchCase{"gpt_oss-mxfp4", 1e-4},
+                                          ArchCase{"deepseek_v3", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
                                            ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2}),
@@ -246,10 +249,15 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{"qwen3_moe", 4, 4}, EpCase{"mixtral", 4, 4}, EpCase{"mixtral", 4, 2, kMixtralDispatch},
                       EpCase{"gpt_oss", 2, 2}, EpCase{"gpt_oss", 2, 1, kGptOssDispatch}, EpCase{"gpt_oss", 4, 4},
                       EpCase{"gpt_oss", 4, 2, kGptOssDispatch}, EpCase{"gpt_oss-mxfp4", 2, 2},
-                      EpCase{"gpt_oss-mxfp4", 4, 2, kGptOssDispatch}),
+                      EpCase{"gpt_oss-mxfp4", 4, 2, kGptOssDispatch},
+                      // DeepSeek ships masked EP (ep = tp); token dispatch for the others.
+                      EpCase{"deepseek_v2", 2, 2}, EpCase{"deepseek_v2", 2, 1, kMixtralDispatch},
+                      EpCase{"deepseek_v2-q-lora", 4, 4}, EpCase{"deepseek_v2-q-lora", 4, 2, kMixtralDispatch},
+                      EpCase{"deepseek_v3", 2, 2}, EpCase{"deepseek_v3", 4, 1, kMixtralDispatch},
+                      EpCase{"deepseek_v3", 4, 4}),
     [](const auto& info) {
       const EpCase& c = info.param;
-      std::string n = fmt::format("{}_ep{}_tp{}{}", c.model, c.world, c.tp, c.ep_plan == "auto" ? "" : "_dispatch");
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
+      std::string model = c.model;
+      std::replace(model.begin(), model.end(), '-', '_');
+      return fmt::format("{}_ep{}_tp{}{}", model, c.world, c.tp, c.ep_plan == "auto" ? "" : "_dispatch");
     });

@@ -37,4 +37,4 @@ TEST_P(Reference, Tp1MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
                          ::testing::Values("llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2",
-                                           "deepseek_v2-q-lora", "gpt_oss", "gpt_oss-mxfp4"));
+                                          "deepseek_v2-q-lora", "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4"));

@@ -179,6 +179,39 @@ TEST(SoftmaxTopK, GradientsMatchCentralDifferences) {
                         {param({4, 6}, 21)});
 }
 
+TEST(RouteTopK, GroupLimitedAndBiasedChoicesAsDeepSeekComputes) {
+  // 4 experts in 2 groups {0, 1}, {2, 3}.
+  Tensor logits = Tensor::from_vector({2.f, -3.f, 1.5f, 1.4f}, {1, 4});
+  // V2 group_limited_greedy: a group scores its max (2 > 1.5), so top-2 within {0, 1}; weights x 2.
+  ops::TopK v2 = ops::route_top_k(logits, {.top_k = 2, .renormalize = false, .n_group = 2, .topk_group = 1, .scaling = 2});
+  EXPECT_EQ(v2.ids.to_int_vector(), (std::vector<int64_t>{0, 1}));
+  double z = 0;
+  for (float l : {2.f, -3.f, 1.5f, 1.4f}) z += std::exp(l);
+  EXPECT_TRUE(close(v2.weights, {2 * std::exp(2.0) / z, 2 * std::exp(-3.0) / z}, 1e-6));
+  // V3 noaux_tc: a group scores the sum of its top-2 choices, so {2, 3} wins; the
+  // bias only chooses (3 over 2), the weights are the unbiased sigmoids, renormalised.
+  Tensor bias = Tensor::from_vector({0.f, 0.f, -0.5f, 0.f}, {4});
+  ops::TopK v3 = ops::route_top_k(
+      logits, {.top_k = 1, .renormalize = false, .sigmoid = true, .n_group = 2, .topk_group = 1, .group_sum_top2 = true},
+      bias);
+  EXPECT_EQ(v3.ids.to_int_vector(), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(close(v3.weights, {1 / (1 + std::exp(-1.4))}, 1e-6));
+  expect_error([&] { ops::route_top_k(logits, {.top_k = 3, .n_group = 2, .topk_group = 1}); },
+               {"top_k 3 is more than the 2 experts of the topk_group 1 kept groups"});
+}
+
+TEST(RouteTopK, GradientsMatchCentralDifferences) {
+  for (bool sigmoid : {false, true})
+    for (bool renorm : {false, true})
+      TP_EXPECT_GRADCHECK(
+          [&](const std::vector<Tensor>& in) {
+            return ops::route_top_k(in[0], {.top_k = 2, .renormalize = renorm, .sigmoid = sigmoid, .n_group = 3,
+                                            .topk_group = 2, .group_sum_top2 = sigmoid, .scaling = 1.5})
+                .weights;
+          },
+          {param({4, 6}, 22)});
+}
+
 TEST(RowsGatherAndCombine, GradientsMatchCentralDifferences) {
   const std::vector<int64_t> rows = {2, 0, 2, 1};
   TP_EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return ops::gather_rows(in[0], rows); },

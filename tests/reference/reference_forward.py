@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent PyTorch forward of the Llama family (Llama, Mistral, Qwen3), its
-mixture-of-experts members (Mixtral, Qwen3-MoE) and DeepSeek-V2's multi-head
-latent attention (dense-MLP layers), read straight from config.json and
+mixture-of-experts members (Mixtral, Qwen3-MoE) and DeepSeek-V2/V3 (multi-head
+latent attention, MoE with shared experts), read straight from config.json and
 model.safetensors (the Hub's per-expert tensors): the oracle tp = 1 must match.
 
 Written from the architectures' published math (Transformers' modeling code):
@@ -11,7 +11,13 @@ sees keys (i - W, i]), SiLU-gated MLP, Qwen3's per-head q_norm/k_norm before RoP
 tied embeddings; MoE: router softmax in float32 over all experts, top-k,
 renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob), each expert a
 SiLU-gated MLP over the tokens routed to it, weighted and summed; Qwen3-MoE's
-dense layers (mlp_only_layers, decoder_sparse_step).
+dense layers (mlp_only_layers, decoder_sparse_step). DeepSeek: layers from
+first_k_dense_replace are MoE; V2 softmax scores, greedy or group-limited (a
+group's score its max, topk_group groups kept), times routed_scaling_factor, no
+renormalisation; V3 sigmoid scores, e_score_correction_bias added only to choose,
+a group's score the sum of its top-2, renormalised (norm_topk_prob) then scaled;
+both add the shared experts' MLP unweighted. V3's RoPE de-interleaves the rope
+dims then rotates halves (rope_interleave).
 GPT-OSS: biases on q/k/v/o, a sink logit per head in every softmax's
 denominator, alternating sliding-window / full attention (layer_types), yarn
 RoPE (cos and sin times its attention factor), router logits with a bias, top-k
@@ -31,8 +37,8 @@ import sys
 
 import torch
 
-MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v2-q-lora", "gpt_oss",
-          "gpt_oss-mxfp4"]
+MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v2-q-lora", "deepseek_v3",
+          "gpt_oss", "gpt_oss-mxfp4"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32,
           "U8": torch.uint8}
@@ -99,13 +105,41 @@ def rotate_half(x):
     return torch.cat((-b, a), dim=-1)
 
 
+def is_deepseek(cfg):
+    return cfg["model_type"] in ("deepseek_v2", "deepseek_v3")
+
+
 def is_sparse_layer(cfg, i):
     if cfg["model_type"] in ("mixtral", "gpt_oss"):
         return True
+    if is_deepseek(cfg):
+        return (cfg.get("n_routed_experts") or 0) > 0 and i >= cfg["first_k_dense_replace"]
     if cfg["model_type"] != "qwen3_moe":
         return False
     return i not in (cfg.get("mlp_only_layers") or []) and cfg["num_experts"] > 0 and \
         (i + 1) % cfg.get("decoder_sparse_step", 1) == 0
+
+
+def deepseek_route(cfg, w, block, x):
+    """DeepSeek's router on x [N, H]: (weights, ids) [N, k]."""
+    k, E = cfg["num_experts_per_tok"], cfg["n_routed_experts"]
+    logits = x.float() @ w[block + "gate.weight"].float().T
+    v3 = cfg["model_type"] == "deepseek_v3"
+    scores = logits.sigmoid() if v3 else logits.softmax(dim=-1)
+    choice = scores + w[block + "gate.e_score_correction_bias"] if v3 else scores
+    method = cfg.get("topk_method", "noaux_tc" if v3 else "greedy")
+    if method != "greedy":
+        g = cfg["n_group"]
+        grouped = choice.view(-1, g, E // g)
+        group_scores = grouped.topk(2, dim=-1)[0].sum(-1) if v3 else grouped.max(dim=-1).values
+        keep = torch.zeros_like(group_scores).scatter_(1, group_scores.topk(cfg["topk_group"], dim=-1)[1], 1.0)
+        keep = keep.bool()[:, :, None].expand(-1, g, E // g).reshape(-1, E)
+        choice = choice.masked_fill(~keep, float("-inf"))
+    ids = choice.topk(k, dim=-1)[1]
+    weights = scores.gather(1, ids)
+    if v3 and cfg.get("norm_topk_prob", True):
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return weights * cfg.get("routed_scaling_factor", 1.0), ids
 
 
 def sparse_moe(cfg, w, p, h, expert_load=None):
@@ -113,12 +147,15 @@ def sparse_moe(cfg, w, p, h, expert_load=None):
     mixtral = cfg["model_type"] == "mixtral"
     block = p + ("block_sparse_moe." if mixtral else "mlp.")
     gate_name, up_name, down_name = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
-    n_experts = cfg["num_local_experts"] if mixtral else cfg["num_experts"]
+    n_experts = cfg["num_local_experts"] if mixtral else cfg["n_routed_experts"] if is_deepseek(cfg) else cfg["num_experts"]
     x = h.reshape(-1, h.shape[-1])
-    probs = (x @ w[block + "gate.weight"].T).float().softmax(dim=-1)
-    top_w, top_i = probs.topk(cfg["num_experts_per_tok"], dim=-1)
-    if mixtral or cfg.get("norm_topk_prob", False):
-        top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+    if is_deepseek(cfg):
+        top_w, top_i = deepseek_route(cfg, w, block, x)
+    else:
+        probs = (x @ w[block + "gate.weight"].T).float().softmax(dim=-1)
+        top_w, top_i = probs.topk(cfg["num_experts_per_tok"], dim=-1)
+        if mixtral or cfg.get("norm_topk_prob", False):
+            top_w = top_w / top_w.sum(dim=-1, keepdim=True)
     out = torch.zeros_like(x)
     for e in range(n_experts):
         token, slot = (top_i == e).nonzero(as_tuple=True)
@@ -130,6 +167,8 @@ def sparse_moe(cfg, w, p, h, expert_load=None):
         xe = x[token]
         act = torch.nn.functional.silu(xe @ w[ex + gate_name + ".weight"].T) * (xe @ w[ex + up_name + ".weight"].T)
         out.index_add_(0, token, (act @ w[ex + down_name + ".weight"].T) * top_w[token, slot, None])
+    if is_deepseek(cfg) and cfg.get("n_shared_experts"):
+        out = out + mlp(w, block + "shared_experts.", x)
     return out.view_as(h)
 
 
@@ -146,6 +185,13 @@ def mxfp4_dequantise(blocks, scales):
     values = torch.stack((lo, hi), dim=-1).reshape(*blocks.shape[:-1], 32)  # [E, out, G, 32]
     values = values * torch.pow(2.0, scales.float() - 127.0)[..., None]
     return values.reshape(blocks.shape[0], blocks.shape[1], -1).transpose(1, 2).contiguous()
+
+
+def mlp(w, prefix, h):
+    """The SiLU-gated MLP at `prefix` (gate_proj, up_proj, down_proj)."""
+    gate = h @ w[prefix + "gate_proj.weight"].T
+    up = h @ w[prefix + "up_proj.weight"].T
+    return (torch.nn.functional.silu(gate) * up) @ w[prefix + "down_proj.weight"].T
 
 
 def load_model(model_dir):
@@ -310,6 +356,16 @@ def mla_attention(cfg, w, p, h, mask):
     def rope(x):
         return torch.view_as_real(torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2)) * cis).flatten(3)
 
+    if cfg["model_type"] == "deepseek_v3":
+        # V3: the rope dims de-interleaved (evens, then odds), then rotate-half with yarn's factor on cos and sin.
+        emb = torch.cat((ang, ang), dim=-1)
+        cos, sin = (emb.cos() * att)[None, :, None, :], (emb.sin() * att)[None, :, None, :]
+
+        def rope(x):  # noqa: F811
+            if cfg.get("rope_interleave", True):
+                x = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+            return x * cos + rotate_half(x) * sin
+
     q_pe, k_pe = rope(q_pe), rope(k_pe.reshape(B, T, 1, R))
     k_nope, v = (latent @ w[a + "kv_b_proj.weight"].T).view(B, T, nh, N + V).split([N, V], dim=-1)
     key = torch.cat((k_nope, k_pe.expand(B, T, nh, R)), dim=-1)
@@ -329,7 +385,7 @@ def forward_batch(cfg, w, ids, expert_loads=None):
     window = cfg.get("sliding_window") if cfg["model_type"] in ("mistral", "gpt_oss") else None
     layer_types = cfg.get("layer_types") or ["sliding_attention" if window else "full_attention"] * cfg["num_hidden_layers"]
     windowed = causal.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf")) if window else causal
-    attention = {"deepseek_v2": mla_attention, "gpt_oss": gpt_oss_attention}.get(cfg["model_type"], llama_attention)
+    attention = mla_attention if is_deepseek(cfg) else gpt_oss_attention if cfg["model_type"] == "gpt_oss" else llama_attention
     moe = gpt_oss_moe if cfg["model_type"] == "gpt_oss" else sparse_moe
 
     x = w["model.embed_tokens.weight"][ids]
@@ -344,9 +400,7 @@ def forward_batch(cfg, w, ids, expert_loads=None):
             if expert_loads is not None:
                 expert_loads.append(load)
             continue
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+        x = x + mlp(w, p + "mlp.", h)
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.T

@@ -203,8 +203,10 @@ TEST_P(Training, VocabParallelLossEqualsGatheredLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Training,
-                         ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2", "deepseek_v2", "deepseek_v2-q-lora",
-                                           "gpt_oss"));
+                         ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2",
+                                           // MLA; deepseek_v2's and deepseek_v3's layer 1 is MoE (router,
+                                           // experts and shared experts' gradients across tp), the q-lora one dense
+                                           "deepseek_v2", "deepseek_v2-q-lora-dense", "deepseek_v3", "gpt_oss"));
 
 TEST(TrainingSgd, MomentumStepsEqualTp1) {
   auto data = synthetic_data(516, 8);

@@ -150,7 +150,7 @@ int run(const Options& o) {
 Registrar reg("make-model", "Write a random-weight checkpoint of a real architecture (config.json + safetensors)",
               [](CLI::App& sub) -> RunFn {
                 auto o = std::make_shared<Options>();
-                sub.add_option("--arch", o->arch, "Architecture: llama, mistral, qwen3, mixtral, qwen3_moe, gpt_oss, deepseek_v2")->required();
+                sub.add_option("--arch", o->arch, "Architecture: llama, mistral, qwen3, mixtral, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3")->required();
                 sub.add_option("--preset", o->preset,
                                "Preset: tiny, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, qwen3-0.6b, qwen3-8b")
                     ->required();

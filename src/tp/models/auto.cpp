@@ -24,7 +24,8 @@ template <LlamaVariant (*variant)(const ModelConfig&)>
 std::unique_ptr<CausalLM> llama_family(const ModelConfig& c) {
   return std::make_unique<LlamaForCausalLM>(c, variant(c));
 }
-std::unique_ptr<CausalLM> deepseek_v2(const ModelConfig& c) { return std::make_unique<DeepseekV2ForCausalLM>(c); }
+// DeepSeek-V3 is V2's module tree; its differences are in the config it reads (deepseek_v2.h).
+std::unique_ptr<CausalLM> deepseek(const ModelConfig& c) { return std::make_unique<DeepseekV2ForCausalLM>(c); }
 
 const std::vector<std::pair<std::string, Factory>>& architectures() {
   static const std::vector<std::pair<std::string, Factory>> list = {{"llama", llama_family<llama_variant>},
@@ -33,7 +34,8 @@ const std::vector<std::pair<std::string, Factory>>& architectures() {
                                                                     {"mixtral", llama_family<mixtral_variant>},
                                                                     {"qwen3_moe", llama_family<qwen3_moe_variant>},
                                                                     {"gpt_oss", llama_family<gpt_oss_variant>},
-                                                                    {"deepseek_v2", deepseek_v2}};
+                                                                    {"deepseek_v2", deepseek},
+                                                                    {"deepseek_v3", deepseek}};
   return list;
 }
 

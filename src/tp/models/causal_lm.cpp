@@ -49,6 +49,13 @@ parallel::Plan causal_lm_plan(const ModelConfig& config, const parallel::Plan& d
   return plan;
 }
 
+parallel::Plan causal_lm_ep_plan(const ModelConfig& config, const parallel::Plan& default_base) {
+  const parallel::Plan& base = config.base_model_ep_plan.empty() ? default_base : config.base_model_ep_plan;
+  parallel::Plan plan;
+  for (const auto& [key, style] : base) plan.emplace_back("model." + key, style);
+  return plan;
+}
+
 std::map<std::string, std::string> tied_lm_head(const ModelConfig& config) {
   if (!config.tie_word_embeddings) return {};
   return {{"lm_head.weight", "model.embed_tokens.weight"}};

@@ -92,6 +92,8 @@ Tensor logit_rows(const Tensor& h, const std::vector<int64_t>& logit_positions);
 // "model.", the embedding vocab-parallel when lm_head is tied to it, and
 // lm_head: colwise_gather_output.
 parallel::Plan causal_lm_plan(const ModelConfig& config, const parallel::Plan& default_base);
+// config.json's base_model_ep_plan (or `default_base`) under "model.".
+parallel::Plan causal_lm_ep_plan(const ModelConfig& config, const parallel::Plan& default_base);
 // lm_head.weight -> model.embed_tokens.weight when the config ties them, else nothing.
 std::map<std::string, std::string> tied_lm_head(const ModelConfig& config);
 

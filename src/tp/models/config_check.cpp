@@ -154,7 +154,7 @@ void check_config_against_weights(const ModelConfig& config, const TensorIndex& 
   check.layer_count();
   check.embeddings();
   // MLA's projections are not heads x head_dim (deepseek_config.h): the layout check names their sizes.
-  if (config.model_type != "deepseek_v2") check.attention();
+  if (config.model_type != "deepseek_v2" && config.model_type != "deepseek_v3") check.attention();
   check.mlp();
   check.layout();
 }

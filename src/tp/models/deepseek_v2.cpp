@@ -16,7 +16,10 @@ namespace tp {
 MlaRope mla_rope(const ModelConfig& c, const DeepseekSizes& s) {
   const RopeScalingConfig& rs = c.rope_scaling;
   MlaRope r;
-  r.options.layout = ops::RopeLayout::Interleaved;  // DeepSeek-V2: complex pairs (x[2i], x[2i+1])
+  // DeepSeek-V2: complex pairs (x[2i], x[2i+1]). V3 with rope_interleave moves
+  // the pairs' halves apart before rotating, in q_pe and k_pe alike: the same dot
+  // products, so the same attention; without it, rotate-half.
+  r.options.layout = s.rope_interleave ? ops::RopeLayout::Interleaved : ops::RopeLayout::RotateHalf;
   r.scale = 1.0 / std::sqrt(static_cast<double>(s.qk_head_dim()));
   if (rs.rope_type == "default") {
     r.inv_freq = ops::rope_inv_freq(s.qk_rope_head_dim, c.rope_theta);
@@ -124,8 +127,11 @@ DeepseekV2DecoderLayer::DeepseekV2DecoderLayer(const std::string& name, int64_t 
       self_attn(add_module(std::make_unique<DeepseekV2Attention>(child_name("self_attn"), c, s))),
       post_attention_layernorm(add_module(
           std::make_unique<nn::RMSNorm>(child_name("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps))),
-      mlp(add_module(std::make_unique<LlamaMLP>(child_name("mlp"), c))) {
+      mlp(s.is_moe_layer(index) ? add_module(std::make_unique<SparseMoeBlock>(child_name("mlp"), c, MoeConfig::from(c)))
+                                : static_cast<nn::Module&>(add_module(std::make_unique<LlamaMLP>(child_name("mlp"), c)))) {
   self_attn.layer_index = index;
+  dense = dynamic_cast<LlamaMLP*>(&mlp);
+  moe = dynamic_cast<SparseMoeBlock*>(&mlp);
 }
 
 Tensor DeepseekV2DecoderLayer::forward(const std::vector<Tensor>& inputs) {
@@ -136,14 +142,27 @@ Tensor DeepseekV2DecoderLayer::forward(const std::vector<Tensor>& inputs) {
 
 // ---------------------------------------------------------------- causal LM
 
-parallel::Plan deepseek_v2_base_tp_plan(const DeepseekSizes& s) {
-  return {{s.q_lora_rank > 0 ? "layers.*.self_attn.q_b_proj" : "layers.*.self_attn.q_proj", "colwise"},
-          {"layers.*.self_attn.kv_a_proj_with_mqa", "mla_kv_a_proj"},
-          {"layers.*.self_attn.kv_b_proj", "colwise"},
-          {"layers.*.self_attn.o_proj", "rowwise"},
-          {"layers.*.mlp.gate_proj", "colwise"},
-          {"layers.*.mlp.up_proj", "colwise"},
-          {"layers.*.mlp.down_proj", "rowwise"}};
+parallel::Plan deepseek_base_tp_plan(const DeepseekSizes& s) {
+  parallel::Plan plan;
+  if (!s.v3)
+    plan = {{s.q_lora_rank > 0 ? "layers.*.self_attn.q_b_proj" : "layers.*.self_attn.q_proj", "colwise"},
+            {"layers.*.self_attn.kv_a_proj_with_mqa", "mla_kv_a_proj"},
+            {"layers.*.self_attn.kv_b_proj", "colwise"},
+            {"layers.*.self_attn.o_proj", "rowwise"}};
+  for (const char* mlp : {"layers.*.mlp.", "layers.*.mlp.shared_experts."}) {
+    plan.emplace_back(std::string(mlp) + "gate_proj", "colwise");
+    plan.emplace_back(std::string(mlp) + "up_proj", "colwise");
+    plan.emplace_back(std::string(mlp) + "down_proj", "rowwise");
+  }
+  for (auto& entry : moe_experts_tp_plan()) plan.push_back(entry);
+  return plan;
+}
+
+parallel::Plan deepseek_base_ep_plan() {
+  return {{"layers.*.mlp.gate", "ep_router"},
+          {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+          {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
+          {"layers.*.mlp.experts", "moe_tp_experts"}};
 }
 
 DeepseekV2ForCausalLM::DeepseekV2ForCausalLM(const ModelConfig& config)
@@ -161,7 +180,11 @@ DeepseekV2ForCausalLM::DeepseekV2ForCausalLM(const ModelConfig& config)
 }
 
 parallel::Plan DeepseekV2ForCausalLM::shipped_plan() const {
-  return causal_lm_plan(config_, deepseek_v2_base_tp_plan(sizes_));
+  return causal_lm_plan(config_, deepseek_base_tp_plan(sizes_));
+}
+
+parallel::Plan DeepseekV2ForCausalLM::shipped_ep_plan() const {
+  return causal_lm_ep_plan(config_, deepseek_base_ep_plan());
 }
 
 parallel::StyleOverrides DeepseekV2ForCausalLM::check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const {
@@ -182,10 +205,13 @@ parallel::StyleOverrides DeepseekV2ForCausalLM::check_tp(const parallel::Resolve
     if (style_of(a.kv_a_proj_with_mqa) == "mla_kv_a_proj")
       overrides[a.kv_a_proj_with_mqa->name()] = std::make_shared<parallel::MlaKvAProjParallel>(
           parallel::MlaKvAProjParallel::Options{.qk_rope_head_dim = sizes_.qk_rope_head_dim});
-    for (const nn::Linear* m : {&layer->mlp.gate_proj, &layer->mlp.up_proj})
-      if (style_of(m) == "colwise")
-        TP_CHECK(c.intermediate_size % tp_size == 0, "intermediate_size {} is not divisible by tp_size {} ('{}')",
-                 c.intermediate_size, tp_size, m->name());
+    const LlamaMLP* mlp = layer->dense != nullptr ? layer->dense : layer->moe->shared_experts;
+    if (mlp != nullptr)
+      for (const nn::Linear* m : {&mlp->gate_proj, &mlp->up_proj})
+        if (style_of(m) == "colwise")
+          TP_CHECK(m->weight.global_shape[0] % tp_size == 0, "{} {} is not divisible by tp_size {} ('{}')",
+                   layer->dense != nullptr ? "intermediate_size" : "moe_intermediate_size x n_shared_experts",
+                   m->weight.global_shape[0], tp_size, m->name());
   }
   return overrides;
 }

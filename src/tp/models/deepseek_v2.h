@@ -1,15 +1,15 @@
 #pragma once
-// DeepSeek-V2: the Llama decoder with multi-head latent attention (MLA), read
-// like Transformers' modeling_deepseek_v2.py. Member names are checkpoint keys;
-// no code here knows about tensor parallelism (heads are read off local shapes).
+// DeepSeek-V2 and V3: the Llama decoder with multi-head latent attention (MLA)
+// and, from layer first_k_dense_replace on, the sparse MoE block with shared
+// experts (tp/models/moe.h), read like Transformers' modeling_deepseek_v2.py /
+// _v3.py. V3 differs in its router (sigmoid, e_score_correction_bias, noaux_tc:
+// deepseek_config.h), its RoPE order (rope_interleave) and its plan (attention
+// replicated). Member names are checkpoint keys; no code here knows about tensor
+// parallelism (heads are read off local shapes).
 //
 // B = batch, T = new tokens, L = keys (cached + new), h = this rank's heads,
 // H = hidden_size, C = kv_lora_rank, N = qk_nope_head_dim, R = qk_rope_head_dim,
 // V = v_head_dim.
-//
-// Today every layer's MLP is dense (LlamaMLP): a config with mixture-of-experts
-// layers is an error naming first_k_dense_replace / n_routed_experts (see
-// deepseek_config.h) until the MoE block lands.
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +18,7 @@
 #include "tp/models/decoder_model.h"
 #include "tp/models/deepseek_config.h"
 #include "tp/models/llama.h"
+#include "tp/models/moe.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/rope.h"
 
@@ -71,7 +72,9 @@ class DeepseekV2DecoderLayer : public nn::Module {
   nn::RMSNorm& input_layernorm;
   DeepseekV2Attention& self_attn;
   nn::RMSNorm& post_attention_layernorm;
-  LlamaMLP& mlp;  // dense layers (first_k_dense_replace); the MoE block comes with branch moe
+  nn::Module& mlp;                 // one of:
+  LlamaMLP* dense = nullptr;       // layers < first_k_dense_replace
+  SparseMoeBlock* moe = nullptr;   // the others (with n_routed_experts > 0)
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;
@@ -86,6 +89,7 @@ class DeepseekV2ForCausalLM : public CausalLM {
   nn::Linear& lm_head;
 
   parallel::Plan shipped_plan() const override;
+  parallel::Plan shipped_ep_plan() const override;
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;
@@ -98,9 +102,12 @@ class DeepseekV2ForCausalLM : public CausalLM {
   AttentionContext context_;
 };
 
-// DeepSeek-V2's base_model_tp_plan, attention and dense MLP entries (keys
-// without "model."): q_proj or q_b_proj colwise (whichever the config has),
-// kv_a_proj_with_mqa mla_kv_a_proj, kv_b_proj colwise, o_proj rowwise.
-parallel::Plan deepseek_v2_base_tp_plan(const DeepseekSizes& s);
+// Transformers' base_model_tp_plan (keys without "model."). V2: q_proj or q_b_proj
+// colwise (whichever the config has), kv_a_proj_with_mqa mla_kv_a_proj, kv_b_proj
+// colwise, o_proj rowwise; V3: no attention entries (replicated). Both: the dense
+// MLP and the shared experts colwise / colwise / rowwise, the experts as Mixtral's.
+parallel::Plan deepseek_base_tp_plan(const DeepseekSizes& s);
+// base_model_ep_plan: masked expert parallelism (ep_router, grouped_gemm, moe_tp_experts).
+parallel::Plan deepseek_base_ep_plan();
 
 }  // namespace tp

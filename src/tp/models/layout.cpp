@@ -1,5 +1,7 @@
 #include "tp/models/layout.h"
 
+#include <array>
+
 #include "tp/models/moe.h"
 #include "tp/models/deepseek_config.h"
 #include "tp/tensor/error.h"
@@ -21,15 +23,17 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
   return r;
 }
 
-// The checkpoint of `c` with `layers` decoder layers.
-std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
+// The checkpoint of `c` with decoder layers [first, last) (the tensors outside
+// the layers only when `outside`).
+std::vector<ParamSpec> layout_of(const ModelConfig& c, int64_t first, int64_t last, bool outside = true) {
   const std::string& mt = c.model_type;
   TP_CHECK(has_known_layout(mt),
            "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe, gpt_oss, "
-           "deepseek_v2",
+           "deepseek_v2, deepseek_v3",
            mt);
   const bool gpt_oss = mt == "gpt_oss";
-  const bool moe_model = mt == "mixtral" || mt == "qwen3_moe" || gpt_oss;
+  const bool is_mla = mt == "deepseek_v2" || mt == "deepseek_v3";
+  const bool moe_model = mt == "mixtral" || mt == "qwen3_moe" || gpt_oss || is_mla;
   const MoeConfig moe = moe_model ? MoeConfig::from(c) : MoeConfig{};
   using I = ParamSpec::Init;
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
@@ -44,7 +48,7 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     for (int64_t s : shape) n = checked_mul(n, s, fmt::format("the element count of {} {}", name, shape_str(shape)));
     out.push_back({std::move(name), std::move(shape), init});
   };
-  add("model.embed_tokens.weight", {c.vocab_size, H}, I::Normal);
+  if (outside) add("model.embed_tokens.weight", {c.vocab_size, H}, I::Normal);
   // GPT-OSS's biases and sinks are drawn like its weights (not zeros), so that
   // a random test model exercises them.
   const I bias_init = gpt_oss ? I::Normal : I::Zeros;
@@ -71,9 +75,8 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     linear(L + "self_attn.o_proj", H, checked_mul(heads, d.v_head_dim, "num_attention_heads x v_head_dim"),
            c.attention_bias);
   };
-  const bool is_mla = mt == "deepseek_v2";
   const DeepseekSizes ds = is_mla ? deepseek_sizes(c) : DeepseekSizes{};
-  for (int64_t i = 0; i < layers; ++i) {
+  for (int64_t i = first; i < last; ++i) {
     const std::string L = fmt::format("model.layers.{}.", i);
     if (is_mla) {
       mla(L, ds);
@@ -101,6 +104,8 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
       const int64_t E = moe.num_experts, EI = moe.expert_intermediate;
       const std::string block = L + (mt == "mixtral" ? "block_sparse_moe." : "mlp.");
       linear(block + "gate", E, H, false);
+      // Transformers starts it at zero; random here, so that the tiny models test it choosing experts.
+      if (moe.score_correction_bias) add(block + "gate.e_score_correction_bias", {E}, I::Normal);
       for (int64_t e = 0; e < E; ++e) {
         const std::string x = fmt::format("{}experts.{}.", block, e);
         if (mt == "mixtral") {
@@ -113,6 +118,11 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
           linear(x + "down_proj", H, EI, false);
         }
       }
+      if (moe.shared_intermediate > 0) {  // DeepSeek
+        linear(block + "shared_experts.gate_proj", moe.shared_intermediate, H, false);
+        linear(block + "shared_experts.up_proj", moe.shared_intermediate, H, false);
+        linear(block + "shared_experts.down_proj", H, moe.shared_intermediate, false);
+      }
     } else {
       linear(L + "mlp.gate_proj", F, H, mlp_bias);
       linear(L + "mlp.up_proj", F, H, mlp_bias);
@@ -121,6 +131,7 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     add(L + "input_layernorm.weight", {H}, I::Ones);
     add(L + "post_attention_layernorm.weight", {H}, I::Ones);
   }
+  if (!outside) return out;
   add("model.norm.weight", {H}, I::Ones);
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, H}, I::Normal);
   return out;
@@ -136,21 +147,37 @@ int64_t count(const std::vector<ParamSpec>& specs) {
 
 bool has_known_layout(const std::string& model_type) {
   return model_type == "llama" || model_type == "mistral" || model_type == "qwen3" || model_type == "mixtral" ||
-         model_type == "qwen3_moe" || model_type == "gpt_oss" || model_type == "deepseek_v2";
+         model_type == "qwen3_moe" || model_type == "gpt_oss" || model_type == "deepseek_v2" ||
+         model_type == "deepseek_v3";
 }
 
-std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }
+std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_of(c, 0, c.num_hidden_layers); }
 
 LayoutCounts layout_counts(const ModelConfig& c) {
-  const std::vector<ParamSpec> none = layout_with_layers(c, 0), one = layout_with_layers(c, 1);
   LayoutCounts r;
-  r.outside_layers = count(none);
-  r.per_layer = count(one) - r.outside_layers;
-  r.tensors_per_layer = static_cast<int64_t>(one.size() - none.size());
-  r.total = checked_add(
-      r.outside_layers,
-      checked_mul(c.num_hidden_layers, r.per_layer, "num_hidden_layers x the parameters of one layer"),
-      "the parameter count");
+  r.outside_layers = count(layout_of(c, 0, 0));
+  // Layers come in two kinds at most (dense, and MoE where the config says so):
+  // one layer of each kind is enumerated, the others are counted.
+  const bool moe_model = c.model_type == "mixtral" || c.model_type == "qwen3_moe" || c.model_type == "deepseek_v2" ||
+                         c.model_type == "deepseek_v3";
+  const MoeConfig moe = moe_model ? MoeConfig::from(c) : MoeConfig{};
+  std::array<int64_t, 2> params{-1, -1}, tensors{0, 0}, layers{0, 0};
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const int kind = moe_model && moe.is_sparse_layer(i) ? 1 : 0;
+    if (layers[kind]++ > 0) continue;
+    const std::vector<ParamSpec> one = layout_of(c, i, i + 1, false);
+    params[kind] = count(one);
+    tensors[kind] = static_cast<int64_t>(one.size());
+  }
+  r.in_layers = 0;
+  for (int k = 0; k < 2; ++k) {
+    if (layers[k] == 0) continue;
+    r.in_layers = checked_add(r.in_layers, checked_mul(layers[k], params[k], "num_hidden_layers x the parameters of "
+                                                                             "one layer"),
+                              "the parameter count");
+    r.layer_tensors += layers[k] * tensors[k];
+  }
+  r.total = checked_add(r.outside_layers, r.in_layers, "the parameter count");
   return r;
 }
 

@@ -31,12 +31,12 @@ std::vector<ParamSpec> checkpoint_layout(const ModelConfig& config);
 
 // The parameters of one decoder layer, and of everything outside the layers.
 struct LayoutCounts {
-  int64_t per_layer = 0;  // parameters (elements)
+  int64_t in_layers = 0;  // parameters (elements) of all decoder layers (dense and MoE ones differ)
   int64_t outside_layers = 0;
-  int64_t tensors_per_layer = 0;
-  int64_t total = 0;  // outside_layers + num_hidden_layers * per_layer
+  int64_t layer_tensors = 0;  // tensors of all decoder layers
+  int64_t total = 0;          // outside_layers + in_layers
 };
-// Without enumerating the layers; errors name the keys when a count overflows.
+// Enumerating one layer of each kind only; errors name the keys when a count overflows.
 LayoutCounts layout_counts(const ModelConfig& config);
 
 }  // namespace tp

@@ -84,14 +84,14 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
 
 // ---------------------------------------------------------------- MLP
 
-LlamaMLP::LlamaMLP(const std::string& name, const ModelConfig& c)
+LlamaMLP::LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate)
     : nn::Module(name),
-      gate_proj(add_module(std::make_unique<nn::Linear>(child_name("gate_proj"), c.hidden_size, c.intermediate_size,
-                                                        false))),
-      up_proj(add_module(std::make_unique<nn::Linear>(child_name("up_proj"), c.hidden_size, c.intermediate_size,
-                                                      false))),
-      down_proj(add_module(std::make_unique<nn::Linear>(child_name("down_proj"), c.intermediate_size, c.hidden_size,
-                                                        false))) {}
+      gate_proj(add_module(std::make_unique<nn::Linear>(
+          child_name("gate_proj"), c.hidden_size, intermediate < 0 ? c.intermediate_size : intermediate, false))),
+      up_proj(add_module(std::make_unique<nn::Linear>(
+          child_name("up_proj"), c.hidden_size, intermediate < 0 ? c.intermediate_size : intermediate, false))),
+      down_proj(add_module(std::make_unique<nn::Linear>(
+          child_name("down_proj"), intermediate < 0 ? c.intermediate_size : intermediate, c.hidden_size, false))) {}
 
 Tensor LlamaMLP::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);
@@ -223,12 +223,7 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant varia
   for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
 }
 
-parallel::Plan LlamaForCausalLM::shipped_ep_plan() const {
-  const parallel::Plan& base = config_.base_model_ep_plan.empty() ? variant_.default_ep_plan : config_.base_model_ep_plan;
-  parallel::Plan plan;
-  for (const auto& [key, style] : base) plan.emplace_back("model." + key, style);
-  return plan;
-}
+parallel::Plan LlamaForCausalLM::shipped_ep_plan() const { return causal_lm_ep_plan(config_, variant_.default_ep_plan); }
 
 parallel::Plan LlamaForCausalLM::shipped_plan() const { return causal_lm_plan(config_, variant_.default_plan); }
 

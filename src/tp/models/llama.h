@@ -68,7 +68,8 @@ class LlamaAttention : public nn::Module {
 
 class LlamaMLP : public nn::Module {
  public:
-  LlamaMLP(const std::string& name, const ModelConfig& c);
+  // intermediate < 0: the config's intermediate_size (DeepSeek's shared experts give their own).
+  LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate = -1);
   nn::Linear& gate_proj;
   nn::Linear& up_proj;
   nn::Linear& down_proj;

@@ -19,7 +19,7 @@ LlamaVariant with_sparse_moe(LlamaVariant v, const ModelConfig& config) {
   const MoeConfig moe = MoeConfig::from(config);
   v.make_mlp = [moe](const std::string& name, int64_t layer, const ModelConfig& c) -> std::unique_ptr<nn::Module> {
     if (!moe.is_sparse_layer(layer)) return nullptr;
-    return std::make_unique<SparseMoeBlock>(name, c.hidden_size, moe);
+    return std::make_unique<SparseMoeBlock>(name, c, moe);
   };
   return v;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tp/models/deepseek_config.h"
+#include "tp/ops/elementwise.h"
 #include "tp/ops/shape.h"
 
 namespace tp {
@@ -19,6 +21,7 @@ int64_t positive_int(const ModelConfig& c, const char* key) {
 }  // namespace
 
 MoeConfig MoeConfig::from(const ModelConfig& c) {
+  if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") return deepseek_moe_config(c, deepseek_sizes(c));
   MoeConfig m;
   m.gpt_oss = c.model_type == "gpt_oss";
   const bool mixtral = c.model_type == "mixtral" || m.gpt_oss;  // GPT-OSS sizes its experts as Mixtral does
@@ -50,6 +53,7 @@ MoeConfig MoeConfig::from(const ModelConfig& c) {
   if (auto it = c.raw.find("router_aux_loss_coef"); it != c.raw.end() && it->is_number())
     m.router_aux_loss_coef = it->get<double>();
   m.output_router_logits = c.raw.value("output_router_logits", false);
+  m.scoring = {.top_k = m.top_k, .renormalize = m.norm_topk_prob, .top_k_then_softmax = m.gpt_oss};
   return m;
 }
 
@@ -58,23 +62,26 @@ bool MoeConfig::is_sparse_layer(int64_t layer) const {
   return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
-SparseMoeBlock::SparseMoeBlock(const std::string& name, int64_t hidden, const MoeConfig& moe)
+SparseMoeBlock::SparseMoeBlock(const std::string& name, const ModelConfig& c, const MoeConfig& moe)
     : nn::Module(name),
-      gate(add_module(std::make_unique<nn::TopKRouter>(child_name(moe.router_name), hidden, moe.num_experts,
-                                                       nn::RouterScoring{.top_k = moe.top_k,
-                                                                         .renormalize = moe.norm_topk_prob,
-                                                                         .top_k_then_softmax = moe.gpt_oss,
-                                                                         .bias = moe.gpt_oss}))),
+      gate(add_module(std::make_unique<nn::TopKRouter>(child_name(moe.router_name), c.hidden_size, moe.num_experts,
+                                                       moe.scoring, moe.score_correction_bias,
+                                                       /*linear_bias=*/moe.gpt_oss))),
       experts(add_module(std::make_unique<nn::MoeExperts>(
-          child_name("experts"), moe.num_experts, hidden, moe.expert_intermediate, moe.top_k,
+          child_name("experts"), moe.num_experts, c.hidden_size, moe.expert_intermediate, moe.top_k,
           // alpha is fixed in Transformers' GPT-OSS experts (1.702); the limit is config.json's swiglu_limit.
-          nn::ExpertLayout{.gpt_oss = moe.gpt_oss, .swiglu_limit = static_cast<float>(moe.swiglu_limit)}))) {}
+          nn::ExpertLayout{.gpt_oss = moe.gpt_oss, .swiglu_limit = static_cast<float>(moe.swiglu_limit)}))) {
+  if (moe.shared_intermediate > 0)
+    shared_experts =
+        &add_module(std::make_unique<LlamaMLP>(child_name("shared_experts"), c, moe.shared_intermediate));
+}
 
 Tensor SparseMoeBlock::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);  // [B, T, H]
   const Tensor flat = ops::reshape(x.dtype() == DType::F32 ? x : ops::to_dtype(x, DType::F32), {-1, x.size(-1)});
   const Tensor routing = gate(flat);
-  return ops::reshape(experts.call({flat, routing}), x.shape());
+  Tensor out = ops::reshape(experts.call({flat, routing}), x.shape());
+  return shared_experts == nullptr ? out : ops::add(out, (*shared_experts)(x));
 }
 
 }  // namespace tp

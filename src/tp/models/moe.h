@@ -1,9 +1,10 @@
 #pragma once
 // The sparse mixture-of-experts block shared by the MoE architectures (Mixtral,
-// Qwen3-MoE; DeepSeek later adds shared experts and other router scoring):
+// Qwen3-MoE, DeepSeek-V2/V3):
 //
 //   routing = gate(x)                    top-k experts per token and their weights
 //   out     = experts(x, routing)        sum_k w_k * SwiGLU expert_k(x), grouped by expert
+//           + shared_experts(x)          DeepSeek: one SwiGLU MLP every token takes, unweighted
 //
 // and the config keys that size it. x [B, T, H] is flattened to N = B*T tokens.
 // GPT-OSS names its router mlp.router (the member is `gate` all the same).
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "tp/models/config.h"
+#include "tp/models/llama.h"
 #include "tp/nn/moe.h"
 
 namespace tp {
@@ -19,7 +21,8 @@ namespace tp {
 // The MoE keys of config.json (Mixtral: num_local_experts, intermediate_size per
 // expert; Qwen3-MoE: num_experts, moe_intermediate_size, norm_topk_prob,
 // decoder_sparse_step, mlp_only_layers; GPT-OSS: num_local_experts,
-// intermediate_size, swiglu_limit, a router `mlp.router` with a bias).
+// intermediate_size, swiglu_limit, a router `mlp.router` with a bias; DeepSeek:
+// deepseek_moe_config).
 struct MoeConfig {
   int64_t num_experts = 0;
   int64_t top_k = 0;               // num_experts_per_tok
@@ -32,6 +35,11 @@ struct MoeConfig {
   std::string router_name = "gate";  // GPT-OSS: "router"
   bool gpt_oss = false;              // router top-k then softmax with a bias; GPT-OSS's experts (nn::ExpertLayout)
   double swiglu_limit = 7.0;
+  // The router's whole scoring (its top_k and renormalize are the two above);
+  // DeepSeek's add grouped choice, sigmoid scores and routed_scaling_factor.
+  nn::RouterScoring scoring;
+  bool score_correction_bias = false;  // DeepSeek-V3's mlp.gate.e_score_correction_bias
+  int64_t shared_intermediate = 0;     // DeepSeek: moe_intermediate_size x n_shared_experts (0: none)
 
   // Errors name the file and the key.
   static MoeConfig from(const ModelConfig& config);
@@ -40,11 +48,16 @@ struct MoeConfig {
   bool is_sparse_layer(int64_t layer) const;
 };
 
+// The experts' entries of the MoE models' base_model_tp_plan (mixtral.cpp):
+// gate_up_proj packed_colwise, down_proj rowwise, experts moe_tp_experts.
+parallel::Plan moe_experts_tp_plan();
+
 class SparseMoeBlock : public nn::Module {
  public:
-  SparseMoeBlock(const std::string& name, int64_t hidden, const MoeConfig& moe);
+  SparseMoeBlock(const std::string& name, const ModelConfig& c, const MoeConfig& moe);
   nn::TopKRouter& gate;
   nn::MoeExperts& experts;
+  LlamaMLP* shared_experts = nullptr;  // DeepSeek
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // x [B, T, H] -> [B, T, H]

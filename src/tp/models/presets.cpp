@@ -180,19 +180,28 @@ json gpt_oss_yarn(double factor, int64_t original) {
           {"original_max_position_embeddings", original}, {"truncate", false}};
 }
 
-// DeepSeek-V2 (DeepSeek-V2-Lite's keys, as Transformers writes them: head_dim
-// is qk_rope_head_dim). The MoE keys are kept so a checkpoint carries them, with
-// first_k_dense_replace = num_hidden_layers: every layer dense, which is what tp
-// runs until the MoE block lands.
+// DeepSeek-V2 / V3 (DeepSeek-V2-Lite's and DeepSeek-V3's keys, as Transformers
+// writes them: head_dim is qk_rope_head_dim).
 struct MlaSizes {
   json q_lora_rank;  // null: q_proj
   int64_t kv_lora_rank, qk_nope, qk_rope, v_head;
 };
+// The MoE layers: from first_k_dense, `moe` experts (of which top_k per token)
+// plus `shared` shared experts; topk_method and groups as the checkpoint's.
+struct DeepseekMoe {
+  int64_t first_k_dense, shared;
+  MoeSizes moe;
+  std::string topk_method;
+  int64_t n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1.0;
+};
 
-json deepseek_v2_config(const Sizes& s, const MlaSizes& m, json rope_scaling) {
+json deepseek_config(const std::string& model_type, const Sizes& s, const MlaSizes& m, const DeepseekMoe& e,
+                     json rope_scaling) {
+  const bool v3 = model_type == "deepseek_v3";
   json j = common_keys(s);
-  j["architectures"] = {"DeepseekV2ForCausalLM"};
-  j["model_type"] = "deepseek_v2";
+  j["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+  j["model_type"] = model_type;
   j["attention_bias"] = false;
   j["head_dim"] = m.qk_rope;
   j["q_lora_rank"] = m.q_lora_rank;
@@ -200,23 +209,29 @@ json deepseek_v2_config(const Sizes& s, const MlaSizes& m, json rope_scaling) {
   j["qk_nope_head_dim"] = m.qk_nope;
   j["qk_rope_head_dim"] = m.qk_rope;
   j["v_head_dim"] = m.v_head;
-  j["first_k_dense_replace"] = s.layers;
-  j["n_routed_experts"] = 4;
-  j["n_shared_experts"] = 1;
-  j["num_experts_per_tok"] = 2;
-  j["moe_intermediate_size"] = s.intermediate / 4;
+  j["first_k_dense_replace"] = e.first_k_dense;
+  j["n_routed_experts"] = e.moe.experts;
+  j["n_shared_experts"] = e.shared;
+  j["num_experts_per_tok"] = e.moe.top_k;
+  j["moe_intermediate_size"] = e.moe.expert_intermediate;
   j["moe_layer_freq"] = 1;
-  j["n_group"] = 1;
-  j["topk_group"] = 1;
-  j["topk_method"] = "greedy";
-  j["norm_topk_prob"] = false;
-  j["routed_scaling_factor"] = 1.0;
-  j["scoring_func"] = "softmax";
+  j["n_group"] = e.n_group;
+  j["topk_group"] = e.topk_group;
+  j["topk_method"] = e.topk_method;
+  j["norm_topk_prob"] = v3;
+  j["routed_scaling_factor"] = e.routed_scaling_factor;
+  if (v3)
+    j["rope_interleave"] = true;
+  else
+    j["scoring_func"] = "softmax";
   j["rope_scaling"] = rope_scaling;
+  const DeepseekSizes sizes{.q_lora_rank = m.q_lora_rank.is_null() ? 0 : 1, .v3 = v3};
   json plan = json::object();
-  for (const auto& [key, style] : deepseek_v2_base_tp_plan({.q_lora_rank = m.q_lora_rank.is_null() ? 0 : 1}))
-    plan[key] = style;
+  for (const auto& [key, style] : deepseek_base_tp_plan(sizes)) plan[key] = style;
   j["base_model_tp_plan"] = plan;
+  json ep_plan = json::object();
+  for (const auto& [key, style] : deepseek_base_ep_plan()) ep_plan[key] = style;
+  j["base_model_ep_plan"] = ep_plan;
   return j;
 }
 
@@ -224,6 +239,18 @@ json deepseek_v2_config(const Sizes& s, const MlaSizes& m, json rope_scaling) {
 json tiny_yarn() {
   return {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"beta_fast", 32},
           {"beta_slow", 1}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}};
+}
+
+// The released checkpoints' yarn: factor 40 over 4096 positions (163840 = 40 x 4096).
+json long_yarn(double mscale) {
+  return {{"type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+          {"beta_slow", 1}, {"mscale", mscale}, {"mscale_all_dim", mscale}};
+}
+
+// V3's yarn (mscale = mscale_all_dim = 1) over the same short original context.
+json tiny_yarn_v3() {
+  return {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"beta_fast", 32},
+          {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
 }
 
 // Tiny presets split over 1, 2, 3 and 4 ranks, as the equivalence tests need:
@@ -294,15 +321,37 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
                {2880, 2880, 24, 64, 8, 64, 201088, 131072, 150000.0, 1e-5, false, "bfloat16", 199998, 200002},
                {32, 4, 2880}, 128, gpt_oss_yarn(32.0, 4096));
          }}}},
+      // Layer 0 dense, layer 1 MoE: 8 experts (ep 1, 2, 4) of intermediate 24
+      // (tp 1-4), top-2, shared experts; tiny-q-lora routes group-limited (2
+      // groups, 1 kept); V3's noaux_tc over 4 groups of 2, 2 kept.
       {"deepseek_v2",
        {{"tiny",
          [] {
-           return deepseek_v2_config({96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
-                                     {nullptr, 32, 16, 8, 16}, tiny_yarn());
+           return deepseek_config("deepseek_v2", {96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
+                                  {nullptr, 32, 16, 8, 16}, {1, 2, {8, 2, 24}, "greedy"}, tiny_yarn());
          }},
         {"tiny-q-lora", [] {
-           return deepseek_v2_config({96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
-                                     {24, 32, 16, 8, 16}, tiny_yarn());
+           return deepseek_config("deepseek_v2", {96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
+                                  {24, 32, 16, 8, 16}, {1, 1, {8, 2, 24}, "group_limited_greedy", 2, 1, 1.5},
+                                  tiny_yarn());
+         }},
+        // DeepSeek-V2-Lite's shapes (a 1.4 GB bf16 MoE layer; cut with make-model --layers).
+        {"deepseek-v2-lite", [] {
+           return deepseek_config(
+               "deepseek_v2", {2048, 10944, 27, 16, 16, 64, 102400, 163840, 10000.0, 1e-6, false, "bfloat16", 100000, 100001},
+               {nullptr, 512, 128, 64, 128}, {1, 2, {64, 6, 1408}, "greedy"}, long_yarn(0.707));
+         }}}},
+      {"deepseek_v3",
+       {{"tiny",
+         [] {
+           return deepseek_config("deepseek_v3", {96, 96, 2, 12, 12, 8, 516, 256, 10000.0, 1e-6, false, "float32", 1, 2},
+                                  {24, 32, 16, 8, 16}, {1, 1, {8, 2, 24}, "noaux_tc", 4, 2, 2.5}, tiny_yarn_v3());
+         }},
+        // DeepSeek-V3's shapes in bf16 (the Hub's are FP8 blocks; 23 GB per MoE layer: --layers 4 fits).
+        {"deepseek-v3", [] {
+           return deepseek_config(
+               "deepseek_v3", {7168, 18432, 61, 128, 128, 64, 129280, 163840, 10000.0, 1e-6, false, "bfloat16", 0, 1},
+               {1536, 512, 128, 64, 128}, {3, 1, {256, 8, 2048}, "noaux_tc", 8, 4, 2.5}, long_yarn(1.0));
          }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},

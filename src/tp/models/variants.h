@@ -11,10 +11,8 @@ LlamaVariant mixtral_variant(const ModelConfig& config);    // mixtral.cpp
 LlamaVariant qwen3_moe_variant(const ModelConfig& config);  // qwen3_moe.cpp
 LlamaVariant gpt_oss_variant(const ModelConfig& config);    // gpt_oss.cpp
 
-// Shared by the MoE variants (mixtral.cpp): the experts' entries of their
-// base_model_tp_plan, and `v` with a sparse MoE block on the layers the config
-// makes sparse.
-parallel::Plan moe_experts_tp_plan();
+// Shared by the MoE variants (mixtral.cpp): `v` with a sparse MoE block on the
+// layers the config makes sparse.
 LlamaVariant with_sparse_moe(LlamaVariant v, const ModelConfig& config);
 
 }  // namespace tp

@@ -21,9 +21,11 @@ Routing unpack_routing(const Tensor& routing) {
   return {ops::narrow(routing, 1, 0, K), ids};
 }
 
-TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring)
+TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring,
+                       bool score_correction_bias, bool linear_bias)
     : Module(std::move(name)), weight(add_parameter("weight", {num_experts, hidden})), scoring_(scoring) {
-  if (scoring.bias) bias = &add_parameter("bias", {num_experts});
+  if (linear_bias) bias = &add_parameter("bias", {num_experts});
+  if (score_correction_bias) e_score_correction_bias = &add_parameter("e_score_correction_bias", {num_experts});
   TP_CHECK(scoring.top_k >= 1 && scoring.top_k <= num_experts,
            "{}: num_experts_per_tok {} must be between 1 and the number of experts ({})", this->name(),
            scoring.top_k, num_experts);
@@ -31,10 +33,12 @@ TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, Ro
 
 Tensor TopKRouter::forward(const std::vector<Tensor>& inputs) {
   TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
-  // Logits in the model's arithmetic, then the softmax in f32 before the top-k (Transformers).
+  // Logits in the model's arithmetic, then the scores in f32 before the top-k (Transformers).
   last_logits_ = ops::linear(inputs[0], weight.data, bias != nullptr ? bias->data : Tensor());
+  const Tensor correction =
+      e_score_correction_bias == nullptr ? Tensor() : e_score_correction_bias->data.to(DType::F32);
   ops::TopK top = scoring_.top_k_then_softmax ? ops::top_k_softmax(last_logits_, scoring_.top_k)
-                                              : ops::softmax_top_k(last_logits_, scoring_.top_k, scoring_.renormalize);
+                                              : ops::route_top_k(last_logits_, scoring_, correction);
   return pack_routing(top.weights, top.ids);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The two modules of a mixture-of-experts layer (Transformers v5 names), which
 // the MoE styles (tp/parallel/moe.h) act on:
-//   mlp.gate     TopKRouter   weight [E, H]: per token, k experts and their weights
+//   mlp.gate     TopKRouter   weight [E, H] (+ e_score_correction_bias [E]): per token, k experts and their weights
 //   mlp.experts  MoeExperts   gate_up_proj [E, 2I, H], down_proj [E, H, I]
 // GPT-OSS: mlp.router with a bias; experts gate_up_proj [E, H, 2I] (interleaved
 // gate/up columns), down_proj [E, I, H], gate_up_proj_bias [E, 2I], down_proj_bias
@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tp/nn/module.h"
+#include "tp/ops/moe_experts.h"
 
 namespace tp::nn {
 
@@ -26,20 +27,20 @@ struct Routing {
 Tensor pack_routing(const Tensor& weights, const Tensor& ids);
 Routing unpack_routing(const Tensor& routing);
 
-// How a router turns its logits into (weights, ids). Mixtral and Qwen3-MoE use
-// the softmax one; DeepSeek's sigmoid / grouped scoring would be another kind.
-struct RouterScoring {
-  int64_t top_k = 2;
-  bool renormalize = true;  // divide the k weights by their sum (Mixtral always; Qwen3-MoE: norm_topk_prob)
-  bool top_k_then_softmax = false;  // GPT-OSS: top-k of the raw logits, softmax over those k
-  bool bias = false;                // GPT-OSS: the router has a bias [E]
-};
+// How a router turns its logits into (weights, ids): softmax or sigmoid scores,
+// grouped choice, renormalisation, scaling (tp/ops/moe_experts.h).
+using RouterScoring = ops::RouterScoring;
 
 class TopKRouter : public Module {
  public:
-  TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring);
+  // score_correction_bias: DeepSeek-V3's e_score_correction_bias [E], added to the
+  // scores to choose the experts only (a buffer in Transformers: no gradient).
+  // linear_bias: GPT-OSS's router (mlp.router.bias).
+  TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring,
+             bool score_correction_bias = false, bool linear_bias = false);
   Parameter& weight;
-  Parameter* bias = nullptr;
+  Parameter* bias = nullptr;                     // GPT-OSS: the router's linear has a bias [E]
+  Parameter* e_score_correction_bias = nullptr;
   int64_t num_experts() const { return weight.global_shape[0]; }
   const RouterScoring& scoring() const { return scoring_; }
   // The logits of the last forward [N, E] (the auxiliary load-balancing loss reads them).

@@ -295,14 +295,25 @@ Tensor routed_bias(const Tensor& ids, const Tensor& weights, const Tensor& bias)
 
 namespace tp::ops {
 
-TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
-  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "softmax_top_k: logits must be f32 [tokens, experts], "
+TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bias) {
+  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "route_top_k: logits must be f32 [tokens, experts], "
            "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
-  const int64_t N = logits.size(0), E = logits.size(1);
-  TP_CHECK(k >= 1 && k <= E, "softmax_top_k: top_k {} must be in [1, {}] (the number of experts)", k, E);
+  const int64_t N = logits.size(0), E = logits.size(1), k = sc.top_k;
+  TP_CHECK(k >= 1 && k <= E, "route_top_k: top_k {} must be in [1, {}] (the number of experts)", k, E);
+  TP_CHECK(sc.n_group >= 1 && E % sc.n_group == 0 && sc.topk_group >= 1 && sc.topk_group <= sc.n_group,
+           "route_top_k: {} experts cannot form n_group {} groups of which topk_group {} are kept", E, sc.n_group,
+           sc.topk_group);
+  TP_CHECK(k <= sc.topk_group * (E / sc.n_group),
+           "route_top_k: top_k {} is more than the {} experts of the topk_group {} kept groups", k,
+           sc.topk_group * (E / sc.n_group), sc.topk_group);
+  TP_CHECK(!bias.defined() || (bias.dtype() == DType::F32 && bias.numel() == E),
+           "route_top_k: the choice bias must be f32 [{}], got {} {}", E, dtype_name(bias.dtype()),
+           shape_str(bias.shape()));
+  const int64_t G = sc.n_group, per_group = E / G;
   Tensor probs = Tensor::empty({N, E}), weights = Tensor::empty({N, k}), ids = Tensor::empty({N, k}, DType::I64);
   std::vector<float> sums(static_cast<size_t>(N));
   const float* l = logits.data<float>();
+  const float* bs = bias.defined() ? bias.data<float>() : nullptr;
   float* p = probs.data<float>();
   float* w = weights.data<float>();
   int64_t* id = ids.data<int64_t>();
@@ -310,54 +321,105 @@ TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
   for (int64_t n = 0; n < N; ++n) {
     const float* row = l + n * E;
     float* pr = p + n * E;
-    float mx = row[0];
-    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, row[e]);
-    double z = 0;
-    for (int64_t e = 0; e < E; ++e) z += pr[e] = std::exp(row[e] - mx);
-    for (int64_t e = 0; e < E; ++e) pr[e] = static_cast<float>(pr[e] / z);
-    // k passes of a max over E (k is small: 2 for Mixtral, 8 for Qwen3-30B-A3B).
+    if (sc.sigmoid) {
+      for (int64_t e = 0; e < E; ++e) pr[e] = 1.f / (1.f + std::exp(-row[e]));
+    } else {
+      float mx = row[0];
+      for (int64_t e = 1; e < E; ++e) mx = std::max(mx, row[e]);
+      double z = 0;
+      for (int64_t e = 0; e < E; ++e) z += pr[e] = std::exp(row[e] - mx);
+      for (int64_t e = 0; e < E; ++e) pr[e] = static_cast<float>(pr[e] / z);
+    }
+    std::vector<float> choice(pr, pr + E);
+    if (bs != nullptr)
+      for (int64_t e = 0; e < E; ++e) choice[e] += bs[e];
+    // taken: chosen already, or in a group that is not kept.
     std::vector<bool> taken(static_cast<size_t>(E), false);
+    if (G > 1) {
+      std::vector<float> score(static_cast<size_t>(G));
+      for (int64_t g = 0; g < G; ++g) {
+        const float* c = choice.data() + g * per_group;
+        float first = -INFINITY, second = -INFINITY;
+        for (int64_t j = 0; j < per_group; ++j)
+          if (c[j] > first) second = first, first = c[j];
+          else if (c[j] > second) second = c[j];
+        score[g] = sc.group_sum_top2 ? first + (per_group > 1 ? second : 0.f) : first;
+      }
+      std::vector<bool> kept(static_cast<size_t>(G), false);
+      for (int64_t j = 0; j < sc.topk_group; ++j) {
+        int64_t best = -1;
+        for (int64_t g = 0; g < G; ++g)
+          if (!kept[g] && (best < 0 || score[g] > score[best])) best = g;
+        kept[best] = true;
+      }
+      for (int64_t e = 0; e < E; ++e) taken[e] = !kept[e / per_group];
+    }
+    // k passes of a max over E (k is small: 2 for Mixtral, 8 for Qwen3-30B-A3B and DeepSeek-V3).
     double s = 0;
     for (int64_t j = 0; j < k; ++j) {
       int64_t best = -1;
       for (int64_t e = 0; e < E; ++e)
-        if (!taken[e] && (best < 0 || pr[e] > pr[best])) best = e;
+        if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
       taken[best] = true;
       id[n * k + j] = best;
       w[n * k + j] = pr[best];
       s += pr[best];
     }
-    sums[n] = static_cast<float>(s);
-    if (renormalize)
-      for (int64_t j = 0; j < k; ++j) w[n * k + j] /= sums[n];
+    // DeepSeek-V3 adds 1e-20 to the sum (sigmoid scores need not sum to anything); a no-op in f32 otherwise.
+    sums[n] = static_cast<float>(s + (sc.sigmoid ? 1e-20 : 0.0));
+    for (int64_t j = 0; j < k; ++j)
+      w[n * k + j] = static_cast<float>((sc.renormalize ? w[n * k + j] / sums[n] : w[n * k + j]) * sc.scaling);
   }
   if (autograd::needs_grad({logits}))
-    autograd::record("softmax_top_k", {logits}, {weights},
-                     [probs, weights, ids, sums, renormalize, N, E, k](const std::vector<Tensor>& g) {
-                       const float* dw = g[0].data<float>();
-                       const float* w = weights.data<float>();
-                       const float* p = probs.data<float>();
-                       const int64_t* id = ids.data<int64_t>();
-                       Tensor dl = Tensor::zeros({N, E});
-                       float* d = dl.data<float>();
-                       for (int64_t n = 0; n < N; ++n) {
-                         // d p_selected: w = p / S  =>  dp_j = (dw_j - sum_i dw_i w_i) / S
-                         double dot = 0;
-                         if (renormalize)
-                           for (int64_t j = 0; j < k; ++j) dot += dw[n * k + j] * w[n * k + j];
-                         std::vector<float> dp(static_cast<size_t>(E), 0.f);
-                         for (int64_t j = 0; j < k; ++j)
-                           dp[id[n * k + j]] = renormalize ? static_cast<float>((dw[n * k + j] - dot) / sums[n])
-                                                           : dw[n * k + j];
-                         // softmax: dl_e = p_e (dp_e - sum_i dp_i p_i)
-                         double inner = 0;
-                         for (int64_t e = 0; e < E; ++e) inner += dp[e] * p[n * E + e];
-                         for (int64_t e = 0; e < E; ++e)
-                           d[n * E + e] = static_cast<float>(p[n * E + e] * (dp[e] - inner));
-                       }
-                       return std::vector<Tensor>{dl};
-                     });
+    autograd::record("route_top_k", {logits}, {weights}, [logits, probs, weights, ids, sums, sc, N, E, k](
+                                                             const std::vector<Tensor>& g) {
+      const float* dw = g[0].data<float>();
+      const float* lg = logits.data<float>();
+      const float* w = weights.data<float>();
+      const float* p = probs.data<float>();
+      const int64_t* id = ids.data<int64_t>();
+      Tensor dl = Tensor::zeros({N, E});
+      float* d = dl.data<float>();
+      const double scale = sc.scaling;
+      for (int64_t n = 0; n < N; ++n) {
+        // w = c p_sel / S (c = scaling):  dp_j = c (dw_j - sum_i dw_i w_i / c) / S; without renormalising c dw_j.
+        double dot = 0;
+        if (sc.renormalize)
+          for (int64_t j = 0; j < k; ++j) dot += dw[n * k + j] * w[n * k + j] / scale;
+        std::vector<float> dp(static_cast<size_t>(E), 0.f);
+        for (int64_t j = 0; j < k; ++j)
+          dp[id[n * k + j]] = static_cast<float>(
+              sc.renormalize ? scale * (dw[n * k + j] - dot) / sums[n] : scale * dw[n * k + j]);
+        if (sc.sigmoid) {  // dl_e = sigmoid(l_e) sigmoid(-l_e) dp_e (not p (1 - p): exact when saturated)
+          for (int64_t e = 0; e < E; ++e)
+            d[n * E + e] = p[n * E + e] * (1.f / (1.f + std::exp(lg[n * E + e]))) * dp[e];
+          continue;
+        }
+        // softmax: dl_e = p_e (dp_e - sum_i dp_i p_i) = p_e (dp_e sum_{i != e} p_i - sum_{i != e} dp_i p_i)
+        // (sum_i p_i = 1). For the k chosen e the second form is used: with a
+        // saturated router (p_e near 1) the first subtracts two numbers near dp_e
+        // and loses their small difference (tp ranks then disagree in it).
+        const float* pn = p + n * E;
+        double inner = 0;
+        for (int64_t j = 0; j < k; ++j) inner += static_cast<double>(dp[id[n * k + j]]) * pn[id[n * k + j]];
+        for (int64_t e = 0; e < E; ++e) d[n * E + e] = static_cast<float>(-pn[e] * inner);  // dp_e = 0
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t e = id[n * k + j];
+          double others = 0, others_dp = 0;  // sum_{i != e} p_i (no cancellation: terms summed directly)
+          for (int64_t i = 0; i < E; ++i)
+            if (i != e) others += pn[i];
+          for (int64_t i = 0; i < k; ++i)
+            if (id[n * k + i] != e) others_dp += static_cast<double>(dp[id[n * k + i]]) * pn[id[n * k + i]];
+          d[n * E + e] = static_cast<float>(pn[e] * (dp[e] * others - others_dp));
+        }
+      }
+      return std::vector<Tensor>{dl};
+    });
   return {weights, ids};
+}
+
+TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
+  return route_top_k(logits, RouterScoring{.top_k = k, .renormalize = renormalize});
 }
 
 }  // namespace tp::ops

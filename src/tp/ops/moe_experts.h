@@ -43,14 +43,32 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
 
 namespace tp::ops {
 
-// A softmax router's choice (Mixtral, Qwen3-MoE): probabilities softmax(logits) in
-// f32 over all E experts, the top k of them per token (ties: the lower id), and,
-// with `renormalize`, those k divided by their sum.
-//   logits [N, E] f32 -> weights [N, K] f32 (differentiable w.r.t. logits), ids [N, K] i64
-struct TopK {
-  Tensor weights;
-  Tensor ids;
+// How a router turns its logits [N, E] into k (weight, expert) pairs per token:
+//   scores  = softmax(logits) in f32 (Mixtral, Qwen3-MoE, DeepSeek-V2) or sigmoid (DeepSeek-V3)
+//   choice  = scores + bias (DeepSeek-V3's e_score_correction_bias; it picks, it never weighs)
+//   groups  = with n_group > 1, the E experts in n_group contiguous groups, each scored by
+//             its largest choice (DeepSeek-V2 group_limited_greedy) or the sum of its two
+//             largest (DeepSeek-V3 noaux_tc); only the topk_group best groups stay eligible
+//   ids     = the k largest eligible choices (ties: the lower id)
+//   weights = scores[ids], divided by their sum with `renormalize`, times `scaling`
+//             (routed_scaling_factor)
+struct RouterScoring {
+  int64_t top_k = 2;
+  bool renormalize = true;  // Mixtral always; Qwen3-MoE and DeepSeek-V3: norm_topk_prob; DeepSeek-V2 never
+  bool sigmoid = false;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool group_sum_top2 = false;  // else the group's max
+  double scaling = 1.0;
+  bool top_k_then_softmax = false;  // GPT-OSS: the top k of the raw logits, then a softmax over them (top_k_softmax)
 };
+struct TopK {
+  Tensor weights;  // [N, K] f32 (differentiable w.r.t. logits)
+  Tensor ids;      // [N, K] i64
+};
+// logits [N, E] f32; bias undefined or [E] f32.
+TopK route_top_k(const Tensor& logits, const RouterScoring& scoring, const Tensor& bias = {});
+// The softmax router's choice (Mixtral, Qwen3-MoE).
 TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize);
 
 // GPT-OSS's router: the top k of the raw logits per token (ties: the lower id),
