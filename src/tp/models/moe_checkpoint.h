@@ -11,22 +11,10 @@
 #include <string>
 
 #include "tp/models/checkpoint.h"
+#include "tp/models/moe_hub_names.h"
 #include "tp/parallel/layer.h"
 
 namespace tp {
-
-// Where one Hub tensor lives in the module tree: `param`, expert `expert` (-1:
-// the whole parameter, a renamed tensor), rows [row_offset, + rows) of its dim 1
-// (rows == 0: all of them).
-struct FusedLocation {
-  std::string param;
-  int64_t expert = -1;
-  int64_t row_offset = 0;
-  int64_t rows = 0;
-};
-// For a Hub name of a per-expert or renamed MoE tensor; nothing for other names.
-// `param_rows`: the parameter's size in dim 1 (2I for gate_up_proj), to place the halves.
-std::optional<FusedLocation> fused_location(const std::string& hub_name, int64_t param_rows);
 
 // True when `param` (a fused expert parameter or the router) is not in `ckpt`
 // under its own name but under its Hub names.

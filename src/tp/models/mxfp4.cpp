@@ -56,18 +56,6 @@ Tensor dequantise_mxfp4(const Tensor& blocks, const Tensor& scales, int64_t lo, 
   return out;
 }
 
-Shape mxfp4_blocks_shape(const std::string& name, const Shape& p) {
-  TP_CHECK(p.size() == 3 && p[1] % kMxfp4Block == 0,
-           "MXFP4 stores '{}' {} as blocks of 32 along its input dim (dim 1), which must be a multiple of 32", name,
-           shape_str(p));
-  return {p[0], p[2], p[1] / kMxfp4Block, kMxfp4Block / 2};
-}
-
-Shape mxfp4_scales_shape(const std::string& name, const Shape& p) {
-  const Shape b = mxfp4_blocks_shape(name, p);
-  return {b[0], b[1], b[2]};
-}
-
 bool reads_mxfp4(const Checkpoint& ckpt, const std::string& param) {
   return !ckpt.has(param) && ckpt.has(blocks_key(param));
 }
