@@ -3,6 +3,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
+#include "tp/dist/process_group.h"
 #include "tp/io/writer.h"
 
 namespace tp::cli {
@@ -22,7 +23,8 @@ int run_forward(const ForwardFlags& f) {
   for (int64_t id : ids)
     if (id >= V) throw UsageError(fmt::format("--input-ids: token id {} is outside the vocabulary [0, {})", id, V));
   Tensor logits = model.forward(Tensor::from_ints(ids, {1, static_cast<int64_t>(ids.size())}));
-  if (model.tp_rank() == 0) {
+  // One rank writes: under expert parallelism several ranks are tp rank 0.
+  if (dist::world().rank() == 0) {
     io::save_safetensors(f.out, {{"logits", logits.reshape({static_cast<int64_t>(ids.size()), V})}});
     if (f.model.json) fmt::print("{{\"out\": \"{}\", \"shape\": [{}, {}]}}\n", f.out, ids.size(), V);
   }

@@ -47,7 +47,7 @@ int run_generate(const GenerateFlags& f) {
   options.sampling = sampling_options(f.sampling);
   options.eos_token_ids = generation::default_eos_token_ids(model, tokenizer ? &*tokenizer : nullptr);
 
-  const bool rank0 = model.tp_rank() == 0;
+  const bool rank0 = dist::world().rank() == 0;  // one printer, also when several ranks are tp rank 0 (ep)
   const bool stream = rank0 && !f.model.json && !f.no_stream && prompts.size() == 1;
   std::optional<StreamingDecoder> streamer;
   if (stream && tokenizer) {

@@ -6,6 +6,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
+#include "tp/dist/process_group.h"
 #include "tp/models/save_pretrained.h"
 #include "tp/training/adapter_files.h"
 
@@ -27,7 +28,7 @@ int run_merge(const MergeFlags& f) {
   training::LoraModel lora = training::load_adapter(model, f.adapter);
   lora.merge_into_base();
   save_pretrained(model, f.out);
-  if (model.tp_rank() == 0) {
+  if (dist::world().rank() == 0) {
     if (f.model.json)
       fmt::print("{{\"out\": \"{}\", \"merged_modules\": {}}}\n", f.out, lora.adapted().size());
     else
