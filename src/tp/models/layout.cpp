@@ -20,8 +20,8 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
   return r;
 }
 
-// The checkpoint of `c` with `layers` decoder layers.
-std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) {
+// The checkpoint of `c` with decoder layers [first, end) (the tensors outside the layers always).
+std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t first, int64_t end) {
   const std::string& mt = c.model_type;
   TP_CHECK(has_known_layout(mt),
            "no checkpoint layout for model_type '{}'; supported: llama, mistral, qwen3, mixtral, qwen3_moe", mt);
@@ -45,7 +45,7 @@ std::vector<ParamSpec> layout_with_layers(const ModelConfig& c, int64_t layers) 
     add(name + ".weight", {out_f, in_f}, I::Normal);
     if (bias) add(name + ".bias", {out_f}, I::Zeros);
   };
-  for (int64_t i = 0; i < layers; ++i) {
+  for (int64_t i = first; i < end; ++i) {
     const std::string L = fmt::format("model.layers.{}.", i);
     linear(L + "self_attn.q_proj", Q, H, attn_bias);
     linear(L + "self_attn.k_proj", KV, H, attn_bias);
@@ -98,18 +98,33 @@ bool has_known_layout(const std::string& model_type) {
          model_type == "qwen3_moe";
 }
 
-std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, c.num_hidden_layers); }
+std::vector<ParamSpec> checkpoint_layout(const ModelConfig& c) { return layout_with_layers(c, 0, c.num_hidden_layers); }
 
 LayoutCounts layout_counts(const ModelConfig& c) {
-  const std::vector<ParamSpec> none = layout_with_layers(c, 0), one = layout_with_layers(c, 1);
+  const std::vector<ParamSpec> none = layout_with_layers(c, 0, 0), one = layout_with_layers(c, 0, 1);
   LayoutCounts r;
   r.outside_layers = count(none);
   r.per_layer = count(one) - r.outside_layers;
   r.tensors_per_layer = static_cast<int64_t>(one.size() - none.size());
-  r.total = checked_add(
-      r.outside_layers,
-      checked_mul(c.num_hidden_layers, r.per_layer, "num_hidden_layers x the parameters of one layer"),
-      "the parameter count");
+  // Qwen3-MoE mixes two kinds of layer (mlp_only_layers, decoder_sparse_step): each kind
+  // counted once, times the layers of its kind.
+  int64_t like_first = c.num_hidden_layers, other_kind = 0;
+  if (c.model_type == "qwen3_moe" && c.num_hidden_layers > 0) {
+    const MoeConfig moe = MoeConfig::from(c);
+    int64_t other = -1;
+    like_first = 0;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      if (moe.is_sparse_layer(i) == moe.is_sparse_layer(0))
+        ++like_first;
+      else if (other < 0)
+        other = i;
+    }
+    if (other >= 0) other_kind = count(layout_with_layers(c, other, other + 1)) - r.outside_layers;
+  }
+  const char* what = "num_hidden_layers x the parameters of one layer";
+  const int64_t in_layers = checked_add(checked_mul(like_first, r.per_layer, what),
+                                        checked_mul(c.num_hidden_layers - like_first, other_kind, what), what);
+  r.total = checked_add(r.outside_layers, in_layers, "the parameter count");
   return r;
 }
 

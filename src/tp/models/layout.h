@@ -31,10 +31,10 @@ std::vector<ParamSpec> checkpoint_layout(const ModelConfig& config);
 
 // The parameters of one decoder layer, and of everything outside the layers.
 struct LayoutCounts {
-  int64_t per_layer = 0;  // parameters (elements)
+  int64_t per_layer = 0;  // parameters (elements) of layer 0
   int64_t outside_layers = 0;
   int64_t tensors_per_layer = 0;
-  int64_t total = 0;  // outside_layers + num_hidden_layers * per_layer
+  int64_t total = 0;  // outside_layers + every layer's (MoE: sparse and dense layers each of their size)
 };
 // Without enumerating the layers; errors name the keys when a count overflows.
 LayoutCounts layout_counts(const ModelConfig& config);
