@@ -183,6 +183,28 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
 
 namespace tp::ops {
 
+void softmax_row(const float* logits, int64_t E, float* probs) {
+  float mx = logits[0];
+  for (int64_t e = 1; e < E; ++e) mx = std::max(mx, logits[e]);
+  double z = 0;
+  for (int64_t e = 0; e < E; ++e) z += probs[e] = std::exp(logits[e] - mx);
+  for (int64_t e = 0; e < E; ++e) probs[e] = static_cast<float>(probs[e] / z);
+}
+
+void top_k_row(const float* probs, int64_t E, int64_t k, int64_t* ids) {
+  // k passes of a max over E (k is small: 2 for Mixtral, 8 for Qwen3-30B-A3B).
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; ++e) {
+      if (best >= 0 && !(probs[e] > probs[best])) continue;
+      bool taken = false;
+      for (int64_t i = 0; i < j && !taken; ++i) taken = ids[i] == e;
+      if (!taken) best = e;
+    }
+    ids[j] = best;
+  }
+}
+
 TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
   TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "softmax_top_k: logits must be f32 [tokens, experts], "
            "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
@@ -196,25 +218,11 @@ TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
   int64_t* id = ids.data<int64_t>();
 #pragma omp parallel for if (N * E > 65536)
   for (int64_t n = 0; n < N; ++n) {
-    const float* row = l + n * E;
-    float* pr = p + n * E;
-    float mx = row[0];
-    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, row[e]);
-    double z = 0;
-    for (int64_t e = 0; e < E; ++e) z += pr[e] = std::exp(row[e] - mx);
-    for (int64_t e = 0; e < E; ++e) pr[e] = static_cast<float>(pr[e] / z);
-    // k passes of a max over E (k is small: 2 for Mixtral, 8 for Qwen3-30B-A3B).
-    std::vector<bool> taken(static_cast<size_t>(E), false);
+    const float* pr = p + n * E;
+    softmax_row(l + n * E, E, p + n * E);
+    top_k_row(pr, E, k, id + n * k);
     double s = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e)
-        if (!taken[e] && (best < 0 || pr[e] > pr[best])) best = e;
-      taken[best] = true;
-      id[n * k + j] = best;
-      w[n * k + j] = pr[best];
-      s += pr[best];
-    }
+    for (int64_t j = 0; j < k; ++j) s += w[n * k + j] = pr[id[n * k + j]];
     sums[n] = static_cast<float>(s);
     if (renormalize)
       for (int64_t j = 0; j < k; ++j) w[n * k + j] /= sums[n];
