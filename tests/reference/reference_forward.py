@@ -97,14 +97,18 @@ def is_sparse_layer(cfg, i):
         (i + 1) % cfg.get("decoder_sparse_step", 1) == 0
 
 
-def sparse_moe(cfg, w, p, h, expert_load=None):
-    """The MoE block of layer prefix p on h [B, T, H], from the per-expert Hub tensors."""
+def sparse_moe(cfg, w, p, h, expert_load=None, router_logits=None):
+    """The MoE block of layer prefix p on h [B, T, H], from the per-expert Hub tensors
+    (the router's logits [B*T, E] appended to router_logits when given)."""
     mixtral = cfg["model_type"] == "mixtral"
     block = p + ("block_sparse_moe." if mixtral else "mlp.")
     gate_name, up_name, down_name = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
     n_experts = cfg["num_local_experts"] if mixtral else cfg["num_experts"]
     x = h.reshape(-1, h.shape[-1])
-    probs = (x @ w[block + "gate.weight"].T).float().softmax(dim=-1)
+    logits = x @ w[block + "gate.weight"].T
+    if router_logits is not None:
+        router_logits.append(logits)
+    probs = logits.float().softmax(dim=-1)
     top_w, top_i = probs.topk(cfg["num_experts_per_tok"], dim=-1)
     if mixtral or cfg.get("norm_topk_prob", False):
         top_w = top_w / top_w.sum(dim=-1, keepdim=True)
@@ -129,9 +133,10 @@ def load_model(model_dir):
     return cfg, w
 
 
-def forward_batch(cfg, w, ids, expert_loads=None):
+def forward_batch(cfg, w, ids, expert_loads=None, router_logits=None):
     """Logits [B, T, V] of int64 ids [B, T] (causal, positions 0..T-1 in every row). The
-    tensors in w may be autograd leaves (the training oracle passes nn.Parameters)."""
+    tensors in w may be autograd leaves (the training oracle passes nn.Parameters);
+    router_logits, when given, collects every sparse layer's router logits."""
     H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     D = cfg.get("head_dim") or H // nh
     eps = cfg["rms_norm_eps"]
@@ -162,7 +167,7 @@ def forward_batch(cfg, w, ids, expert_loads=None):
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         if is_sparse_layer(cfg, i):
             load = [] if expert_loads is not None else None
-            x = x + sparse_moe(cfg, w, p, h, load)
+            x = x + sparse_moe(cfg, w, p, h, load, router_logits)
             if expert_loads is not None:
                 expert_loads.append(load)
             continue
