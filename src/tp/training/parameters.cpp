@@ -185,17 +185,10 @@ void ModelParameters::sync_replicated_grads() {
   group_.broadcast(replicated, 0);
 }
 
-void ModelParameters::average_over_ep_replicas() {
-  if (!ep_.enabled() || ep_.replicas->size() == 1) return;
-  const float inv = 1.f / static_cast<float>(ep_.replicas->size());
-  float* g = grad_.data<float>();
-  // (A power of two for 2 or 4 replicas: the mean of equal copies is exact.)
-#pragma omp parallel for schedule(static) if (numel_ - ep_replicated_end_ > (1 << 16))
-  for (int64_t i = ep_replicated_end_; i < numel_; ++i) g[i] *= inv;
-  if (ep_replicated_end_ > 0) {
-    Tensor replicated = grad_.narrow(0, 0, ep_replicated_end_);
-    ep_.replicas->broadcast(replicated, 0);
-  }
+void ModelParameters::sync_ep_replicas() {
+  if (!ep_.enabled() || ep_.replicas->size() == 1 || ep_replicated_end_ == 0) return;
+  Tensor replicated = grad_.narrow(0, 0, ep_replicated_end_);
+  ep_.replicas->broadcast(replicated, 0);
 }
 
 double sum_over_ranks(double value, dist::ProcessGroup& group) {

@@ -155,11 +155,11 @@ class ModelParameters {
   // and replicas must not drift apart over a run. Collective.
   void sync_replicated_grads();
   // Under expert parallelism with several ep replicas (tp groups that ran the
-  // same tokens): the experts' gradients summed every replica's contribution and
-  // are divided by the replica count (the mean); the other parameters' are each
-  // replica's whole gradient, and replica 0's is broadcast (the mean, and the
-  // same bits on every replica, so replicas cannot drift). Nothing otherwise. Collective.
-  void average_over_ep_replicas();
+  // same tokens): each replica holds the whole gradient of every parameter but
+  // the experts (whose pairs token dispatch computed once, over the ep group);
+  // replica 0's is broadcast, so replicas hold the same bits and cannot drift
+  // (a reduction need not give every rank the same bits). Nothing otherwise. Collective.
+  void sync_ep_replicas();
   // The L2 norm of the whole model's gradient: each slice counted once (sharded
   // squares summed over ranks, replicated and tied parameters once; under expert
   // parallelism each expert once over the ep group, the rest once per replica),

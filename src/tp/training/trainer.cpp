@@ -281,7 +281,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
            "the data)", step + 1, r.loss);
   r.forward_backward_s = since(t0);
   const auto t1 = Clock::now();
-  params_->average_over_ep_replicas();
+  params_->sync_ep_replicas();
   params_->sync_replicated_grads();
   r.grad_norm = params_->global_grad_norm();
   r.grad_norm_s = since(t1);

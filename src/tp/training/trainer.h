@@ -25,7 +25,7 @@
 // Expert parallelism comes with the model's mesh too ("ep", "ep_replicas"):
 // every rank trains on the same batches, the experts' parameters are updated by
 // the rank that holds them, the rest identically by every ep replica
-// (ModelParameters::average_over_ep_replicas).
+// (ModelParameters::sync_ep_replicas).
 //
 // MoE models whose config sets output_router_logits add Transformers' router
 // load-balancing loss (router_aux_loss.h) times router_aux_loss_coef to each
