@@ -37,6 +37,7 @@ void bind_tokenizer(py::module_& m) {
       .def("token_to_id", &Tokenizer::token_to_id, py::arg("token"))
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
       .def_property_readonly("bos_token_id", &Tokenizer::bos_token_id)
+      .def_property_readonly("pad_token_id", &Tokenizer::pad_token_id)
       .def_property_readonly("eos_token_ids", &Tokenizer::eos_token_ids)
       .def("is_special", &Tokenizer::is_special, py::arg("id"));
 

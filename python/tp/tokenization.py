@@ -18,11 +18,16 @@ class BatchEncoding(dict):
 
 
 class PreTrainedTokenizer:
-    def __init__(self, tokenizer, name, pad_token=None):
+    def __init__(self, tokenizer, name):
         self._tokenizer = tokenizer
         self.name_or_path = name
-        self.pad_token = pad_token
         self._chat_template = None
+
+    @property
+    def pad_token(self):
+        """tokenizer_config.json's pad_token, or None."""
+        pad = self._tokenizer.pad_token_id
+        return None if pad is None else self._tokenizer.id_to_token(pad)
 
     def apply_chat_template(self, conversation, tokenize=True, add_generation_prompt=False, return_tensors=None,
                             **kwargs):
@@ -96,7 +101,7 @@ class PreTrainedTokenizer:
     @property
     def pad_token_id(self):
         """tokenizer_config.json's pad_token; without one, the EOS (what padding then uses)."""
-        pad = self._tokenizer.token_to_id(self.pad_token) if self.pad_token else None
+        pad = self._tokenizer.pad_token_id
         if pad is not None:
             return pad
         return self.eos_token_id if self.eos_token_id is not None else 0
@@ -125,13 +130,4 @@ class AutoTokenizer:
         """tokenizer.json (and tokenizer_config.json, generation_config.json) from a model directory."""
         path = os.fspath(pretrained_model_name_or_path)
         tokenizer = _tp.Tokenizer.from_model_dir(path)
-        return PreTrainedTokenizer(tokenizer, path, _pad_token(os.path.join(path, "tokenizer_config.json")))
-
-
-def _pad_token(config_path):
-    """tokenizer_config.json's pad_token: a string or an AddedToken object with "content"."""
-    if not os.path.exists(config_path):
-        return None
-    with open(config_path, encoding="utf-8") as f:
-        pad = json.load(f).get("pad_token")
-    return pad.get("content") if isinstance(pad, dict) else pad
+        return PreTrainedTokenizer(tokenizer, path)

@@ -183,6 +183,9 @@ class Tokenizer(unittest.TestCase):
         enc = tok(["the cat", "the cat sat on a mat"], padding=True, return_tensors="np")
         self.assertEqual(enc.input_ids.shape[0], 2)
         self.assertEqual(enc.attention_mask[0].sum(), len(tok("the cat").input_ids))
+        pad = tok.pad_token_id
+        self.assertEqual(enc.input_ids[0, -1], pad)
+        self.assertEqual(tok.convert_tokens_to_ids(tok.pad_token) if tok.pad_token else tok.eos_token_id, pad)
         with self.assertRaisesRegex(ValueError, "padding=True"):
             tok(["the cat", "the cat sat on a mat"], return_tensors="np")
 

@@ -187,6 +187,11 @@ TEST(PostProcessor, TemplateAndConfigBosEos) {
   EXPECT_EQ(t.encode("a"), (Ids{'a', 301}));
   EXPECT_EQ(t.bos_token_id(), 300);
   EXPECT_EQ(t.eos_token_ids(), (Ids{301}));
+  EXPECT_EQ(t.pad_token_id(), std::nullopt);
+  // pad_token as an AddedToken dict, a vocabulary token, or one the vocabulary lacks.
+  EXPECT_EQ(load(j, json{{"pad_token", {{"content", "</s>"}}}}).pad_token_id(), 301);
+  EXPECT_EQ(load(j, json{{"pad_token", "a"}}).pad_token_id(), 'a');
+  EXPECT_EQ(load(j, json{{"pad_token", "<pad>"}}).pad_token_id(), std::nullopt);
 }
 
 TEST(Encode, InvalidUtf8BecomesReplacementCharacter) {

@@ -1,9 +1,8 @@
 #include "tp/tokenizer/tokenizer.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tp/tensor/error.h"
@@ -53,7 +52,8 @@ Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, std::string
 }
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
-  TP_CHECK(std::filesystem::is_regular_file(tokenizer_json), "tokenizer file {} does not exist", tokenizer_json.string());
+  TP_CHECK(std::filesystem::is_regular_file(tokenizer_json), "tokenizer file {} does not exist",
+           tokenizer_json.string());
   const auto dir = tokenizer_json.parent_path();
   const auto config_path = dir / "tokenizer_config.json";
   const std::string config = std::filesystem::exists(config_path) ? read_text(config_path) : std::string();
@@ -171,12 +171,13 @@ int64_t Tokenizer::vocab_size() const {
 }
 
 std::optional<int64_t> Tokenizer::bos_token_id() const { return s_->bos_id; }
+std::optional<int64_t> Tokenizer::pad_token_id() const { return s_->pad_id; }
 std::vector<int64_t> Tokenizer::eos_token_ids() const { return s_->eos_ids; }
 
 std::string clean_up_tokenization(std::string_view text) {
   static constexpr std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   // Applied one rule at a time over the whole text, in this order, as Python's
   // chained str.replace does.
   std::string cur(text);

@@ -44,6 +44,8 @@ class Tokenizer {
   // Largest id + 1 over the model vocab and the added tokens.
   int64_t vocab_size() const;
   std::optional<int64_t> bos_token_id() const;
+  // tokenizer_config.json's pad_token (nullopt without one, or when the vocabulary lacks it).
+  std::optional<int64_t> pad_token_id() const;
   std::vector<int64_t> eos_token_ids() const;
   bool is_special(int64_t id) const;
 

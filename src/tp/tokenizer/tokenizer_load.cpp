@@ -64,9 +64,10 @@ void load_post_processor(TokenizerState& s, const json& j) {
     s.suffix_ids.push_back(j.at("sep").at(1).get<int64_t>());
     return;
   }
-  fail("post_processor type '{}' is not supported; supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
-       "BertProcessing, Sequence",
-       type);
+  fail(
+      "post_processor type '{}' is not supported; supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
+      "BertProcessing, Sequence",
+      type);
 }
 
 }  // namespace
@@ -112,9 +113,17 @@ void load_tokenizer_state(TokenizerState& s, const json& tok, const json& config
   load_post_processor(s, tok.value("post_processor", json()));
 
   if (config.is_object()) {
-    if (const auto bos = config_token(config, "bos_token")) s.bos_id = id_of(s, *bos, "tokenizer_config.json bos_token");
+    if (const auto bos = config_token(config, "bos_token"))
+      s.bos_id = id_of(s, *bos, "tokenizer_config.json bos_token");
     if (const auto eos = config_token(config, "eos_token"))
       s.eos_ids.push_back(id_of(s, *eos, "tokenizer_config.json eos_token"));
+    // A pad token the vocabulary lacks is one Transformers would add; tp leaves it unset.
+    if (const auto pad = config_token(config, "pad_token")) {
+      if (const auto it = s.added_by_content.find(*pad); it != s.added_by_content.end())
+        s.pad_id = it->second;
+      else
+        s.pad_id = s.model->token_to_id(*pad);
+    }
     s.clean_up_tokenization_spaces = config.value("clean_up_tokenization_spaces", false);
     // Like Transformers' update_post_processor (LlamaTokenizerFast and
     // others): an explicit add_bos_token/add_eos_token replaces the

@@ -31,6 +31,7 @@ struct TokenizerState {
   AddedTokenMatcher raw_matcher, normalized_matcher;
 
   std::optional<int64_t> bos_id;
+  std::optional<int64_t> pad_id;  // tokenizer_config.json's pad_token, when the vocabulary has it
   std::vector<int64_t> eos_ids;
   bool clean_up_tokenization_spaces = false;
 };
