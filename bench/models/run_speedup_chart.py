@@ -20,10 +20,11 @@ The machine is noisy (memory bandwidth swings up to 5x within minutes), so every
 run happens once per ROUND and the rounds alternate the order of the runs (forward, then
 reversed) and the core the single-core runs are pinned to; every ratio is taken within a
 round and the report gives the median (min-max) over the rounds. The bars are medians of
-per-round ratios; the JSON keeps every run.
+per-round ratios; the JSON keeps every run. A prefill of 2048 costs PyTorch minutes (its
+eager attention), so the contexts after the first run in the first --long-rounds rounds only.
 
   bench/models/run_speedup_chart.py [--build build] [--model out/qwen3-0.6b] [--rounds 3]
-      [--contexts 512,2048] [--decode 32] [--tp 1,2,4] [--out bench/results/speedup_chart]
+      [--long-rounds 1] [--contexts 512,2048] [--decode 16] [--tp 1,2,4] [--out bench/results/speedup_chart]
 
 writes OUT.png and OUT.json (and OUT.gnuplot, OUT.dat: the plot's script and data).
 """
@@ -123,8 +124,10 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--model", default="out/qwen3-0.6b")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--long-rounds", type=int, default=1,
+                    help="the contexts after the first are measured in the first N rounds only (-1: every round)")
     ap.add_argument("--contexts", default="512,2048", help="prompt lengths (comma-separated)")
-    ap.add_argument("--decode", type=int, default=32, help="decode steps after each prefill")
+    ap.add_argument("--decode", type=int, default=16, help="decode steps after each prefill")
     ap.add_argument("--tp", default="1,2,4", help="tp sizes for both engines (first must be 1)")
     ap.add_argument("--no-single", action="store_true", help="skip PyTorch's 1-process 2-thread runs")
     ap.add_argument("--warmup-prefill", type=int, default=64, help="prompt tokens of each run's warmup")
@@ -160,6 +163,8 @@ def main():
     for r in range(a.rounds):
         core = cores[r % len(cores)]
         for P in contexts:
+            if P != contexts[0] and 0 <= a.long_rounds <= r:
+                continue
             seq = order if r % 2 == 0 else order[::-1]
             if P not in tokens:                              # tp = 1 first: its tokens are fed to PyTorch
                 seq = [("tp", 1, 1)] + [k for k in seq if k != ("tp", 1, 1)]
@@ -188,8 +193,8 @@ def main():
                         if not ok:
                             print(f"  AGREEMENT FAILED: PyTorch tp={t} x{threads} prefill {P}: {d}",
                                   file=sys.stderr)
-                if res is not None:
-                    res["round"], res["core"] = r, core if pin else None
+                if res is not None:    # the 1-minute load average: how busy the neighbours kept the machine
+                    res["round"], res["core"], res["loadavg_1min_after"] = r, core if pin else None, os.getloadavg()[0]
                 runs[P][kind].append(res)
                 name = f"{'tp' if engine == 'tp' else 'PyTorch'} tp={t}" + (f" x{threads} threads" if threads > 1
                                                                               else "")
@@ -246,10 +251,10 @@ def main():
                 if 2 in tps:
                     s["torch_single_over_tp_tp2"] = ratios(P, single, ("tp", 2, 1), metric)
             what = f"prefill {P} tokens" if phase == "prefill" else f"decode {a.decode} tokens at {P} context"
-            panels.append((f"{what} (bars: median speedup; labels: median {'time' if per == 1 else 'per token'})",
+            panels.append((f"{what} (bars: speedup; labels: time{'' if per == 1 else ' per token'})",
                            rows))
             summary_json[f"{phase}_{P}"] = s
-            lines.append(f"{what}, median (min-max) over {a.rounds} rounds:")
+            lines.append(f"{what}, median (min-max) over {len(runs[P][base])} rounds:")
             for t in tps:
                 e = s[f"tp{t}"]
                 tp_v = [x for x in e["tp_s"] if x]
@@ -275,12 +280,17 @@ def main():
                  f"{'PASS' if passed else 'FAIL'} over {len(checks)} PyTorch runs; "
                  f"{sum(c.get('equal', 0) for c in checks)}/{sum(c.get('steps', 0) for c in checks)} argmaxes equal; "
                  f"largest margin {worst}")
+    loads = [x["loadavg_1min_after"] for v in runs.values() for k in v.values() for x in k if x]
+    if loads:
+        lines.append(f"1-minute load average after each run (this machine has {ncores} cores): "
+                     f"{summary(loads, '{:.1f}')}")
     lines.append(f"wall time {elapsed:.0f} s")
     print("\n".join(lines))
 
     over = [t for t in tps if t > ncores]
     meta = (f"{os.path.basename(os.path.normpath(a.model))}, bf16, batch 1, 1 thread per rank: tp vs PyTorch "
-            f"{runs_torch_version(runs)} doing the same work; {a.rounds} rounds, medians of per-round ratios"
+            f"{runs_torch_version(runs)} doing the same work; "
+            + ", ".join(f"{len(runs[P][base])} rounds at {P}" for P in contexts) + "; medians of per-round ratios"
             + (f"\\n(*) tp={','.join(map(str, over))}: oversubscribed, more ranks than the machine's {ncores} cores"
                if over else ""))
     plot(a.out, panels, tps, meta)
