@@ -290,7 +290,10 @@ def main():
     over = [t for t in tps if t > ncores]
     meta = (f"{os.path.basename(os.path.normpath(a.model))}, bf16, batch 1, 1 thread per rank: tp vs PyTorch "
             f"{runs_torch_version(runs)} doing the same work; "
-            + ", ".join(f"{len(runs[P][base])} rounds at {P}" for P in contexts) + "; medians of per-round ratios"
+            + ", ".join(f"{len(runs[P][base])} round{'s' if len(runs[P][base]) != 1 else ''} at {P}" for P in contexts)
+            + "; medians of per-round ratios"
+            + (f"\\nload average after the runs {summary(loads, '{:.1f}')} on {ncores} cores (the neighbours' jobs)"
+               if loads else "")
             + (f"\\n(*) tp={','.join(map(str, over))}: oversubscribed, more ranks than the machine's {ncores} cores"
                if over else ""))
     plot(a.out, panels, tps, meta)
