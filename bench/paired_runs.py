@@ -6,9 +6,9 @@ import statistics
 import subprocess
 
 
-def run_json(cmd, env):
-    """Runs cmd and returns the JSON object on the last line of its stdout."""
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+def run_json(cmd, env, timeout=None):
+    """Runs cmd (at most timeout seconds) and returns the JSON object on the last line of its stdout."""
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, timeout=timeout).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -15,20 +15,28 @@
 // slower rank included: "ep" the token dispatch's all-to-alls and the all-reduce
 // of its token chunks, "tp" the all-reduces and lm_head's gather) is given per token.
 //
+// Rank 0's JSON also carries the greedy tokens of the last repetition (the prefill's
+// argmax, then each decode step's) and the prefill's top-8 logits, which
+// bench/models/run_speedup_chart.py compares with PyTorch's (same prompt: token i =
+// (i * 7919 + 13) % vocab_size). The warmup repetition can be shorter than the timed
+// ones (--warmup-prefill, --warmup-decode) where a long prefill would double a run.
+//
 //   mpirun -np N bench_inference --model DIR [--prefill 512] [--decode 128] [--reps 3] [--tp-size T --ep-size E]
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <sys/resource.h>
-
+//                                [--warmup-prefill N] [--warmup-decode N] [--skip-ceilings]
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/resource.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
-#include "tp/autograd/tape.h"
 #include "bench_util.h"
+#include "tp/autograd/tape.h"
 #include "tp/dist/process_group.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
@@ -96,7 +104,7 @@ int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   CLI::App app{"tp inference benchmark"};
   std::string model_dir, dtype = "bf16";
-  int64_t prefill = 512, decode = 128, reps = 3, tp_size = 0, ep_size = 1;
+  int64_t prefill = 512, decode = 128, reps = 3, tp_size = 0, ep_size = 1, warmup_prefill = 0, warmup_decode = -1;
   bool skip_ceilings = false;
   app.add_option("--tp-size", tp_size, "default: the world size (with --ep-size: the plan's rules)");
   app.add_option("--ep-size", ep_size, "expert parallelism (MoE models): the world size, or 1");
@@ -104,6 +112,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefill", prefill);
   app.add_option("--decode", decode);
   app.add_option("--reps", reps);
+  app.add_option("--warmup-prefill", warmup_prefill, "prompt tokens of the warmup repetition (0: --prefill)");
+  app.add_option("--warmup-decode", warmup_decode, "decode steps of the warmup repetition (-1: --decode)");
   app.add_flag("--skip-ceilings", skip_ceilings);
   CLI11_PARSE(app, argc, argv);
 
@@ -141,12 +151,19 @@ int main(int argc, char** argv) {
   double prefill_tp_comm = 0, prefill_ep_comm = 0, decode_tp_comm = 0, decode_ep_comm = 0;
 
   std::vector<double> prefill_s, decode_s;
+  std::vector<int64_t> tokens;
+  std::vector<std::pair<int64_t, double>> prefill_top;
   for (int64_t r = 0; r <= reps; ++r) {  // rep 0 warms up
+    const int64_t p_len = r > 0 || warmup_prefill <= 0 ? prefill : std::min(warmup_prefill, prefill);
+    const int64_t d_len = r > 0 || warmup_decode < 0 ? decode : std::min(warmup_decode, decode);
+    Tensor in = p_len == prefill
+                    ? ids
+                    : Tensor::from_ints(std::vector<int64_t>(prompt.begin(), prompt.begin() + p_len), {1, p_len});
     for (auto& c : state.layers) c.reset();
     group.barrier();
     auto c0 = comm();
     auto t0 = Clock::now();
-    Tensor logits = lm.forward_ids(ids, &state, {prefill - 1});
+    Tensor logits = lm.forward_ids(in, &state, {p_len - 1});
     double tp = seconds(t0);
     auto c1 = comm();
     if (r > 0) {
@@ -155,15 +172,23 @@ int main(int argc, char** argv) {
     }
     const float* l = logits.data<float>();
     int64_t next = std::max_element(l, l + V) - l;
+    tokens.assign({next});
+    std::vector<int64_t> order(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + std::min<int64_t>(8, V), order.end(),
+                      [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+    prefill_top.clear();
+    for (int64_t i = 0; i < std::min<int64_t>(8, V); ++i) prefill_top.emplace_back(order[i], l[order[i]]);
     double td = 0, before = probe_gbs();
-    for (int64_t s0 = 0; s0 < decode; s0 += kChunk) {
+    for (int64_t s0 = 0; s0 < d_len; s0 += kChunk) {
       group.barrier();
       auto d0 = comm();
       auto t1 = Clock::now();
-      for (int64_t s = s0; s < std::min(decode, s0 + kChunk); ++s) {
+      for (int64_t s = s0; s < std::min(d_len, s0 + kChunk); ++s) {
         logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), &state, {0});
         l = logits.data<float>();
         next = std::max_element(l, l + V) - l;
+        tokens.push_back(next);
       }
       double tc = seconds(t1);
       auto d1 = comm();
@@ -173,7 +198,7 @@ int main(int argc, char** argv) {
       }
       double after = probe_gbs();
       td += tc;
-      if (r > 0 && s0 + kChunk <= decode) {
+      if (r > 0 && s0 + kChunk <= d_len) {
         chunk_s.push_back(tc);
         chunk_ceiling_gbs.push_back((before + after) / 2);
       }
@@ -258,6 +283,10 @@ int main(int argc, char** argv) {
       share.push_back(static_cast<double>(weight_bytes) * kChunk / chunk_s[i] / 1e9 / chunk_ceiling_gbs[i]);
     if (!share.empty()) j["decode_weight_read_share_by_chunk_median"] = median(share);
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    j["tokens"] = tokens;  // the last repetition's greedy tokens: the prefill's argmax, then each step's
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& [id, value] : prefill_top) top.push_back({id, value});
+    j["prefill_top"] = top;  // [id, logit] of the prefill's 8 largest logits
     if (!skip_ceilings) {
       j["bf16_matmul_gflops_same_run"] = gflops;
       j["read_bandwidth_gbs_same_run"] = gbs;  // rank 0's, while every rank reads

@@ -41,7 +41,6 @@ import os
 import resource
 import shutil
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -58,67 +57,12 @@ sys.path.insert(0, REFERENCE_DIR)
 import reference_forward  # noqa: E402
 from reference_forward import inv_freq  # noqa: E402
 
-DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
-          "F64": torch.float64, "I64": torch.int64, "I32": torch.int32}
+# The checkpoint reader and the rank split are shared with bench/models/torch_inference.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_checkpoint import Checkpoint, read_config, split_range  # noqa: E402
+
 LR = 5e-5
 MAX_GRAD_NORM = 1.0
-
-
-# ----------------------------------------------------------------------------- checkpoint
-
-class Checkpoint:
-    """The tensors of a model directory (model.safetensors or a sharded index), read on
-    demand: a slice of rows reads only those rows' bytes."""
-
-    def __init__(self, model_dir):
-        self.entries = {}
-        index = os.path.join(model_dir, "model.safetensors.index.json")
-        if os.path.exists(index):
-            files = sorted(set(json.load(open(index))["weight_map"].values()))
-        else:
-            files = ["model.safetensors"]
-        for fn in files:
-            path = os.path.join(model_dir, fn)
-            with open(path, "rb") as f:
-                n = struct.unpack("<Q", f.read(8))[0]
-                header = json.loads(f.read(n))
-            for name, e in header.items():
-                if name == "__metadata__":
-                    continue
-                begin, end = e["data_offsets"]
-                self.entries[name] = (path, DTYPES[e["dtype"]], list(e["shape"]), 8 + n + begin, end - begin)
-
-    def __contains__(self, name):
-        return name in self.entries
-
-    def get(self, name, dim=None, start=0, stop=None):
-        """float32 copy of `name`, or of [start, stop) along `dim`."""
-        path, dtype, shape, offset, nbytes = self.entries[name]
-        numel = math.prod(shape)
-        if numel * torch.tensor([], dtype=dtype).element_size() != nbytes:
-            raise SystemExit(f"{path}: {name}: byte size does not match dtype and shape")
-        with open(path, "rb") as f:
-            if dim == 0:        # contiguous rows: read only them
-                row = nbytes // shape[0]
-                f.seek(offset + start * row)
-                raw = bytearray(f.read((stop - start) * row))
-                t = torch.frombuffer(raw, dtype=dtype).reshape([stop - start] + shape[1:])
-            else:
-                f.seek(offset)
-                raw = bytearray(f.read(nbytes))
-                t = torch.frombuffer(raw, dtype=dtype).reshape(shape)
-                if dim is not None:
-                    t = t.narrow(dim, start, stop - start)
-        out = torch.empty(t.shape, dtype=torch.float32)
-        out.copy_(t)
-        return out
-
-
-def split_range(n, parts, r):
-    """[start, stop) of part r of n split into `parts` contiguous, near-equal pieces."""
-    base, rem = divmod(n, parts)
-    start = r * base + min(r, rem)
-    return start, start + base + (1 if r < rem else 0)
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -191,12 +135,8 @@ class Model:
     it is split (None = replicated) and whether its grad is all-reduced (q/k_norm)."""
 
     def __init__(self, model_dir, tp, rank):
-        cfg = json.load(open(os.path.join(model_dir, "config.json")))
+        cfg = read_config(model_dir)
         mt = cfg["model_type"]
-        if mt not in ("llama", "mistral", "qwen3"):
-            raise SystemExit(f"model_type {mt} not supported (llama, mistral, qwen3)")
-        if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-            raise SystemExit("attention_bias / mlp_bias not supported")
         self.cfg, self.tp, self.rank, self.qwen3 = cfg, tp, rank, mt == "qwen3"
         H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
         nkv = cfg.get("num_key_value_heads") or nh
