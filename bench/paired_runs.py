@@ -1,4 +1,5 @@
 """Helpers of the paired-run benchmark drivers (bench/*/run_*_bench.py)."""
+import argparse
 import json
 import os
 import statistics
@@ -25,3 +26,14 @@ def setup(build, bench, model, preset=("qwen3", "qwen3-0.6b")):
         subprocess.run([tp, "make-model", "--arch", preset[0], "--preset", preset[1], "--out", model], check=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
     return os.path.join(build, "bench", bench), os.path.join(build, "src", "tprun"), env
+
+
+def inference_arguments(doc, model, pairs, decode):
+    """The options every inference driver takes (--build, --model, --pairs, --prefill, --decode)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--model", default=model)
+    ap.add_argument("--pairs", type=int, default=pairs)
+    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--decode", type=int, default=decode)
+    return ap

@@ -4,9 +4,18 @@
 // (M=512, K=1024, N=3072 through ops::linear, weights packed, rank 0) and a
 // STREAM-like read bandwidth (sum over 1 GiB, every rank at once: the memory bus
 // is shared). Rank 0 prints one JSON line. bench/models/run_inference_bench.py
-// alternates tp = 1 and tp = 2 runs of it and reports paired ratios.
+// alternates tp = 1 and tp = 2 runs of it and reports paired ratios;
+// bench/models/run_moe_bench.py does the same for a MoE model at ep = 2 and tp = 2.
 //
-//   mpirun -np N bench_inference --model DIR [--prefill 512] [--decode 128] [--reps 3]
+// MoE models: a decode step reads the weights of the top_k experts each sparse
+// layer routes the token to, not all of them: the weight bytes per token count
+// those (on each rank its share: I / tp of each, or under expert parallelism
+// the expected top_k / ep of its own experts), plus the routers. The time each
+// group spent in collectives (ProcessGroup::collective_seconds, waiting for the
+// slower rank included: "ep" the token dispatch's all-to-alls and the all-reduce
+// of its token chunks, "tp" the all-reduces and lm_head's gather) is given per token.
+//
+//   mpirun -np N bench_inference --model DIR [--prefill 512] [--decode 128] [--reps 3] [--tp-size T --ep-size E]
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
@@ -23,6 +32,7 @@
 #include "tp/dist/process_group.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
+#include "tp/nn/moe.h"
 #include "tp/ops/linear.h"
 
 using namespace tp;
@@ -86,8 +96,10 @@ int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   CLI::App app{"tp inference benchmark"};
   std::string model_dir, dtype = "bf16";
-  int64_t prefill = 512, decode = 128, reps = 3;
+  int64_t prefill = 512, decode = 128, reps = 3, tp_size = 0, ep_size = 1;
   bool skip_ceilings = false;
+  app.add_option("--tp-size", tp_size, "default: the world size (with --ep-size: the plan's rules)");
+  app.add_option("--ep-size", ep_size, "expert parallelism (MoE models): the world size, or 1");
   app.add_option("--model", model_dir)->required();
   app.add_option("--prefill", prefill);
   app.add_option("--decode", decode);
@@ -100,10 +112,12 @@ int main(int argc, char** argv) {
   LoadOptions options;
   options.dtype = DType::BF16;
   options.verbose = false;
+  if (tp_size > 0) options.distributed_config.tp_size = tp_size;
+  if (ep_size > 1) options.distributed_config.ep_size = ep_size;
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, options);
   double load_s = seconds(t_load);
   CausalLM& lm = model.lm();
-  dist::ProcessGroup& group = model.mesh().group(0);
+  dist::ProcessGroup& group = model.mesh().root_group();  // every rank (under ep: every tp group)
   const int64_t V = model.config().vocab_size;
 
   std::vector<int64_t> prompt(static_cast<size_t>(prefill));
@@ -120,25 +134,44 @@ int main(int argc, char** argv) {
   auto probe_gbs = [&] { return static_cast<double>(probe.nbytes()) / timed_read_pass(probe, group) / 1e9; };
   std::vector<double> chunk_s, chunk_ceiling_gbs;
 
+  // Collective seconds of the tp and ep groups (rank 0's), over the measured prefills and decodes.
+  dist::ProcessGroup& tp_group = model.mesh().group("tp");
+  dist::ProcessGroup* ep_group = model.mesh().has_dim("ep") ? &model.mesh().group("ep") : nullptr;
+  auto comm = [&] { return std::pair{tp_group.collective_seconds(), ep_group ? ep_group->collective_seconds() : 0.0}; };
+  double prefill_tp_comm = 0, prefill_ep_comm = 0, decode_tp_comm = 0, decode_ep_comm = 0;
+
   std::vector<double> prefill_s, decode_s;
   for (int64_t r = 0; r <= reps; ++r) {  // rep 0 warms up
     for (auto& c : state.layers) c.reset();
     group.barrier();
+    auto c0 = comm();
     auto t0 = Clock::now();
     Tensor logits = lm.forward_ids(ids, &state, {prefill - 1});
     double tp = seconds(t0);
+    auto c1 = comm();
+    if (r > 0) {
+      prefill_tp_comm += c1.first - c0.first;
+      prefill_ep_comm += c1.second - c0.second;
+    }
     const float* l = logits.data<float>();
     int64_t next = std::max_element(l, l + V) - l;
     double td = 0, before = probe_gbs();
     for (int64_t s0 = 0; s0 < decode; s0 += kChunk) {
       group.barrier();
+      auto d0 = comm();
       auto t1 = Clock::now();
       for (int64_t s = s0; s < std::min(decode, s0 + kChunk); ++s) {
         logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), &state, {0});
         l = logits.data<float>();
         next = std::max_element(l, l + V) - l;
       }
-      double tc = seconds(t1), after = probe_gbs();
+      double tc = seconds(t1);
+      auto d1 = comm();
+      if (r > 0) {
+        decode_tp_comm += d1.first - d0.first;
+        decode_ep_comm += d1.second - d0.second;
+      }
+      double after = probe_gbs();
       td += tc;
       if (r > 0 && s0 + kChunk <= decode) {
         chunk_s.push_back(tc);
@@ -155,11 +188,32 @@ int main(int argc, char** argv) {
   // What one token costs this rank: every Linear's weight is read once per
   // decode step (bf16), and prefill multiplies every token by all of them but
   // lm_head (logits only for the last position).
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0, active_bytes = 0, expert_bytes = 0;  // this rank's; the whole model's active; all experts'
   double prefill_flops = 0;
+  const int64_t ep = model.ep_size();
   for (nn::Module* m : lm.modules()) {
+    if (auto* router = dynamic_cast<nn::TopKRouter*>(m)) {
+      weight_bytes += numel(router->weight.global_shape) * 2;
+      active_bytes += numel(router->weight.global_shape) * 2;
+      continue;
+    }
+    if (auto* experts = dynamic_cast<nn::MoeExperts*>(m)) {
+      // One expert's bytes, whole and as this rank holds it (I / tp under tp, whole under ep).
+      const int64_t whole = (numel(experts->gate_up_proj.global_shape) + numel(experts->down_proj.global_shape)) /
+                            experts->num_experts() * 2;
+      const int64_t local = (numel(nn::local_shape(experts->gate_up_proj)) + numel(nn::local_shape(experts->down_proj))) /
+                            experts->num_local_experts() * 2;
+      const double k = static_cast<double>(experts->top_k());
+      weight_bytes += static_cast<int64_t>(k / static_cast<double>(experts->experts_sharded() ? ep : 1) * local);
+      active_bytes += experts->top_k() * whole;
+      expert_bytes += experts->num_experts() * whole;
+      prefill_flops += 2.0 * k * static_cast<double>(local / 2) * static_cast<double>(prefill) /
+                       static_cast<double>(experts->experts_sharded() ? ep : 1);
+      continue;
+    }
     auto* linear = dynamic_cast<nn::Linear*>(m);
     if (linear == nullptr) continue;
+    active_bytes += numel(linear->weight.global_shape) * 2;
     int64_t n = numel(nn::local_shape(linear->weight));
     weight_bytes += n * 2;
     prefill_flops += 2.0 * static_cast<double>(n) * static_cast<double>(linear->name() == "lm_head" ? 1 : prefill);
@@ -173,13 +227,14 @@ int main(int argc, char** argv) {
   Tensor all_rss = group.all_gather(rss, 0);
   double gflops = 0, gbs = 0;
   if (!skip_ceilings) {
-    if (model.tp_rank() == 0) gflops = matmul_gflops();
+    if (group.rank() == 0) gflops = matmul_gflops();
     gbs = read_bandwidth_gbs(group);  // every rank at once
   }
-  if (model.tp_rank() == 0) {
+  if (group.rank() == 0) {
     double pf = median(prefill_s), dc = median(decode_s);
     nlohmann::ordered_json j;
     j["tp_size"] = model.tp_size();
+    j["ep_size"] = model.ep_size();
     j["threads_per_rank"] = omp_get_max_threads();
     j["load_s"] = load_s;
     j["prefill_tokens"] = prefill;
@@ -190,6 +245,13 @@ int main(int argc, char** argv) {
     j["decode_s_median"] = dc;
     j["decode_tokens_per_s"] = decode / dc;
     j["weight_bytes_rank0"] = weight_bytes;
+    j["active_weight_bytes_per_token"] = active_bytes;  // the whole model's, one token (MoE: top_k experts)
+    if (expert_bytes > 0) j["expert_weight_bytes_all"] = expert_bytes;
+    const double measured = static_cast<double>(reps);
+    j["prefill_tp_collective_s_per_token"] = prefill_tp_comm / measured / static_cast<double>(prefill);
+    j["prefill_ep_collective_s_per_token"] = prefill_ep_comm / measured / static_cast<double>(prefill);
+    j["decode_tp_collective_s_per_token"] = decode_tp_comm / measured / static_cast<double>(decode);
+    j["decode_ep_collective_s_per_token"] = decode_ep_comm / measured / static_cast<double>(decode);
     j["decode_weight_read_gbs_rank0"] = static_cast<double>(weight_bytes) * decode / dc / 1e9;
     std::vector<double> share;
     for (size_t i = 0; i < chunk_s.size(); ++i)

@@ -15,23 +15,17 @@ the tp = 2 job measures the read bandwidth each rank gets while both read.
 
   bench/models/run_inference_bench.py [--build build] [--model out/qwen3-0.6b] [--pairs 6]
 """
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from paired_runs import run_json, setup, summary  # noqa: E402
+from paired_runs import inference_arguments, run_json, setup, summary  # noqa: E402
 
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--model", default="out/qwen3-0.6b")
-    ap.add_argument("--pairs", type=int, default=6)
-    ap.add_argument("--prefill", type=int, default=512)
-    ap.add_argument("--decode", type=int, default=128)
+    ap = inference_arguments(__doc__, "out/qwen3-0.6b", 6, 128)
     ap.add_argument("--json", help="also write every run's numbers here")
     a = ap.parse_args()
 

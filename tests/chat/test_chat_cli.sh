@@ -55,6 +55,17 @@ print(f"tp chat: 2 turns, the second prompt holds the first answer {first_answer
 PY
 cmp -s "$dir/one.out" "$dir/two.out" || { diff "$dir/one.out" "$dir/two.out"; fail "2 ranks answer differently from 1"; }
 echo "tp chat: 2 ranks give the same answers as 1"
+# A MoE under expert parallelism with tp_size 1: both ranks are tp rank 0, one reads stdin.
+"$tp" make-model --arch qwen3_moe --preset tiny --set initializer_range=0.1 --set vocab_size=268 \
+  --set max_position_embeddings=8192 --tokenizer "$dir/tok/tokenizer.json" --out "$dir/moe" >/dev/null 2>&1
+moe_chat=(chat --model "$dir/moe" --system "be brief" --max-new-tokens 6)
+printf 'hello there\nsecond question\n' | "$tp" "${moe_chat[@]}" >"$dir/moe1.out" 2>"$dir/moe1.err" ||
+  { cat "$dir/moe1.err"; fail "tp chat (moe)"; }
+printf 'hello there\nsecond question\n' | timeout 120 "$tprun" --nproc-per-node 2 "$tp" "${moe_chat[@]}" --ep-size 2 \
+  --tp-size 1 >"$dir/moe2.out" 2>"$dir/moe2.err" || { cat "$dir/moe2.err"; fail "tprun tp chat --ep-size 2 --tp-size 1"; }
+[ "$(wc -l <"$dir/moe1.out")" -ge 2 ] || fail "the moe chat answered $(wc -l <"$dir/moe1.out") turns, not 2"
+cmp -s "$dir/moe1.out" "$dir/moe2.out" || { diff "$dir/moe1.out" "$dir/moe2.out"; fail "ep 2 x tp 1 answers differently from 1 rank"; }
+echo "tp chat: a MoE at ep 2 x tp 1 gives the same answers as 1 rank"
 # --json: a line per turn whose answer is the streamed one.
 printf 'hello there\nsecond question\n' | "$tp" "${chat[@]}" --json >"$dir/one.json" 2>/dev/null
 /usr/bin/python3 - "$dir" <<'PY'

@@ -22,12 +22,14 @@ llama3_rope='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hig
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" --set num_key_value_heads=2 --out "$out/qwen3-kv2"
 # MoE: 8 experts (ep 1, 2, 4), top-2, routed unevenly (skew_router.py): in every MoE
 # layer one expert gets all tokens and most get none (so at ep 4 some ranks receive nothing).
-# qwen3_moe has a dense layer in the middle (mlp_only_layers).
+# qwen3_moe has a dense layer in the middle (mlp_only_layers). Both train with the routers'
+# load-balancing loss (output_router_logits; inference ignores it).
 skew=(/usr/bin/python3 "$(dirname "$0")/skew_router.py")
-"$tp" make-model --arch mixtral --preset tiny "${std[@]}" --out "$out/mixtral"
+aux=(--set output_router_logits=true --set router_aux_loss_coef=0.02)
+"$tp" make-model --arch mixtral --preset tiny "${std[@]}" "${aux[@]}" --out "$out/mixtral"
 "${skew[@]}" "$out/mixtral" "model.layers.{}.block_sparse_moe.gate.weight" 5 6,7
-"$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" --set num_hidden_layers=3 --set 'mlp_only_layers=[1]' \
-  --out "$out/qwen3_moe"
+"$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" "${aux[@]}" --set num_hidden_layers=3 \
+  --set 'mlp_only_layers=[1]' --out "$out/qwen3_moe"
 "${skew[@]}" "$out/qwen3_moe" "model.layers.{}.mlp.gate.weight" 5 6,7
 # GPT-OSS: sinks, a window of 4 on layer 0 (sliding) and full attention on layer 1, yarn, biases, top-4 of 8
 # experts (bf16 too: its sinks and biases converted); the MXFP4 one (its experts' in dims multiples of 32)
@@ -57,3 +59,8 @@ train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_a
 "$tp" make-model --arch llama "${train[@]}" --out "$out/llama-train"
 "$tp" make-model --arch mistral "${train[@]}" --seed 2 --out "$out/mistral-train"
 "$tp" make-model --arch qwen3 "${train[@]}" --out "$out/qwen3-train"
+# The MoE one: 8 experts, top-2, with the load-balancing loss (coef 0.1: visible in the gradients).
+# Its routers are not skewed: an expert whose probability underflows gets gradients of ~1e-9,
+# where AdamW's update m / (sqrt(v) + eps) turns their rounding into lr-sized weight changes.
+"$tp" make-model --arch qwen3_moe "${train[@]}" --set moe_intermediate_size=16 --set output_router_logits=true \
+  --set router_aux_loss_coef=0.1 --out "$out/qwen3_moe-train"

@@ -58,7 +58,7 @@ TEST(MoePlan, ExpertParallelShardsTheExpertDimAndCountsTheAllToAll) {
   int64_t a2a = 0;
   for (const PlanCollective& c : r.collectives)
     if (c.op == "all_to_all") a2a += c.bytes_per_token;
-  EXPECT_EQ(a2a, 2 * 2 * (2 * 64 * 4 / 2));  // 2 layers x there and back x top-2 x H x f32 / tp
+  EXPECT_EQ(a2a, 2 * 2 * (2 * 64 * 4 / 4));  // 2 layers x there and back x top-2 x H x f32 / ep (each rank its chunk)
 }
 
 TEST(MoePlan, EveryRuleIsAnErrorByMessage) {

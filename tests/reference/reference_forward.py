@@ -142,8 +142,9 @@ def deepseek_route(cfg, w, block, x):
     return weights * cfg.get("routed_scaling_factor", 1.0), ids
 
 
-def sparse_moe(cfg, w, p, h, expert_load=None):
-    """The MoE block of layer prefix p on h [B, T, H], from the per-expert Hub tensors."""
+def sparse_moe(cfg, w, p, h, expert_load=None, router_logits=None):
+    """The MoE block of layer prefix p on h [B, T, H], from the per-expert Hub tensors
+    (the router's logits [B*T, E] appended to router_logits when given)."""
     mixtral = cfg["model_type"] == "mixtral"
     block = p + ("block_sparse_moe." if mixtral else "mlp.")
     gate_name, up_name, down_name = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
@@ -152,7 +153,10 @@ def sparse_moe(cfg, w, p, h, expert_load=None):
     if is_deepseek(cfg):
         top_w, top_i = deepseek_route(cfg, w, block, x)
     else:
-        probs = (x @ w[block + "gate.weight"].T).float().softmax(dim=-1)
+        logits = x @ w[block + "gate.weight"].T
+        if router_logits is not None:
+            router_logits.append(logits)
+        probs = logits.float().softmax(dim=-1)
         top_w, top_i = probs.topk(cfg["num_experts_per_tok"], dim=-1)
         if mixtral or cfg.get("norm_topk_prob", False):
             top_w = top_w / top_w.sum(dim=-1, keepdim=True)
@@ -246,13 +250,15 @@ def gpt_oss_attention(cfg, w, p, h, mask):
     return proj("o_proj", out, 0)
 
 
-def gpt_oss_moe(cfg, w, p, h, expert_load=None):
+def gpt_oss_moe(cfg, w, p, h, expert_load=None, router_logits=None):
     """GPT-OSS's MoE block: top-k of the biased router logits, softmax over the k,
     experts x @ W with interleaved gate/up columns and the clamped SwiGLU."""
     m = p + "mlp."
     limit, alpha = cfg.get("swiglu_limit", 7.0), 1.702
     x = h.reshape(-1, h.shape[-1])
     logits = x @ w[m + "router.weight"].T + w[m + "router.bias"]
+    if router_logits is not None:
+        router_logits.append(logits)
     top_v, top_i = logits.topk(cfg["num_experts_per_tok"], dim=-1)
     top_w = top_v.softmax(dim=-1)
     gate_up, gate_up_b = w[m + "experts.gate_up_proj"], w[m + "experts.gate_up_proj_bias"]
@@ -375,9 +381,10 @@ def mla_attention(cfg, w, p, h, mask):
     return out @ w[a + "o_proj.weight"].T
 
 
-def forward_batch(cfg, w, ids, expert_loads=None):
+def forward_batch(cfg, w, ids, expert_loads=None, router_logits=None):
     """Logits [B, T, V] of int64 ids [B, T] (causal, positions 0..T-1 in every row). The
-    tensors in w may be autograd leaves (the training oracle passes nn.Parameters)."""
+    tensors in w may be autograd leaves (the training oracle passes nn.Parameters);
+    router_logits, when given, collects every sparse layer's router logits."""
     eps = cfg["rms_norm_eps"]
     B, T = ids.shape
     causal = torch.full((T, T), float("-inf")).triu(1)
@@ -396,7 +403,7 @@ def forward_batch(cfg, w, ids, expert_loads=None):
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         if is_sparse_layer(cfg, i):
             load = [] if expert_loads is not None else None
-            x = x + moe(cfg, w, p, h, load)
+            x = x + moe(cfg, w, p, h, load, router_logits)
             if expert_loads is not None:
                 expert_loads.append(load)
             continue

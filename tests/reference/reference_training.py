@@ -15,8 +15,16 @@ Per optimizer step s (0-based), STEPS steps of ACCUM micro-batches of [BATCH, SE
   loss[s] = sum of the micro-batch partials; grad_norm[s] = pre-clip L2 total norm;
   clip_grad_norm_(max_grad_norm); lr[s] = the lr AdamW uses; optimizer.step(); scheduler.step().
 
+MoE (qwen3_moe-train, output_router_logits true): each micro-batch's loss also gets
+router_aux_loss_coef * load_balancing_loss_func(every sparse layer's router logits) (Transformers:
+softmax over the concatenated logits, top-k one-hots; E * sum(mean one-hot * mean probability)),
+not divided by ACCUM (the Trainer does not divide a loss that takes num_items_in_batch); aux_loss[s]
+is the mean of the micro-batches' aux losses. The experts are trained as the per-expert Hub
+tensors (an expert no token reached gets a zero gradient, so weight decay and AdamW's moments
+apply to it as to its slice of v5's fused tensor); final.<fused v5 name> stacks them (gate_up_proj [E, 2I, H] = [gate; up], down_proj [E, H, I]).
+
 Golden file (safetensors): input_ids, labels (I64 [STEPS, ACCUM, BATCH, SEQ_LEN]),
-loss, grad_norm, lr (F32 [STEPS]), final.<tensor> (F32, weights after STEPS steps);
+loss, grad_norm, lr (F32 [STEPS]), aux_loss (MoE), final.<tensor> (F32, weights after STEPS steps);
 __metadata__ holds every hyperparameter.
 
   reference_training.py write MODELS_DIR GOLDEN_DIR   # (re)write golden/train_<model>.safetensors
@@ -34,7 +42,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_forward import forward_batch, load_model  # noqa: E402
 
-MODELS = {"llama": "llama-train", "mistral": "mistral-train", "qwen3": "qwen3-train"}
+MODELS = {"llama": "llama-train", "mistral": "mistral-train", "qwen3": "qwen3-train", "qwen3_moe": "qwen3_moe-train"}
 
 STEPS, ACCUM, BATCH, SEQ_LEN = 20, 2, 2, 16
 SEED = 1234
@@ -56,8 +64,11 @@ NO_DECAY = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(
 RTOL = 1e-6
 
 
-def metadata(model):
-    return {
+def metadata(model, cfg):
+    moe = {}
+    if cfg.get("output_router_logits"):
+        moe = {"router_aux_loss_coef": repr(cfg["router_aux_loss_coef"]), "num_experts_per_tok": str(cfg["num_experts_per_tok"])}
+    return moe | {
         "model": model, "steps": str(STEPS), "accum": str(ACCUM), "batch": str(BATCH), "seq_len": str(SEQ_LEN),
         "seed": str(SEED), "token_stride": str(TOKEN_STRIDE), "token_offset": str(TOKEN_OFFSET),
         "base_lr": repr(BASE_LR), "warmup_steps": str(WARMUP_STEPS), "lr_scheduler": "cosine",
@@ -122,6 +133,37 @@ def lr_factor(s):
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * 2.0 * 0.5 * p)))
 
 
+def load_balancing_loss(router_logits, num_experts, top_k):
+    """Transformers' load_balancing_loss_func without an attention mask."""
+    logits = torch.cat(router_logits, dim=0)
+    probs = torch.nn.functional.softmax(logits, dim=-1)
+    _, chosen = torch.topk(probs, top_k, dim=-1)
+    one_hot = torch.nn.functional.one_hot(chosen, num_experts)  # [M, K, E]
+    tokens_per_expert = one_hot.float().mean(dim=0)            # [K, E]
+    prob_per_expert = probs.mean(dim=0)                         # [E]
+    return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * num_experts
+
+
+def fused_experts(params):
+    """Per-expert Hub tensors -> Transformers v5's fused names (what tp trains)."""
+    out, done = {}, set()
+    for k, p in params.items():
+        m = re.match(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$", k)
+        if not m:
+            out[k] = p.detach().clone()
+            continue
+        prefix = m.group(1)
+        if prefix in done:
+            continue
+        done.add(prefix)
+        n = 1 + max(int(re.match(re.escape(prefix) + r"\.(\d+)\.", j).group(1)) for j in params
+                    if j.startswith(prefix + "."))
+        e = lambda i, what: params[f"{prefix}.{i}.{what}_proj.weight"].detach()  # noqa: E731
+        out[prefix + ".gate_up_proj"] = torch.stack([torch.cat([e(i, "gate"), e(i, "up")], dim=0) for i in range(n)])
+        out[prefix + ".down_proj"] = torch.stack([e(i, "down") for i in range(n)])
+    return out
+
+
 def decayed(name):
     return not any(re.search(r, name.lower()) for r in NO_DECAY)
 
@@ -137,31 +179,45 @@ def optimize(cfg, params, weights, base_lr, max_grad_norm):
     opt = torch.optim.AdamW(groups, lr=base_lr, betas=(BETA1, BETA2), eps=EPS, foreach=False)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     plist = list(params.values())
-    losses, norms, lrs, grad0 = [], [], [], {}
+    aux_coef = cfg["router_aux_loss_coef"] if cfg.get("output_router_logits") else None
+    n_experts = cfg.get("num_experts") or cfg.get("num_local_experts")
+    losses, norms, lrs, auxes, grad0 = [], [], [], [], {}
     for s in range(STEPS):
         opt.zero_grad(set_to_none=True)
         n = int((labels[s, :, :, 1:] != IGNORE_INDEX).sum())
         loss = torch.zeros((), dtype=torch.float32)
+        aux_sum = 0.0
         for a in range(ACCUM):
-            logits = forward_batch(cfg, weights(), ids[s, a])
+            router_logits = []
+            logits = forward_batch(cfg, weights(), ids[s, a], router_logits=router_logits)
             part = torch.nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.shape[-1]), labels[s, a, :, 1:].reshape(-1),
                 ignore_index=IGNORE_INDEX, reduction="sum") / n
+            if aux_coef is not None:
+                aux = load_balancing_loss(router_logits, n_experts, cfg["num_experts_per_tok"])
+                aux_sum += float(aux)
+                part = part + aux_coef * aux
             part.backward()
             loss = loss + part.detach()
+        for p in plist:  # an expert no token reached: a zero gradient, as its slice of v5's fused tensor has
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         if s == 0:
             grad0 = {k: p.grad.detach().clone() for k, p in params.items()}
         norms.append(float(torch.nn.utils.clip_grad_norm_(plist, max_grad_norm)))
         lrs.append(opt.param_groups[0]["lr"])
         losses.append(float(loss))
+        auxes.append(aux_sum / ACCUM)
         opt.step()
         sched.step()
     out = {"input_ids": ids, "labels": labels,
            "loss": torch.tensor(losses, dtype=torch.float32),
            "grad_norm": torch.tensor(norms, dtype=torch.float32),
            "lr": torch.tensor(lrs, dtype=torch.float32)}
-    for k, p in params.items():
-        out["final." + k] = p.detach().clone()
+    if aux_coef is not None:
+        out["aux_loss"] = torch.tensor(auxes, dtype=torch.float32)
+    for k, p in fused_experts(params).items():
+        out["final." + k] = p
     return out, grad0
 
 
@@ -169,7 +225,7 @@ def train(model_dir):
     cfg, w = load_model(model_dir)
     params = {k: torch.nn.Parameter(v.clone()) for k, v in w.items()}
     out, _ = optimize(cfg, params, lambda: params, BASE_LR, MAX_GRAD_NORM)
-    return out
+    return out, cfg
 
 
 def report(model, out):
@@ -204,9 +260,9 @@ def compare_tensors(what, golden, out):
     return bad
 
 
-def compare(model, golden, meta, out):
+def compare(model, golden, meta, out, cfg):
     bad = []
-    want = metadata(model)
+    want = metadata(model, cfg)
     if meta != want:
         bad.append(f"metadata {meta} != {want}")
     return bad + compare_tensors(model, golden, out)
@@ -220,15 +276,15 @@ def main():
     torch.use_deterministic_algorithms(True)
     nbad = 0
     for model, dirname in MODELS.items():
-        out = train(os.path.join(models_dir, dirname))
+        out, cfg = train(os.path.join(models_dir, dirname))
         path = os.path.join(golden_dir, f"train_{model}.safetensors")
         if mode == "write":
             report(model, out)
-            write_safetensors(path, out, metadata(dirname))
+            write_safetensors(path, out, metadata(dirname, cfg))
             print(f"wrote {path} ({os.path.getsize(path)} bytes)")
             continue
         golden, meta = read_safetensors(path)
-        bad = compare(dirname, golden, meta, out)
+        bad = compare(dirname, golden, meta, out, cfg)
         first, last = out["loss"][0].item(), out["loss"][-1].item()
         print(f"{model}: loss {first:.4f} -> {last:.4f}, {'ok' if not bad else 'DIFFERENT'}")
         for b in bad:

@@ -76,6 +76,9 @@ TEST_P(Reference, TwentyStepsMatchPyTorch) {
 
   std::vector<float> loss = golden->read("loss").to_vector(), norm = golden->read("grad_norm").to_vector(),
                      lr = golden->read("lr").to_vector();
+  // MoE: the routers' load-balancing loss (output_router_logits in the model's config).
+  std::vector<float> aux;
+  if (golden->find("aux_loss") != nullptr) aux = golden->read("aux_loss").to_vector();
   for (int64_t s = 0; s < steps; ++s) {
     std::vector<MicroBatch> mbs;
     for (int64_t k = 0; k < accum; ++k)
@@ -84,6 +87,7 @@ TEST_P(Reference, TwentyStepsMatchPyTorch) {
     const std::string at = model + " step " + std::to_string(s);
     expect_rel(r.loss, loss[s], 1e-5, at + " loss");
     expect_rel(r.grad_norm, norm[s], 1e-5, at + " grad norm");
+    if (!aux.empty()) expect_rel(r.aux_loss, aux[s], 1e-5, at + " aux loss");
     if (lr[s] == 0) EXPECT_EQ(r.learning_rate, 0) << at;
     else expect_rel(r.learning_rate, lr[s], 1e-6, at + " learning rate");
   }
@@ -99,4 +103,4 @@ TEST_P(Reference, TwentyStepsMatchPyTorch) {
   EXPECT_EQ(compared, static_cast<int>(trainer.parameters().params().size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Reference, ::testing::Values("llama", "mistral", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Models, Reference, ::testing::Values("llama", "mistral", "qwen3", "qwen3_moe"));

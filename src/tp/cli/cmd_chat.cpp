@@ -84,8 +84,10 @@ int run_chat(const ChatFlags& f) {
   const Tokenizer tokenizer = Tokenizer::from_model_dir(dir);
   const chat::ChatTemplate chat_template = chat::ChatTemplate::from_model_dir(dir);
   PretrainedModel model = load_model(f.model, f.adapter);
-  dist::ProcessGroup& group = model.mesh().group("tp");
-  const bool rank0 = model.tp_rank() == 0;
+  // Every rank of the model's mesh takes part in a turn: under expert parallelism
+  // with tp_size < ranks there are several tp rank 0s, and only one reads stdin.
+  dist::ProcessGroup& group = model.mesh().root_group();
+  const bool rank0 = group.rank() == 0;
   install_sigint(rank0);
   const bool interactive = rank0 && isatty(STDIN_FILENO);
   const int64_t max_positions = model.config().max_position_embeddings;

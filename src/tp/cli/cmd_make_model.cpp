@@ -25,13 +25,9 @@ struct Options {
   std::vector<std::string> sets;
 };
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // GPT-OSS's expert weights, which MXFP4 checkpoints store as blocks and scales.
 bool mxfp4_param(const std::string& name) {
-  return ends_with(name, ".mlp.experts.gate_up_proj") || ends_with(name, ".mlp.experts.down_proj");
+  return name.ends_with(".mlp.experts.gate_up_proj") || name.ends_with(".mlp.experts.down_proj");
 }
 
 // `p` drawn in f32, quantised (tp/models/mxfp4.h): two sources, the quantisation run once for both.

@@ -94,20 +94,32 @@ int run_train(TrainFlags& f) {
   a.bf16 = *dtype == DType::BF16;
 
   // The mesh dp_replicate x dp_shard x tp (accelerate's ParallelismConfig); the model uses its "tp" dim.
-  if (f.model.ep_size.value_or(1) > 1)
-    throw UsageError("--ep-size: training with expert parallelism is not supported yet (train at --ep-size 1)");
+  // With --ep-size the model makes its own mesh (ep_replicas x tp, flattened ep) and there is no data parallelism.
+  const int64_t ep_size = f.model.ep_size.value_or(1);
+  if (ep_size > 1 && (f.dp_replicate_size.value_or(1) > 1 || f.dp_shard_size.value_or(1) > 1))
+    throw UsageError("--ep-size with --dp-replicate-size / --dp-shard-size: expert parallelism with data "
+                     "parallelism is not supported (use one of them)");
   const dist::ParallelismConfig parallelism{f.dp_replicate_size, f.dp_shard_size, f.model.tp_size};
-  dist::ParallelismConfig sizes;
-  try {
-    sizes = parallelism.resolved(dist::world_size());
-  } catch (const Error& e) {
-    throw UsageError(fmt::format("--dp-replicate-size / --dp-shard-size / --tp-size: {}", e.what()));
-  }
   LoadOptions load = LoadOptions::for_training();
   load.distributed_config.tp_plan = f.model.tp_plan;
-  load.distributed_config.tp_size = sizes.tp_size;
   load.distributed_config.enable_sequence_parallel = f.model.sequence_parallel;
-  load.mesh = parallelism.build_device_mesh();
+  std::string layout;
+  if (ep_size > 1) {
+    load.distributed_config.tp_size = f.model.tp_size;
+    load.distributed_config.ep_size = ep_size;
+    load.distributed_config.ep_plan = f.model.ep_plan;
+    layout = fmt::format("ep {} x tp {}", ep_size, f.model.tp_size.value_or(ep_size));
+  } else {
+    dist::ParallelismConfig sizes;
+    try {
+      sizes = parallelism.resolved(dist::world_size());
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("--dp-replicate-size / --dp-shard-size / --tp-size: {}", e.what()));
+    }
+    load.distributed_config.tp_size = sizes.tp_size;
+    load.mesh = parallelism.build_device_mesh();
+    layout = sizes.to_string();
+  }
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
   const bool rank0 = dist::world_rank() == 0;
   std::optional<training::LoraModel> lora;
@@ -136,7 +148,7 @@ int run_train(TrainFlags& f) {
                lora ? fmt::format("LoRA (r={} on {}) ", lora->config().r,
                                   fmt::join(lora->config().targets_for(model.config().model_type), ","))
                     : std::string(),
-               dist::world_size(), sizes.to_string(), train->size(), train->seq_len(), train->documents(),
+               dist::world_size(), layout, train->size(), train->seq_len(), train->documents(),
                train->dropped_tokens(), trainer.state().max_steps, a.bf16 ? "bf16 (f32 master weights)" : "f32",
                trainer.loss_parallel() ? "vocab-parallel" : "gathered-logits",
                trainer.optimizer().state_bytes() >> 20);
@@ -159,8 +171,9 @@ int run_train(TrainFlags& f) {
     nlohmann::json j = out.metrics;
     j["global_step"] = out.global_step;
     j["tp_size"] = model.tp_size();
-    j["dp_replicate_size"] = *sizes.dp_replicate_size;
-    j["dp_shard_size"] = *sizes.dp_shard_size;
+    j["ep_size"] = model.ep_size();
+    j["dp_replicate_size"] = trainer.dp_size() > 1 ? model.mesh().size("dp_replicate") : 1;
+    j["dp_shard_size"] = trainer.dp_size() > 1 ? model.mesh().size("dp_shard") : 1;
     j["optimizer_state_bytes_per_rank"] = trainer.optimizer().state_bytes();
     j["output_dir"] = a.output_dir;
     j["log_history"] = logger->file().string();

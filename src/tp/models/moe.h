@@ -30,7 +30,7 @@ struct MoeConfig {
   bool norm_topk_prob = true;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
-  double router_aux_loss_coef = 0.0;
+  double router_aux_loss_coef = 0.001;  // Transformers' default for both
   bool output_router_logits = false;
   std::string router_name = "gate";  // GPT-OSS: "router"
   bool gpt_oss = false;              // router top-k then softmax with a bias; GPT-OSS's experts (nn::ExpertLayout)

@@ -20,21 +20,21 @@ struct Part {
 
 bool reads_from_hub_names(const Checkpoint& ckpt, const std::string& param) {
   if (ckpt.has(param) || layer_prefix(param).empty()) return false;
-  return ends_with(param, ".mlp.experts.gate_up_proj") || ends_with(param, ".mlp.experts.down_proj") ||
-         ends_with(param, ".mlp.gate.weight");
+  return param.ends_with(".mlp.experts.gate_up_proj") || param.ends_with(".mlp.experts.down_proj") ||
+         param.ends_with(".mlp.gate.weight");
 }
 
 Tensor read_from_hub_names(const Checkpoint& ckpt, const std::string& param, const Shape& shape,
                            const parallel::ParamShard& shard, DType as) {
   const std::string layer = layer_prefix(param);
-  if (ends_with(param, ".mlp.gate.weight")) {  // Mixtral's router under its Hub name
+  if (param.ends_with(".mlp.gate.weight")) {  // Mixtral's router under its Hub name
     const std::string key = layer + "block_sparse_moe.gate.weight";
     TP_CHECK(ckpt.has(key), "{}: the checkpoint has neither '{}' nor '{}'", ckpt.dir().string(), param, key);
     TP_CHECK(ckpt.info(key).shape == shape, "{}: tensor '{}' has shape {}, but config.json implies {}",
              ckpt.info(key).file.string(), key, shape_str(ckpt.info(key).shape), shape_str(shape));
     return shard.replicated() ? ckpt.read(key, as) : ckpt.read_slice(key, shard.dim, shard.spans, as);
   }
-  const bool gate_up = ends_with(param, ".gate_up_proj");
+  const bool gate_up = param.ends_with(".gate_up_proj");
   const HubNaming* naming = nullptr;
   for (const HubNaming& n : kNamings)
     if (ckpt.has(expert_key(layer, n, 0, gate_up ? n.gate : n.down))) naming = &n;

@@ -9,14 +9,9 @@ namespace tp {
 
 const HubNaming kNamings[2] = {{"block_sparse_moe", "w1", "w3", "w2"}, {"mlp", "gate_proj", "up_proj", "down_proj"}};
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string layer_prefix(const std::string& name) {
   const std::string head = "model.layers.";
-  if (!starts_with(name, head)) return {};
+  if (!name.starts_with(head)) return {};
   size_t i = head.size();
   while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
   if (i == head.size() || i >= name.size() || name[i] != '.') return {};
@@ -35,7 +30,7 @@ std::optional<FusedLocation> fused_location(const std::string& hub_name, int64_t
   if (rest == "block_sparse_moe.gate.weight") return FusedLocation{layer + "mlp.gate.weight"};
   for (const HubNaming& n : kNamings) {
     const std::string head = std::string(n.block) + ".experts.";
-    if (!starts_with(rest, head)) continue;
+    if (!rest.starts_with(head)) continue;
     size_t i = head.size(), digits = 0;
     int64_t e = 0;
     for (; i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i])) && digits < 9; ++i, ++digits)

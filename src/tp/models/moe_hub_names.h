@@ -31,8 +31,6 @@ struct HubNaming {
 };
 extern const HubNaming kNamings[2];
 
-bool starts_with(const std::string& s, const std::string& prefix);
-bool ends_with(const std::string& s, const std::string& suffix);
 // "model.layers.N." of a name, or empty.
 std::string layer_prefix(const std::string& name);
 // model.layers.N.<block>.experts.<e>.<proj>.weight

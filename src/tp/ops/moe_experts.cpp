@@ -295,6 +295,28 @@ Tensor routed_bias(const Tensor& ids, const Tensor& weights, const Tensor& bias)
 
 namespace tp::ops {
 
+void softmax_row(const float* logits, int64_t E, float* probs) {
+  float mx = logits[0];
+  for (int64_t e = 1; e < E; ++e) mx = std::max(mx, logits[e]);
+  double z = 0;
+  for (int64_t e = 0; e < E; ++e) z += probs[e] = std::exp(logits[e] - mx);
+  for (int64_t e = 0; e < E; ++e) probs[e] = static_cast<float>(probs[e] / z);
+}
+
+void top_k_row(const float* probs, int64_t E, int64_t k, int64_t* ids) {
+  // k passes of a max over E (k is small: 2 for Mixtral, 8 for Qwen3-30B-A3B).
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; ++e) {
+      if (best >= 0 && !(probs[e] > probs[best])) continue;
+      bool taken = false;
+      for (int64_t i = 0; i < j && !taken; ++i) taken = ids[i] == e;
+      if (!taken) best = e;
+    }
+    ids[j] = best;
+  }
+}
+
 TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bias) {
   TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "route_top_k: logits must be f32 [tokens, experts], "
            "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
@@ -324,11 +346,7 @@ TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bi
     if (sc.sigmoid) {
       for (int64_t e = 0; e < E; ++e) pr[e] = 1.f / (1.f + std::exp(-row[e]));
     } else {
-      float mx = row[0];
-      for (int64_t e = 1; e < E; ++e) mx = std::max(mx, row[e]);
-      double z = 0;
-      for (int64_t e = 0; e < E; ++e) z += pr[e] = std::exp(row[e] - mx);
-      for (int64_t e = 0; e < E; ++e) pr[e] = static_cast<float>(pr[e] / z);
+      softmax_row(row, E, pr);
     }
     std::vector<float> choice(pr, pr + E);
     if (bs != nullptr)

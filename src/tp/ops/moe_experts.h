@@ -76,6 +76,12 @@ TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize);
 //   logits [N, E] f32 -> weights [N, K] f32 (differentiable w.r.t. logits), ids [N, K] i64
 TopK top_k_softmax(const Tensor& logits, int64_t k);
 
+// One token's row of that choice (also for the routers' aux loss): probs[E] =
+// softmax(logits[E]) (f32, the sum in f64), and the ids of the k largest,
+// largest first (ties: the lower id).
+void softmax_row(const float* logits, int64_t E, float* probs);
+void top_k_row(const float* probs, int64_t E, int64_t k, int64_t* ids);
+
 }  // namespace tp::ops
 
 namespace tp::ops {

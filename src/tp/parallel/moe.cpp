@@ -151,7 +151,6 @@ std::vector<Tensor> EpDispatchExperts::transform_inputs_pre_forward(nn::Module& 
                                                                     const dist::DeviceMesh& mesh) const {
   nn::MoeExperts& experts = as_experts(module, "ep_dispatch_experts");
   TP_CHECK(inputs.size() == 2, "ep_dispatch_experts: '{}' takes the hidden states and the routing", module.name());
-  dist::ProcessGroup& tp = mesh.group("tp");
   dist::ProcessGroup& ep = ep_group(mesh, module, "ep_dispatch_experts");
   const int64_t n_local = experts.num_local_experts();
   TP_CHECK(n_local * ep.size() == experts.num_experts(),
@@ -161,11 +160,13 @@ std::vector<Tensor> EpDispatchExperts::transform_inputs_pre_forward(nn::Module& 
   Tensor x = inputs[0], routing = inputs[1];
   DispatchState s;
   s.tokens = x.size(0);
-  s.chunk = chunk_span(s.tokens, tp.size(), tp.rank());
-  if (tp.size() > 1) {  // the tokens are replicated over tp: each rank dispatches its chunk
-    x = ops::narrow(dist::copy_to_region(x, tp), 0, s.chunk.offset, s.chunk.size);
-    routing = ops::narrow(dist::copy_to_region(routing, tp), 0, s.chunk.offset, s.chunk.size);
-  }
+  // Every rank of the ep group holds all the tokens (replicated over tp, and every
+  // tp group runs the same ones): each dispatches its own chunk, so each (token,
+  // slot) pair travels and is computed once (Transformers' ep ranks past tp hold
+  // other data; here they would repeat the same pairs).
+  s.chunk = chunk_span(s.tokens, ep.size(), ep.rank());
+  x = ops::narrow(dist::copy_to_region(x, ep), 0, s.chunk.offset, s.chunk.size);
+  routing = ops::narrow(dist::copy_to_region(routing, ep), 0, s.chunk.offset, s.chunk.size);
   const nn::Routing r = nn::unpack_routing(routing);
   const int64_t K = r.ids.size(1), pairs = r.ids.numel();
   const int64_t* id = r.ids.data<int64_t>();
@@ -202,29 +203,26 @@ Tensor EpDispatchExperts::transform_output_post_forward(nn::Module& module, Tens
   TP_CHECK(state != nullptr, "ep_dispatch_experts: '{}' ran without its input hook", module.name());
   const DispatchState s = *state;
   experts.style_state.reset();
-  dist::ProcessGroup& tp = mesh.group("tp");
   dist::ProcessGroup& ep = ep_group(mesh, module, "ep_dispatch_experts");
   Tensor back = dist::all_to_all_rows(output, s.recv_counts, ep);  // in the order the pairs were sent
   Tensor mine = ops::combine_rows(back, s.rows, ops::reshape(s.pair_weights, {-1}), s.chunk.size);
-  if (tp.size() == 1) return mine;
-  // This rank's chunk in place among zeros, summed over tp: every rank gets all tokens.
+  // This rank's chunk in place among zeros, summed over ep: every rank gets all tokens.
   const int64_t H = output.size(1);
   std::vector<Tensor> pieces;
   if (s.chunk.offset > 0) pieces.push_back(Tensor::zeros({s.chunk.offset, H}));
   pieces.push_back(mine);
   if (s.tokens > s.chunk.offset + s.chunk.size)
     pieces.push_back(Tensor::zeros({s.tokens - s.chunk.offset - s.chunk.size, H}));
-  return dist::reduce_from_region(pieces.size() == 1 ? mine : ops::cat(pieces, 0), tp);
+  return dist::reduce_from_region(pieces.size() == 1 ? mine : ops::cat(pieces, 0), ep);
 }
 
 std::vector<CollectiveCost> EpDispatchExperts::forward_collectives(const nn::Module& module, const TpRank& tp) const {
   const auto* experts = dynamic_cast<const nn::MoeExperts*>(&module);
   if (experts == nullptr) return {};
-  // Each of this rank's tokens travels top_k times, there and back (tokens split over tp first).
-  const int64_t bytes = experts->top_k() * experts->hidden_size() * 4 / tp.size;
-  std::vector<CollectiveCost> c = {{"all_to_all", bytes}, {"all_to_all", bytes}};
-  if (tp.size > 1) c.push_back({"all_reduce", experts->hidden_size() * 4});
-  return c;
+  // Each of this rank's tokens travels top_k times, there and back (the tokens split over ep first),
+  // then the chunks are put back together by an all-reduce over ep.
+  const int64_t bytes = experts->top_k() * experts->hidden_size() * 4 / tp.ep_size;
+  return {{"all_to_all", bytes}, {"all_to_all", bytes}, {"all_reduce", experts->hidden_size() * 4}};
 }
 
 }  // namespace tp::parallel

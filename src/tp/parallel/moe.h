@@ -16,11 +16,13 @@
 //     token): bwd all-reduce of the weights' gradient (each rank's is partial),
 //     then the slots of other ranks' experts get weight 0 and the sentinel id; the
 //     rest are remapped to local ids. moe_tp_experts sums the ranks' outputs.
-//   ep_dispatch_experts on the experts (token dispatch): each tp rank takes its
-//     chunk of the tokens, sends every (token, slot) to the rank owning its
-//     expert (all-to-all), runs its experts on what it received, sends the
+//   ep_dispatch_experts on the experts (token dispatch): each ep rank takes its
+//     chunk of the tokens (every rank holds them all: tp replicates them and the
+//     tp groups run the same ones), sends every (token, slot) to the rank owning
+//     its expert (all-to-all), runs its experts on what it received, sends the
 //     results back (all-to-all; bwd: the reverse exchanges), weights and sums
-//     them; at tp > 1 the chunks are put back together by an all-reduce.
+//     them; the chunks are put back together by an all-reduce over ep (bwd: the
+//     hidden states' and weights' gradients all-reduced over ep).
 //   moe_identity_expert: the input divided by the tp size (an identity expert
 //     would otherwise be counted tp times by the sum).
 #include "tp/parallel/layer.h"

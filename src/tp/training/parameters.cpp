@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "tp/nn/layers.h"
+#include "tp/nn/moe.h"
 #include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"
 #include "tp/tensor/convert.h"
@@ -61,8 +62,10 @@ Tensor view(const Tensor& slab, int64_t offset, const Shape& shape) {
 }  // namespace
 
 ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
-                                 const std::function<bool(const std::string&)>& trainable)
-    : group_(tp_group), bf16_(bf16_compute) {
+                                 const std::function<bool(const std::string&)>& trainable,
+                                 const ExpertParallelGroups& ep)
+    : group_(tp_group), ep_(ep), bf16_(bf16_compute) {
+  TP_CHECK(!ep_.enabled() || ep_.replicas != nullptr, "ModelParameters: expert parallelism needs the ep_replicas group");
   if (bf16_) {
     // Rank 0's measurement decides for all: ranks must run the same arithmetic.
     // Only rank 0 probes: ranks sharing cores would time each other's probes.
@@ -92,6 +95,8 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   for (nn::Module* m : model.modules()) {
     if (auto* linear = dynamic_cast<nn::Linear*>(m); linear != nullptr && bf16_ && !bf16_native_)
       linear->compute_dtype = DType::BF16;
+    const auto* experts = dynamic_cast<const nn::MoeExperts*>(m);
+    const bool expert_sharded = ep_.enabled() && experts != nullptr && experts->experts_sharded();
     for (nn::Parameter* p : m->own_parameters()) {
       TP_CHECK(p->data.defined(), "parameter '{}' has no data: load the model for training "
                "(LoadOptions::for_training(), which keeps the plain weights)", p->name);
@@ -109,20 +114,24 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
       t.refs = {p};
       t.global_shape = p->global_shape;
       t.decay = decays(p->name);
-      t.shards = parallel::all_shards(p->shard, group_);  // every rank walks the same tree in the same order
+      t.expert_sharded = expert_sharded;
+      dist::ProcessGroup& over = expert_sharded ? *ep_.ep : group_;
+      t.shards = parallel::all_shards(p->shard, over);  // every rank walks the same tree in the same order
       t.replicated = p->shard.replicated();
-      t.counted = parallel::first_holder(t.shards, group_.rank()) == group_.rank();
+      t.counted = parallel::first_holder(t.shards, over.rank()) == over.rank();
       params_.push_back(std::move(t));
     }
     // Training changes weights in place: a packed inference copy would go stale.
     m->release_packed_weights();
   }
+  std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return !p.expert_sharded; });
   std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return p.replicated; });
 
   for (TrainableParam& p : params_) {
     p.offset = numel_;
     numel_ += (p.refs[0]->data.numel() + kAlign - 1) / kAlign * kAlign;
     if (p.replicated) replicated_end_ = numel_;
+    if (!p.expert_sharded) ep_replicated_end_ = numel_;
   }
   state_numel_ = numel_;
   for (TrainableParam& p : params_) p.owned = {{0, p.refs[0]->data.numel(), p.offset}};
@@ -176,6 +185,12 @@ void ModelParameters::sync_replicated_grads() {
   group_.broadcast(replicated, 0);
 }
 
+void ModelParameters::sync_ep_replicas() {
+  if (!ep_.enabled() || ep_.replicas->size() == 1 || ep_replicated_end_ == 0) return;
+  Tensor replicated = grad_.narrow(0, 0, ep_replicated_end_);
+  ep_.replicas->broadcast(replicated, 0);
+}
+
 double sum_over_ranks(double value, dist::ProcessGroup& group) {
   // Every rank adds the same partial sums in the same order: the same bits everywhere.
   int64_t bits;
@@ -191,9 +206,10 @@ double sum_over_ranks(double value, dist::ProcessGroup& group) {
 }
 
 double ModelParameters::global_grad_norm() const {
-  double mine = 0;
+  double mine = 0, experts = 0;  // squares of the tp group's parameters, and of this rank's experts
   for (const TrainableParam& p : params_) {
     if (!p.counted) continue;
+    double& into = p.expert_sharded ? experts : mine;
     for (const OwnedSegment& seg : p.owned) {
       // Blocks over threads, summed in block order: the same bits for a given thread count.
       const float* g = p.grad.data<float>() + seg.begin;
@@ -201,11 +217,14 @@ double ModelParameters::global_grad_norm() const {
       std::vector<double> part(static_cast<size_t>(blocks));
 #pragma omp parallel for schedule(static) if (blocks > 1)
       for (int64_t b = 0; b < blocks; ++b) part[b] = sum_squares(g + b * block, std::min(block, n - b * block));
-      for (double s : part) mine += s;
+      for (double s : part) into += s;
     }
   }
   if (shard_group_ != nullptr) mine = sum_over_ranks(mine, *shard_group_);
-  return std::sqrt(sum_over_ranks(mine, group_));
+  // Every replica's tp group holds the same gradients: its sum counts them once.
+  double total = sum_over_ranks(mine, group_);
+  if (ep_.enabled()) total += sum_over_ranks(experts, *ep_.ep);
+  return std::sqrt(total);
 }
 
 void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& buckets) {
@@ -360,7 +379,7 @@ void ModelParameters::state_from_full(const Tensor& full, Tensor& state) const {
 
 Tensor ModelParameters::gather_master(const TrainableParam& p) const {
   const Tensor local = p.master.defined() ? p.master : local_view(full_masters(), p);
-  return parallel::gather_full(local, p.global_shape, p.shards, group_);
+  return parallel::gather_full(local, p.global_shape, p.shards, group_of(p));
 }
 
 }  // namespace tp::training

@@ -12,6 +12,12 @@
 //
 // Replicated parameters sit first in the slabs, so one broadcast covers them all.
 //
+// Expert parallelism (the model's mesh has "ep"): the experts' parameters are
+// sharded over the ep group (every rank) by their expert dim; everything else is
+// held by each tp group whole (its ep replica), and the replicas run the same
+// tokens. The slabs hold [tp-replicated][tp-sharded][expert-sharded], so one
+// broadcast over the replicas covers everything but the experts.
+//
 // Sharded over dp_shard (shard_updates, Megatron's distributed optimizer): each
 // rank updates only its chunk of every gradient bucket, keeps optimizer state
 // for it alone and, under mixed precision, the f32 master weights of its chunks
@@ -50,6 +56,7 @@ struct TrainableParam {
   bool decay = true;
   bool replicated = false;           // every tp rank holds all of it
   bool counted = true;               // this rank's slice counts toward the global norm
+  bool expert_sharded = false;       // sharded over the ep group by its expert dim (shards are the ep ranks')
   // What this rank updates: all of it, state laid out like the slabs, unless the
   // optimizer is sharded over data-parallel ranks (ModelParameters::shard_updates).
   std::vector<OwnedSegment> owned;
@@ -67,15 +74,25 @@ double sum_over_ranks(double value, dist::ProcessGroup& group);
 // its compute copy (bf16, or bf16 values in f32); nothing when they are one.
 void round_into_compute_copy(const TrainableParam& p, const float* master, int64_t begin, int64_t end);
 
+// The groups of an expert-parallel mesh: "ep" (every rank; the experts are cut
+// over it) and "ep_replicas" (the ranks with the same tp coordinate).
+struct ExpertParallelGroups {
+  dist::ProcessGroup* ep = nullptr;
+  dist::ProcessGroup* replicas = nullptr;
+  bool enabled() const { return ep != nullptr; }
+};
+
 class ModelParameters {
  public:
   // Takes over `model`'s parameters: their values move into the slabs and the
   // model's tensors become the compute weights. `trainable` picks the parameters
   // that get gradients (all by default); the others are frozen: no slab, no
   // gradient, no optimizer state (under bf16 their matrices are rounded to bf16 once).
-  // Collective over `tp_group` (each rank learns every rank's slices).
+  // Collective over `tp_group` (each rank learns every rank's slices), and over
+  // the ep group when `ep` is enabled.
   ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
-                  const std::function<bool(const std::string&)>& trainable = {});
+                  const std::function<bool(const std::string&)>& trainable = {},
+                  const ExpertParallelGroups& ep = {});
   ModelParameters(const ModelParameters&) = delete;
   ModelParameters& operator=(const ModelParameters&) = delete;
 
@@ -125,6 +142,9 @@ class ModelParameters {
   // Under bf16 compute: native bf16 GEMMs (else bf16 values in f32); every rank agrees.
   bool bf16_native() const { return bf16_native_; }
   dist::ProcessGroup& group() const { return group_; }
+  // The group p's shards are over: the ep group for expert-sharded parameters, else the tp group.
+  dist::ProcessGroup& group_of(const TrainableParam& p) const { return p.expert_sharded ? *ep_.ep : group_; }
+  const ExpertParallelGroups& expert_parallel() const { return ep_; }
 
   void zero_grad();
   // After the masters changed (an optimizer step, a resume): rounds them into
@@ -134,9 +154,16 @@ class ModelParameters {
   // rank 0: MPI does not promise that a reduction gives every rank the same bits,
   // and replicas must not drift apart over a run. Collective.
   void sync_replicated_grads();
+  // Under expert parallelism with several ep replicas (tp groups that ran the
+  // same tokens): each replica holds the whole gradient of every parameter but
+  // the experts (whose pairs token dispatch computed once, over the ep group);
+  // replica 0's is broadcast, so replicas hold the same bits and cannot drift
+  // (a reduction need not give every rank the same bits). Nothing otherwise. Collective.
+  void sync_ep_replicas();
   // The L2 norm of the whole model's gradient: each slice counted once (sharded
-  // squares summed over ranks, replicated and tied parameters once), the same
-  // value on every rank. Reads only the owned parts. Collective.
+  // squares summed over ranks, replicated and tied parameters once; under expert
+  // parallelism each expert once over the ep group, the rest once per replica),
+  // the same value on every rank. Reads only the owned parts. Collective.
   double global_grad_norm() const;
 
   // The full tensor of a parameter's master weights (collective).
@@ -144,10 +171,12 @@ class ModelParameters {
 
  private:
   dist::ProcessGroup& group_;
+  ExpertParallelGroups ep_;
   bool bf16_, bf16_native_ = false;
   std::vector<TrainableParam> params_;
   Tensor master_, grad_, compute_copy_;
   int64_t numel_ = 0, replicated_end_ = 0, state_numel_ = 0;
+  int64_t ep_replicated_end_ = 0;  // the slabs' elements before the expert-sharded parameters
   dist::ProcessGroup* shard_group_ = nullptr;
   std::vector<SlabRange> buckets_;
   bool masters_sharded_ = false;

@@ -12,11 +12,14 @@
 #include "tp/io/json_file.h"
 #include "tp/io/safetensors.h"
 #include "tp/io/writer.h"
+#include "tp/models/moe.h"
 #include "tp/models/save_pretrained.h"
 #include "tp/nn/layers.h"
 #include "tp/training/checkpoint.h"
 #include "tp/training/data_parallel.h"
 #include "tp/training/loss.h"
+#include "tp/training/router_aux_loss.h"
+#include "tp/ops/elementwise.h"
 
 namespace tp::training {
 
@@ -85,6 +88,12 @@ void prepare_output_dir(const fs::path& dir, dist::ProcessGroup& group) {
 
 bool finite(double x) { return std::isfinite(x); }
 
+// Which rank's files of a checkpoint this rank writes and reads: its tp rank, or
+// under expert parallelism its ep rank (each holds other experts).
+int checkpoint_file_rank(const PretrainedModel& model) {
+  return model.mesh().has_dim("ep") ? model.mesh().coordinate("ep") : model.tp_rank();
+}
+
 // Flush-to-zero and denormals-are-zero on this thread and the OpenMP pool. As a
 // model learns, the probabilities of unlikely tokens underflow to denormals
 // (e^-100 ~ 4e-44), and every GEMM and kernel that touches one takes a microcode
@@ -140,7 +149,19 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   prepare_output_dir(args_.output_dir, *job_);
 
   if (args_.loss_parallel && model_.can_shard_logits()) model_.set_sharded_logits(true);
-  params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable);
+  ExpertParallelGroups ep;
+  if (mesh.has_dim("ep")) {
+    TP_CHECK(dp_ == nullptr, "expert parallelism (ep_size {}) with data parallelism (dp {}) is not supported; train "
+             "with one of them", mesh.size("ep"), dp_size_);
+    ep = {&mesh.group("ep"), &mesh.group("ep_replicas")};
+  }
+  params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable, ep);
+  for (nn::Module* m : model_.lm().modules())
+    if (auto* router = dynamic_cast<const nn::TopKRouter*>(m)) routers_.push_back(router);
+  if (!routers_.empty()) {
+    const MoeConfig moe = MoeConfig::from(model_.config());
+    if (moe.output_router_logits) router_aux_loss_coef_ = moe.router_aux_loss_coef;
+  }
   TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
   if (dp_ != nullptr) {
     const double mib = args_.ddp_bucket_cap_mb.value_or(25.0);
@@ -199,6 +220,12 @@ std::vector<MicroBatch> Trainer::micro_batches_for(int64_t step) const {
 
 Tensor Trainer::forward_logits(const Tensor& ids) { return model_.lm().forward_ids(ids); }
 
+Tensor Trainer::router_aux_loss() const {
+  std::vector<Tensor> logits;
+  for (const nn::TopKRouter* r : routers_) logits.push_back(r->last_logits());
+  return router_load_balancing_loss(logits, routers_.front()->scoring().top_k);
+}
+
 StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) {
   TP_CHECK(!micro_batches.empty(), "training_step needs at least one micro-batch");
   autograd::clear_tape();  // nothing of an earlier failed step may take part
@@ -225,6 +252,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const auto t0 = Clock::now();
   params_->zero_grad();
+  int64_t aux_batches = 0;
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     const MicroBatch& mb = micro_batches[k];
     // The last backward reduces gradient buckets over dp as they complete (DDP's no_sync before it).
@@ -232,9 +260,16 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     if (reducer_ && k + 1 == micro_batches.size()) watch = reducer_->watch_backward();
     if (!mb.input_ids.defined()) continue;
     Tensor loss = causal_lm_loss(forward_logits(mb.input_ids), mb.labels, static_cast<double>(r.targets), vocab);
+    if (router_aux_loss_coef_) {
+      const Tensor aux = router_aux_loss();
+      r.aux_loss += aux.item();
+      ++aux_batches;
+      loss = ops::add(loss, ops::scale(aux, *router_aux_loss_coef_));
+    }
     r.loss += loss.item();
     autograd::backward(loss);
   }
+  if (aux_batches > 0) r.aux_loss /= static_cast<double>(aux_batches);
   if (reducer_) {
     reducer_->finish();
     r.loss = sum_over_ranks(r.loss, *dp_);
@@ -246,6 +281,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
            "the data)", step + 1, r.loss);
   r.forward_backward_s = since(t0);
   const auto t1 = Clock::now();
+  params_->sync_ep_replicas();
   params_->sync_replicated_grads();
   r.grad_norm = params_->global_grad_norm();
   r.grad_norm_s = since(t1);
@@ -285,10 +321,13 @@ void Trainer::maybe_log_save_evaluate(const StepResult& r, double step_seconds) 
   if (step % args_.logging_steps == 0 || (args_.logging_first_step && step == 1)) {
     // Transformers' keys: the mean loss since the last log, the last gradient
     // norm (before clipping), and the learning rate the scheduler now holds.
-    log({{"loss", window_loss_ / static_cast<double>(window_steps_)},
-         {"grad_norm", r.grad_norm},
-         {"learning_rate", lr_at(step)}});
+    json logs = {{"loss", window_loss_ / static_cast<double>(window_steps_)},
+                 {"grad_norm", r.grad_norm},
+                 {"learning_rate", lr_at(step)}};
+    if (router_aux_loss_coef_) logs["aux_loss"] = window_aux_loss_ / static_cast<double>(window_steps_);
+    log(logs);
     window_loss_ = 0;
+    window_aux_loss_ = 0;
     window_steps_ = 0;
   }
   if (args_.eval_strategy == "steps" && eval_ && step % state_.eval_steps == 0) evaluate();
@@ -315,6 +354,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
     StepResult r = training_step(micro_batches_for(state_.global_step));
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     window_loss_ += r.loss;
+    window_aux_loss_ += r.aux_loss;
     ++window_steps_;
     run_loss_ += r.loss;
     ++run_steps_;
@@ -408,22 +448,24 @@ json Trainer::checkpoint_identity() const {
   json plan = json::object();
   for (const auto& [k, v] : model_.tp_plan())
     if (!layout.count({k, v})) plan[k] = v;
-  return {{"tp_size", model_.tp_size()},
-          {"tp_plan", plan},
-          {"model_type", model_.config().model_type},
-          {"parameters", params},
-          {"bf16", args_.bf16},
-          {"optimizer", optimizer_->name()},
-          {"train_data", {{"fingerprint", std::to_string(train_->fingerprint())},
-                          {"seq_len", train_->seq_len()},
-                          {"blocks", train_->size()}}},
-          // The global batch, not how it is split: a run may resume on another number of dp ranks.
-          {"total_train_batch_size",
-           args_.per_device_train_batch_size * args_.gradient_accumulation_steps * dp_size_}};
+  json identity = {{"tp_size", model_.tp_size()},
+                   {"tp_plan", plan},
+                   {"model_type", model_.config().model_type},
+                   {"parameters", params},
+                   {"bf16", args_.bf16},
+                   {"optimizer", optimizer_->name()},
+                   {"train_data", {{"fingerprint", std::to_string(train_->fingerprint())},
+                                   {"seq_len", train_->seq_len()},
+                                   {"blocks", train_->size()}}},
+                   // The global batch, not how it is split: a run may resume on another number of dp ranks.
+                   {"total_train_batch_size",
+                    args_.per_device_train_batch_size * args_.gradient_accumulation_steps * dp_size_}};
+  if (model_.ep_size() > 1) identity["ep_size"] = model_.ep_size();
+  return identity;
 }
 
 fs::path Trainer::save_checkpoint() {
-  const int rank = model_.tp_rank();
+  const int rank = checkpoint_file_rank(model_);
   // Files per tp rank, written by the first replica; the optimizer state is
   // gathered over dp_shard first, so a checkpoint does not depend on the dp layout.
   fs::path dir = write_checkpoint_dir(args_.output_dir, state_.global_step, *job_, [&](const fs::path& tmp) {
@@ -438,7 +480,8 @@ fs::path Trainer::save_checkpoint() {
                           {"steps", std::to_string(optimizer_->steps())}});
     if (rank != 0) return;
     io::write_json_file(tmp / "trainer_state.json", state_.to_json());
-    json counters = {{"window_loss", window_loss_}, {"window_steps", window_steps_}};
+    json counters = {{"window_loss", window_loss_}, {"window_aux_loss", window_aux_loss_},
+                     {"window_steps", window_steps_}};
     io::write_json_file(tmp / "training_state.json",
                         {{"identity", checkpoint_identity()}, {"counters", counters}, {"args", args_.to_json()}});
     io::write_json_file(tmp / "config.json", model_.config().to_json());
@@ -468,7 +511,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   TP_CHECK(differences.empty(), "cannot resume from {}: the run differs from the one that saved it ({})",
            dir.string(), fmt::join(differences, "; "));
 
-  const int rank = model_.tp_rank();
+  const int rank = checkpoint_file_rank(model_);
   auto model_file = io::SafetensorsFile::open(dir / rank_file("model", rank));
   Tensor full = Tensor::zeros({params_->numel()});  // this tp rank's masters, whatever the dp layout
   for (TrainableParam& p : params_->params()) {
@@ -491,6 +534,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   state_.max_steps = total_steps_;
   window_loss_ = saved.at("counters").at("window_loss").get<double>();
   window_steps_ = saved.at("counters").at("window_steps").get<int64_t>();
+  window_aux_loss_ = saved.at("counters").value("window_aux_loss", 0.0);
 }
 
 }  // namespace tp::training

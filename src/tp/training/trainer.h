@@ -21,6 +21,18 @@
 // while the backward runs (GradientReducer), and the loss, the token counts and
 // the gradient norm are global: a dp x tp run logs what one rank with the whole
 // global batch would.
+//
+// Expert parallelism comes with the model's mesh too ("ep", "ep_replicas"):
+// every rank trains on the same batches, the experts' parameters are updated by
+// the rank that holds them, the rest identically by every ep replica
+// (ModelParameters::sync_ep_replicas).
+//
+// MoE models whose config sets output_router_logits add Transformers' router
+// load-balancing loss (router_aux_loss.h) times router_aux_loss_coef to each
+// micro-batch's loss, as MixtralForCausalLM does with its labels: the step's
+// loss is the cross-entropy over the step's targets plus coef x the sum of the
+// micro-batches' aux losses (Transformers' Trainer does not divide a loss that
+// takes num_items_in_batch by the accumulation steps). Logged as aux_loss.
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -31,6 +43,7 @@
 #include <vector>
 
 #include "tp/models/auto.h"
+#include "tp/nn/moe.h"
 #include "tp/training/arguments.h"
 #include "tp/training/data.h"
 #include "tp/training/optimizer.h"
@@ -74,7 +87,8 @@ struct MicroBatch {
 };
 
 struct StepResult {
-  double loss = 0;          // the step's loss (mean over its targets)
+  double loss = 0;          // the step's loss (mean over its targets; with the routers' aux loss, plus coef x aux per micro-batch)
+  double aux_loss = 0;      // the routers' load-balancing loss, mean over the micro-batches (0 when not enabled)
   double grad_norm = 0;     // before clipping
   double learning_rate = 0; // used by this step
   int64_t targets = 0;
@@ -138,6 +152,11 @@ class Trainer {
   Tensor forward_logits(const Tensor& ids);
   nlohmann::json checkpoint_identity() const;
 
+  // The sparse layers' routers and the aux loss's coefficient (unset: output_router_logits is off).
+  std::vector<const nn::TopKRouter*> routers_;
+  std::optional<double> router_aux_loss_coef_;
+  Tensor router_aux_loss() const;  // of the last forward
+
   PretrainedModel& model_;
   TrainingArguments args_;
   std::shared_ptr<const TokenBlocks> train_, eval_;
@@ -155,7 +174,7 @@ class Trainer {
   std::vector<std::shared_ptr<TrainerCallback>> callbacks_;
   // Since the last log: summed step losses and step count (part of a checkpoint,
   // so a resumed run logs the same averages).
-  double window_loss_ = 0;
+  double window_loss_ = 0, window_aux_loss_ = 0;
   int64_t window_steps_ = 0;
   double run_loss_ = 0;
   int64_t run_steps_ = 0;
