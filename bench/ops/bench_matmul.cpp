@@ -27,7 +27,11 @@ struct Shape3 {
   int64_t m, k, n;
 };
 
-const Shape3 kShapes[] = {{512, 1024, 3072}, {512, 3072, 1024}, {1, 4096, 4096}};
+// The first is bench_inference's "bf16 matmul rate"; then qwen3-0.6b's prefill-512
+// GEMMs at tp = 1 (q|k|v and gate|up fused, o_proj, down_proj is the second) and
+// k_proj / v_proj alone, as they ran before the fusion; then decode's GEMV.
+const Shape3 kShapes[] = {{512, 1024, 3072}, {512, 3072, 1024}, {512, 1024, 4096}, {512, 1024, 6144},
+                          {512, 2048, 1024}, {512, 1024, 1024}, {1, 4096, 4096}};
 
 // Weight copies [N, K] so that M = 1 streams from memory rather than cache.
 // Not inlined: GCC 12.2 -O3 miscompiled the inlined loop (it built the shape
@@ -49,8 +53,7 @@ void set_counters(benchmark::State& state, const Shape3& s, DType dt) {
   double flops = 2.0 * s.m * s.n * s.k;
   state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   double bytes = static_cast<double>(s.k * s.n) * dtype_size(dt);
-  if (s.m == 1)
-    state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  if (s.m == 1) state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void bm_tp_linear(benchmark::State& state, Shape3 s, DType dt) {
@@ -116,16 +119,16 @@ int main(int argc, char** argv) {
       std::string suffix = std::string(dtype_name(dt)) + shape_name(s);
       // Explicit captures: the variadic RegisterBenchmark overload of the installed
       // Google Benchmark (1.7.1) passed zeroed Shape3 fields at -O3.
-      benchmark::RegisterBenchmark(("BM_tp_linear_" + suffix).c_str(),
-                                   [s, dt](benchmark::State& st) { bm_tp_linear(st, s, dt); })
-          ->UseRealTime();
-      benchmark::RegisterBenchmark(("BM_onednn_" + suffix).c_str(),
-                                   [s, dt](benchmark::State& st) { bm_onednn(st, s, dt, false); })
-          ->UseRealTime();
+      benchmark::RegisterBenchmark(("BM_tp_linear_" + suffix).c_str(), [s, dt](benchmark::State& st) {
+        bm_tp_linear(st, s, dt);
+      })->UseRealTime();
+      benchmark::RegisterBenchmark(("BM_onednn_" + suffix).c_str(), [s, dt](benchmark::State& st) {
+        bm_onednn(st, s, dt, false);
+      })->UseRealTime();
       if (s.m == 1)
-        benchmark::RegisterBenchmark(("BM_onednn_hugepages_" + suffix).c_str(),
-                                     [s, dt](benchmark::State& st) { bm_onednn(st, s, dt, true); })
-            ->UseRealTime();
+        benchmark::RegisterBenchmark(("BM_onednn_hugepages_" + suffix).c_str(), [s, dt](benchmark::State& st) {
+          bm_onednn(st, s, dt, true);
+        })->UseRealTime();
     }
   }
   benchmark::Initialize(&argc, argv);

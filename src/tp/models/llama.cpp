@@ -1,11 +1,12 @@
 #include "tp/models/llama.h"
-#include "tp/models/variants.h"
-#include "tp/models/moe.h"
-#include "tp/models/rope_config.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "tp/autograd/tape.h"
+#include "tp/models/moe.h"
+#include "tp/models/rope_config.h"
+#include "tp/models/variants.h"
 #include "tp/ops/activation.h"
 #include "tp/ops/attention.h"
 #include "tp/ops/elementwise.h"
@@ -42,13 +43,47 @@ bool LlamaAttention::takes_bf16_input() const {
   return q_proj.takes_bf16_input() && k_proj.takes_bf16_input() && v_proj.takes_bf16_input();
 }
 
+namespace {
+
+// A projection whose style's forward leaves its output this rank's slice (none,
+// or plain colwise: the input hook is the identity without gradients), so it may
+// run inside a fused GEMM with its siblings. A gathering style may not.
+bool local_forward(const nn::Linear& l) {
+  const parallel::TensorParallelLayer* s = l.style();
+  if (s == nullptr) return true;
+  const auto* colwise = dynamic_cast<const parallel::ColwiseParallel*>(s);
+  return colwise != nullptr && typeid(*s) == typeid(parallel::ColwiseParallel) && !colwise->options().gather_output;
+}
+
+// The fused GEMM runs where the separate packed ones would: no gradient wanted.
+bool fused_applies(const nn::FusedLinears& f, const Tensor& x, const std::vector<const nn::Linear*>& parts) {
+  if (!f.active()) return false;
+  std::vector<Tensor> ts{x};
+  for (const nn::Linear* p : parts) ts.push_back(p->weight.data);
+  return !autograd::needs_grad(ts);
+}
+
+}  // namespace
+
+void LlamaAttention::finalize_weights(bool inference_only) {
+  if (local_forward(q_proj) && local_forward(k_proj) && local_forward(v_proj)) qkv_.fuse({&q_proj, &k_proj, &v_proj});
+}
+
 Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);  // [B, T, H]
   const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
   // This rank's heads: [B, T, Hq, D] and [B, T, Hkv, D].
-  Tensor q = ops::reshape(q_proj(x), {B, T, -1, D});
-  Tensor k = ops::reshape(k_proj(x), {B, T, -1, D});
-  Tensor v = ops::reshape(v_proj(x), {B, T, -1, D});
+  Tensor q, k, v;
+  if (fused_applies(qkv_, x, {&q_proj, &k_proj, &v_proj})) {
+    std::vector<Tensor> qkv = qkv_.forward(x);
+    q = ops::reshape(qkv[0], {B, T, -1, D});
+    k = ops::reshape(qkv[1], {B, T, -1, D});
+    v = ops::reshape(qkv[2], {B, T, -1, D});
+  } else {
+    q = ops::reshape(q_proj(x), {B, T, -1, D});
+    k = ops::reshape(k_proj(x), {B, T, -1, D});
+    v = ops::reshape(v_proj(x), {B, T, -1, D});
+  }
   if (q_norm != nullptr) {  // Qwen3: per-head RMSNorm before RoPE
     q = (*q_norm)(q);
     k = (*k_norm)(k);
@@ -86,15 +121,23 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
 
 LlamaMLP::LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate)
     : nn::Module(name),
-      gate_proj(add_module(std::make_unique<nn::Linear>(
-          child_name("gate_proj"), c.hidden_size, intermediate < 0 ? c.intermediate_size : intermediate, false))),
-      up_proj(add_module(std::make_unique<nn::Linear>(
-          child_name("up_proj"), c.hidden_size, intermediate < 0 ? c.intermediate_size : intermediate, false))),
+      gate_proj(add_module(std::make_unique<nn::Linear>(child_name("gate_proj"), c.hidden_size,
+                                                        intermediate < 0 ? c.intermediate_size : intermediate, false))),
+      up_proj(add_module(std::make_unique<nn::Linear>(child_name("up_proj"), c.hidden_size,
+                                                      intermediate < 0 ? c.intermediate_size : intermediate, false))),
       down_proj(add_module(std::make_unique<nn::Linear>(
           child_name("down_proj"), intermediate < 0 ? c.intermediate_size : intermediate, c.hidden_size, false))) {}
 
+void LlamaMLP::finalize_weights(bool inference_only) {
+  if (local_forward(gate_proj) && local_forward(up_proj)) gate_up_.fuse({&gate_proj, &up_proj});
+}
+
 Tensor LlamaMLP::forward(const std::vector<Tensor>& inputs) {
   const Tensor& x = inputs.at(0);
+  if (fused_applies(gate_up_, x, {&gate_proj, &up_proj})) {
+    std::vector<Tensor> gate_up = gate_up_.forward(x);
+    return down_proj(ops::swiglu(gate_up[0], gate_up[1]));
+  }
   return down_proj(ops::swiglu(gate_proj(x), up_proj(x)));
 }
 
@@ -121,8 +164,7 @@ int64_t layer_window(const ModelConfig& c, const LlamaVariant& v, int64_t i) {
   const nlohmann::json& type = (*it)[static_cast<size_t>(i)];
   if (type == "full_attention") return 0;
   TP_CHECK(type == "sliding_attention",
-           "{}: layer_types[{}] is {}; supported: \"sliding_attention\", \"full_attention\"", c.source, i,
-           type.dump());
+           "{}: layer_types[{}] is {}; supported: \"sliding_attention\", \"full_attention\"", c.source, i, type.dump());
   TP_CHECK(v.sliding_window > 0, "{}: layer_types[{}] is \"sliding_attention\" but 'sliding_window' is not set",
            c.source, i);
   return v.sliding_window;
@@ -133,8 +175,8 @@ int64_t layer_window(const ModelConfig& c, const LlamaVariant& v, int64_t i) {
 LlamaDecoderLayer::LlamaDecoderLayer(const std::string& name, int64_t index, const ModelConfig& c,
                                      const LlamaVariant& v)
     : nn::Module(name),
-      input_layernorm(add_module(
-          std::make_unique<nn::RMSNorm>(child_name("input_layernorm"), c.hidden_size, c.rms_norm_eps))),
+      input_layernorm(
+          add_module(std::make_unique<nn::RMSNorm>(child_name("input_layernorm"), c.hidden_size, c.rms_norm_eps))),
       self_attn(add_module(std::make_unique<LlamaAttention>(child_name("self_attn"), c, v))),
       post_attention_layernorm(add_module(
           std::make_unique<nn::RMSNorm>(child_name("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps))),
@@ -167,8 +209,8 @@ Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
   auto dtype_for = [](bool bf16_in) { return bf16_in ? DType::BF16 : DType::F32; };
   const auto* dense = dynamic_cast<const LlamaMLP*>(&mlp);
   Tensor a = ops::rms_norm(x, w1, input_layernorm.eps, dtype_for(self_attn.takes_bf16_input()));
-  ops::AddRmsNorm h =
-      ops::add_rms_norm(x, self_attn(a), w2, post_attention_layernorm.eps, dtype_for(dense != nullptr && dense->takes_bf16_input()));
+  ops::AddRmsNorm h = ops::add_rms_norm(x, self_attn(a), w2, post_attention_layernorm.eps,
+                                        dtype_for(dense != nullptr && dense->takes_bf16_input()));
   return ops::add(h.sum, mlp(h.normed));
 }
 
@@ -223,7 +265,9 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant varia
   for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
 }
 
-parallel::Plan LlamaForCausalLM::shipped_ep_plan() const { return causal_lm_ep_plan(config_, variant_.default_ep_plan); }
+parallel::Plan LlamaForCausalLM::shipped_ep_plan() const {
+  return causal_lm_ep_plan(config_, variant_.default_ep_plan);
+}
 
 parallel::Plan LlamaForCausalLM::shipped_plan() const { return causal_lm_plan(config_, variant_.default_plan); }
 

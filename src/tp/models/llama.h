@@ -13,13 +13,14 @@
 
 #include "tp/models/causal_lm.h"
 #include "tp/models/decoder_model.h"
+#include "tp/nn/fused_linears.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/rope.h"
 
 namespace tp {
 
 struct LlamaVariant {
-  bool qk_norm = false;            // Qwen3
+  bool qk_norm = false;  // Qwen3
   // Mistral: every layer's window (0: none). With `layer_types` in config.json
   // (GPT-OSS style), only the "sliding_attention" layers use it.
   int64_t sliding_window = 0;
@@ -35,10 +36,10 @@ struct LlamaVariant {
 
 // What a layer's attention needs besides its input, set by the model per call.
 struct AttentionContext {
-  Tensor positions;                         // [B, T] i64
+  Tensor positions;  // [B, T] i64
   const std::vector<float>* inv_freq = nullptr;
-  ops::RopeOptions rope;                    // yarn's factor on cos and sin
-  KVState* state = nullptr;                 // null: no cache
+  ops::RopeOptions rope;     // yarn's factor on cos and sin
+  KVState* state = nullptr;  // null: no cache
   const std::vector<int64_t>* counts = nullptr;
 };
 
@@ -58,12 +59,18 @@ class LlamaAttention : public nn::Module {
   // q, k and v all take a bf16 input as is (see nn::Linear::takes_bf16_input).
   bool takes_bf16_input() const;
 
+  // Inference: q|k|v packed as one GEMM (nn::FusedLinears) when their styles allow.
+  bool fuses_children() const override { return true; }
+  void finalize_weights(bool inference_only) override;
+  void release_packed_weights() override { qkv_.release(); }
+
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // x [B, T, H] -> [B, T, H]
 
  private:
   int64_t head_dim_;
   double scale_;
+  nn::FusedLinears qkv_;
 };
 
 class LlamaMLP : public nn::Module {
@@ -75,8 +82,16 @@ class LlamaMLP : public nn::Module {
   nn::Linear& down_proj;
   bool takes_bf16_input() const { return gate_proj.takes_bf16_input() && up_proj.takes_bf16_input(); }
 
+  // Inference: gate|up packed as one GEMM (nn::FusedLinears) when their styles allow.
+  bool fuses_children() const override { return true; }
+  void finalize_weights(bool inference_only) override;
+  void release_packed_weights() override { gate_up_.release(); }
+
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // down(silu(gate(x)) * up(x))
+
+ private:
+  nn::FusedLinears gate_up_;
 };
 
 class LlamaDecoderLayer : public nn::Module {

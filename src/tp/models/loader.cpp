@@ -32,8 +32,8 @@ void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype
       auto t = tied.find(p->name);
       if (t != tied.end()) source = t->second;
     }
-    TP_CHECK(ckpt.has(source), "{}: the checkpoint has no tensor '{}' (needed by this {} model)",
-             ckpt.dir().string(), source, ckpt.config().model_type);
+    TP_CHECK(ckpt.has(source), "{}: the checkpoint has no tensor '{}' (needed by this {} model)", ckpt.dir().string(),
+             source, ckpt.config().model_type);
     const io::TensorInfo& info = ckpt.info(source);
     TP_CHECK(info.shape == p->global_shape, "{}: tensor '{}' has shape {}, but config.json implies {}",
              info.file.string(), source, shape_str(info.shape), shape_str(p->global_shape));
@@ -54,9 +54,21 @@ void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
                      const std::map<std::string, std::string>& tied, bool inference_only, bool pack) {
   std::map<std::string, nn::Parameter*> by_name;
   for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;
-  for (nn::Module* m : root.modules()) {
-    load_own_parameters(*m, ckpt, dtype, tied, by_name);
-    if (pack) m->finalize_weights(inference_only);
+  // Pre-order, each module packed right after its own weights are read (peak
+  // memory: the plain copies go as the packed ones come), except that a parent
+  // fusing its children's weights gets its whole subtree read first.
+  const std::vector<nn::Module*> all = root.modules();
+  for (size_t i = 0; i < all.size(); ++i) {
+    nn::Module* m = all[i];
+    if (!pack || !m->fuses_children()) {
+      load_own_parameters(*m, ckpt, dtype, tied, by_name);
+      if (pack) m->finalize_weights(inference_only);
+      continue;
+    }
+    const std::vector<nn::Module*> subtree = m->modules();  // m first: all[i, i + size)
+    for (nn::Module* s : subtree) load_own_parameters(*s, ckpt, dtype, tied, by_name);
+    for (nn::Module* s : subtree) s->finalize_weights(inference_only);
+    i += subtree.size() - 1;
   }
 }
 

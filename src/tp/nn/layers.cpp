@@ -19,13 +19,21 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
 }
 
 DType Linear::weight_dtype() const {
-  if (packed_.defined()) return packed_.dtype();
+  if (packed_valid_) return packed_dtype_;
   return weight.data.defined() ? weight.data.dtype() : DType::F32;
+}
+
+void Linear::mark_fused(DType packed_dtype) {
+  fused_ = true;
+  packed_dtype_ = packed_dtype;
 }
 
 void Linear::finalize_weights(bool inference_only) {
   bool shared = weight.data.impl_ptr().use_count() > 1;
-  packed_ = ops::PackedLinear(weight.data, /*keep_weight=*/!inference_only || shared);
+  if (!fused_) {
+    packed_ = ops::PackedLinear(weight.data, /*keep_weight=*/!inference_only || shared);
+    packed_dtype_ = packed_.dtype();
+  }
   if (inference_only && !shared) weight.data = Tensor();
   packed_valid_ = true;
 }
@@ -33,6 +41,7 @@ void Linear::finalize_weights(bool inference_only) {
 void Linear::release_packed_weights() {
   packed_ = ops::PackedLinear();
   packed_valid_ = false;
+  fused_ = false;
 }
 
 Tensor Linear::forward(const std::vector<Tensor>& inputs) {
@@ -43,12 +52,18 @@ Tensor Linear::forward(const std::vector<Tensor>& inputs) {
 
 Tensor Linear::base_forward(const Tensor& x) {
   Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();
-  const bool packed = packed_valid_ && !autograd::needs_grad({x, weight.data, b});
+  TP_CHECK(!fused_ || weight.data.defined(),
+           "{}: its packed weight lives in its parent's fused GEMM (nn::FusedLinears); "
+           "call the parent, or load the model with inference_only = false",
+           name());
+  const bool packed = packed_valid_ && !fused_ && !autograd::needs_grad({x, weight.data, b});
   if (packed && (x.dtype() != DType::BF16 || takes_bf16_input())) return ops::linear(x, packed_, b);
   const Tensor xf = x.dtype() == DType::BF16 ? x.to(DType::F32) : x;
   if (packed) return ops::linear(xf, packed_, b);
-  TP_CHECK(weight.data.defined(), "{}: the weight was released after packing for inference; load the model with "
-           "inference_only = false to compute gradients", name());
+  TP_CHECK(weight.data.defined(),
+           "{}: the weight was released after packing for inference; load the model with "
+           "inference_only = false to compute gradients",
+           name());
   return ops::linear(xf, weight.data, b, compute_dtype);
 }
 

@@ -41,7 +41,14 @@ class Linear : public Module {
   DType weight_dtype() const;
   // Packed in bf16: a bf16 input goes to the GEMM as is (it would round an f32
   // input to bf16 first). Any other path widens a bf16 input to f32, exactly.
-  bool takes_bf16_input() const { return packed_valid_ && packed_.dtype() == DType::BF16 && !adapter_; }
+  bool takes_bf16_input() const { return packed_valid_ && packed_dtype_ == DType::BF16 && !adapter_; }
+
+  // Set by a parent that runs this weight inside one GEMM with its siblings
+  // (nn::FusedLinears: q|k|v, gate|up), before finalize_weights: then no packed
+  // copy of its own is made (the parent's holds the values), and the parent
+  // computes its output. Cleared by release_packed_weights (training, merges).
+  void mark_fused(DType packed_dtype);
+  bool fused() const { return fused_; }
 
   void set_adapter(std::unique_ptr<Adapter> adapter) { adapter_ = std::move(adapter); }
   Adapter* adapter() const { return adapter_.get(); }
@@ -54,6 +61,8 @@ class Linear : public Module {
   std::unique_ptr<Adapter> adapter_;
   ops::PackedLinear packed_;
   bool packed_valid_ = false;
+  bool fused_ = false;
+  DType packed_dtype_ = DType::F32;  // packed_'s, or the fused copy's
 };
 
 // Rows of W [num_embeddings, dim] looked up by id. A vocab-parallel style sets

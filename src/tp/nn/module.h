@@ -16,9 +16,9 @@
 namespace tp::nn {
 
 struct Parameter {
-  std::string name;     // full name
-  Shape global_shape;   // the checkpoint tensor's shape
-  Tensor data;          // this rank's local piece (undefined until loaded)
+  std::string name;            // full name
+  Shape global_shape;          // the checkpoint tensor's shape
+  Tensor data;                 // this rank's local piece (undefined until loaded)
   parallel::ParamShard shard;  // which piece (replicated unless a style sharded it)
 };
 
@@ -63,6 +63,10 @@ class Module {
   // for GEMM). With `inference_only`, a module may release what only training
   // needs (the unpacked copy of a weight nobody else shares).
   virtual void finalize_weights(bool inference_only) {}
+  // True for a parent whose finalize_weights reads its children's loaded weights
+  // (nn::FusedLinears packs several into one): the loader then loads the whole
+  // subtree first and finalizes the parent before its children.
+  virtual bool fuses_children() const { return false; }
   // Before weights change in place (training): drop what finalize_weights derived
   // from them (a packed copy would go stale).
   virtual void release_packed_weights() {}

@@ -24,6 +24,7 @@ class ColwiseParallel : public TensorParallelLayer {
   };
   ColwiseParallel() : ColwiseParallel(Options{}) {}
   explicit ColwiseParallel(Options options);
+  const Options& options() const { return options_; }
 
   void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
                       const TpRank& tp) const override;
