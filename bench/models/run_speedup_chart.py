@@ -292,7 +292,7 @@ def main():
             f"{runs_torch_version(runs)} doing the same work; "
             + ", ".join(f"{len(runs[P][base])} round{'s' if len(runs[P][base]) != 1 else ''} at {P}" for P in contexts)
             + "; medians of per-round ratios"
-            + (f"\\nload average after the runs {summary(loads, '{:.1f}')} on {ncores} cores (the neighbours' jobs)"
+            + (f"\\nload average after the runs {summary(loads, '{:.1f}')} on {ncores} cores (the runs' own ranks included)"
                if loads else "")
             + (f"\\n(*) tp={','.join(map(str, over))}: oversubscribed, more ranks than the machine's {ncores} cores"
                if over else ""))
