@@ -180,6 +180,13 @@ TEST(ChatTemplate, ErrorsNameTemplateLineColumnAndWhat) {
   expect_error("{{ 'a' | tojson(separators=(',', ':')) }}", "separators argument is not supported");
   expect_error("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}", "nesting deeper than 256 levels");
   expect_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "calls nested deeper than 100");
+  // A namespace that holds itself (found by fuzz_chat_template: a stack overflow, then a leak).
+  expect_error("{% set ns = namespace(n=0) %}{% set ns.n = ns %}", "holds the namespace itself");
+  expect_error("{% set ns = namespace(n=0) %}{% set ns.n = [1, {'a': [ns]}] %}", "holds the namespace itself");
+  expect_error("{% set ns = namespace(n=0, m=0) %}{% set o = namespace(x=ns) %}{% set ns.m = o %}",
+               "holds the namespace itself");
+  expect_error("{% set ns = namespace(x=0) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+               "nested deeper than 256 levels");
   expect_error("{% for i in range(10000000) %}{% endfor %}", "range() of 10000000 items is not supported");
   expect_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
                "the template's text grows past 64 MiB");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ctime>
 #include <optional>
+#include <unordered_set>
 
 #include "tp/chat/builtins.h"
 #include "tp/chat/source_error.h"
@@ -90,6 +91,23 @@ Value strftime_now(const Args& a, Scope&) {
     out.append(buf, std::strftime(buf, sizeof buf, spec, &tm));
   }
   return Value(out);
+}
+
+// Whether `v` is or contains (through lists, dicts and namespaces) the mapping
+// `target`. Containers are shared, so an assignment that put a namespace inside
+// itself would make a cycle: nothing could print it, and it would never be freed.
+bool holds(const Value& v, const Dict* target, std::unordered_set<const void*>& seen) {
+  if (v.is_mapping()) {
+    if (&v.entries() == target) return true;
+    if (!seen.insert(&v.entries()).second) return false;
+    for (const auto& [key, item] : v.entries())
+      if (holds(item, target, seen)) return true;
+  } else if (v.is_list()) {
+    if (!seen.insert(&v.items()).second) return false;
+    for (const Value& item : v.items())
+      if (holds(item, target, seen)) return true;
+  }
+  return false;
 }
 
 // JS's === on values: same type and value; lists and dicts by identity.
@@ -206,6 +224,10 @@ class Interpreter {
     Value object = eval(*target.kids[0], scope);
     if (object.kind() != Value::Kind::Namespace)
       fail_at(ref_, target.offset, "set: can only assign attributes of a namespace(), not of a {}", object.type_name());
+    std::unordered_set<const void*> seen;
+    if (holds(v, &object.entries(), seen))
+      fail_at(ref_, target.offset,
+              "set: the value for '{}' holds the namespace itself (a namespace cannot contain itself)", target.name);
     object.set(target.name, v);
   }
 

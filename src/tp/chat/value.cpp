@@ -185,8 +185,18 @@ void append_json_string(std::string& out, const std::string& s, bool ensure_asci
 }
 
 // `undefined_as`: "null" for tojson, "undefined" when a container is printed.
+// Lists, dicts and namespaces are shared, so `{% set ns.me = ns %}` makes a value
+// that holds itself: printing stops at this depth with an error instead of recursing
+// until the stack runs out (JavaScript's JSON.stringify refuses a cycle too).
+constexpr int kMaxValueDepth = 256;
+
 void append_json(std::string& out, const Value& v, int indent, bool ensure_ascii, bool sort_keys, int depth,
                  const char* undefined_as) {
+  if (depth > kMaxValueDepth)
+    fail(
+        "a value nested deeper than {} levels cannot be printed or converted to JSON (does a namespace, list or "
+        "dict hold itself?)",
+        kMaxValueDepth);
   const std::string item_sep = indent > 0 ? "," : ", ";
   const std::string pad = "\n" + std::string(static_cast<size_t>(indent * depth), ' ');
   const std::string child_pad = pad + std::string(static_cast<size_t>(indent), ' ');
