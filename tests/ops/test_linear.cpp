@@ -1,9 +1,12 @@
+#include <cmath>
+#include <cstring>
+
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/nn/layers.h"
+#include "tp/ops/elementwise.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
-#include "tp/ops/elementwise.h"
 #include "tp/tensor/convert.h"
 
 using namespace tp;
@@ -294,4 +297,108 @@ TEST(Gemm, RowMajorBWithAConflictingStrideIsCopiedToPaddedRowsAndStaysExact) {
     // b^T as an [n, k] weight: the naive linear computes a · b.
     EXPECT_TRUE(close(c, naive_linear(a, b.transpose(0, 1), Tensor()), 1e-4, 1e-4)) << n;
   }
+}
+
+namespace {
+
+// Every value kind VDPBF16PS treats specially: zeros of both signs and bf16 denormals (taken as zeros).
+Tensor with_specials(Tensor t, uint64_t seed) {
+  float* v = t.data<float>();
+  const int64_t n = t.numel();
+  for (int64_t i = static_cast<int64_t>(seed % 7); i < n; i += 97)
+    v[i] = (i % 3 == 0) ? -0.f : (i % 3 == 1) ? 0.f : 3e-39f;
+  for (int64_t i = static_cast<int64_t>(seed % 11); i < n; i += 89) v[i] = (i % 2 ? -1.f : 1.f) * 1e-39f;
+  return t;
+}
+
+// y = x · w^T + b summed as VDPBF16PS does per lane: for each pair, the odd k's
+// product and then the even one's, each an FMA in f32; bf16 denormal inputs as zeros;
+// the bias added last.
+std::vector<float> pair_order_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  auto value = [](float v) {
+    const float r = to_f32(to_bf16(v));
+    return std::fpclassify(r) == FP_SUBNORMAL ? std::copysign(0.f, r) : r;
+  };
+  std::vector<float> xs = x.to_vector(), ws = w.to(DType::F32).to_vector(), y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.f;
+      for (int64_t t = 0; t < k; t += 2) {
+        acc = std::fma(value(xs[i * k + t + 1]), value(ws[j * k + t + 1]), acc);
+        acc = std::fma(value(xs[i * k + t]), value(ws[j * k + t]), acc);
+      }
+      y[i * n + j] = b.defined() ? acc + b.to_vector()[j] : acc;
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST(Linear, Bf16PairedProbeFindsVdpbf16psOrder) {
+  // Where oneDNN's bf16 GEMM sums in VDPBF16PS's pair order (a scalar oracle says
+  // so), the paired form must be found exact and used; where it doesn't, it must not.
+  const int64_t m = 64, k = 96, n = 70;
+  Tensor w = with_specials(Tensor::randn({n, k}, 50, 0.f, 0.05f), 3).to(DType::BF16);
+  Tensor x = with_specials(Tensor::randn({m, k}, 51, 0.f, 3.f), 4), b = Tensor::randn({n}, 52);
+  Tensor native = Tensor::empty({m, n});
+  ops::detail::linear_into_path(native, x, ops::PackedLinear(w), b, ops::detail::Bf16Path::Native);
+  const std::vector<float> want = pair_order_linear(x, w, b), got = native.to_vector();
+  const bool pair_order = std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
+  EXPECT_EQ(ops::detail::bf16_paired_f32_exact(), pair_order);
+  if (!pair_order) GTEST_SKIP() << "this CPU's bf16 GEMM does not sum in VDPBF16PS's pair order";
+  Tensor paired = Tensor::empty({m, n});
+  ASSERT_TRUE(ops::detail::linear_into_path(paired, x, ops::PackedLinear(w), b, ops::detail::Bf16Path::Paired));
+  EXPECT_EQ(paired.to_vector(), want);
+}
+
+TEST(Linear, PairedF32GivesNativeBf16Bits) {
+  // Prefill's bf16 GEMMs may run as f32 GEMMs over pair-swapped operands
+  // (ops/bf16_pairs.h), which must give oneDNN's bf16 bits exactly: tokens stay the same.
+  if (!ops::detail::bf16_paired_f32_exact())
+    GTEST_SKIP() << "this CPU's bf16 GEMM does not sum in VDPBF16PS's pair order; the paired form stays off";
+  // One panel, odd K blocks, tails, several chunks (K = 3072: 2 panels a chunk), M of 1 and of prefill.
+  for (auto [m, k, n] : {std::tuple{64, 64, 1},
+                         {64, 1024, 64},
+                         {100, 1000, 200},
+                         {70, 3072, 1100},
+                         {512, 1024, 3072},
+                         {1, 256, 130},
+                         {65, 2, 65},
+                         {80, 330, 6200}}) {
+    Tensor w = with_specials(Tensor::randn({n, k}, 40, 0.f, 0.05f), 1).to(DType::BF16);
+    Tensor b = Tensor::randn({n}, 41);
+    Tensor x = with_specials(Tensor::randn({m, k}, 42, 0.f, 3.f), 2);
+    ops::PackedLinear p(w, /*keep_weight=*/false);
+    for (bool bias : {false, true})
+      for (DType xd : {DType::F32, DType::BF16}) {
+        Tensor xi = xd == DType::F32 ? x : x.to(DType::BF16);
+        Tensor native = Tensor::empty({m, n}), paired = Tensor::empty({m, n});
+        EXPECT_FALSE(ops::detail::linear_into_path(native, xi, p, bias ? b : Tensor(), ops::detail::Bf16Path::Native));
+        ASSERT_TRUE(ops::detail::linear_into_path(paired, xi, p, bias ? b : Tensor(), ops::detail::Bf16Path::Paired));
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m * n; ++i)
+          differ += std::memcmp(native.data<float>() + i, paired.data<float>() + i, sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0) << m << "x" << k << "x" << n << " bias " << bias << " x " << dtype_name(xd);
+      }
+  }
+  // Auto takes it from 64 rows where f32 GEMMs are the faster ones, not below.
+  const bool was_native = ops::detail::bf16_gemm_native();
+  ops::detail::set_bf16_gemm_native(false);
+  ops::PackedLinear p(Tensor::randn({96, 128}, 43).to(DType::BF16));
+  Tensor y64 = Tensor::empty({64, 96}), y63 = Tensor::empty({63, 96});
+  EXPECT_TRUE(
+      ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto));
+  EXPECT_FALSE(
+      ops::detail::linear_into_path(y63, Tensor::randn({63, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto));
+  ops::detail::set_bf16_gemm_native(true);
+  EXPECT_FALSE(
+      ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto));
+  ops::detail::set_bf16_gemm_native(was_native);
+  // f32 weights and odd K never take it.
+  ops::PackedLinear f32w(Tensor::randn({96, 128}, 45)), odd(Tensor::randn({96, 127}, 45).to(DType::BF16));
+  EXPECT_FALSE(
+      ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), f32w, Tensor(), ops::detail::Bf16Path::Paired));
+  EXPECT_FALSE(
+      ops::detail::linear_into_path(y64, Tensor::randn({64, 127}, 44), odd, Tensor(), ops::detail::Bf16Path::Paired));
 }

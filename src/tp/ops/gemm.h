@@ -34,6 +34,8 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
 // core and its f32 GEMM at 152: there the rounded-f32 form wins. Measured once
 // per process (a few milliseconds) unless TP_BF16_GEMM=native|f32 says; callers
 // that need every rank to agree (a trainer) make it so with set_bf16_gemm_native.
+// A packed inference weight (PackedLinear) reads it too, to choose its paired-f32
+// form, which gives native bf16's bits exactly (bf16_pairs.h).
 bool bf16_gemm_native();
 void set_bf16_gemm_native(bool native);
 

@@ -28,6 +28,21 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // with keep_weight = false the original is released after packing (inference only:
 // half the weight memory; gradients and repack() are then errors).
 // Copies share the packed state. Call repack() after w's values change.
+class PackedLinear;
+namespace detail {
+// How a bf16 PackedLinear multiplies: oneDNN's bf16 GEMM (Native), or f32 GEMMs
+// over pair-swapped panels that give the same bits where the CPU allows
+// (Paired, bf16_pairs.h). Auto takes Paired from 64 rows up when f32 GEMMs are the
+// faster ones here (bf16_gemm_native) and the probe found the bits equal;
+// TP_BF16_GEMM=native keeps Native.
+enum class Bf16Path { Auto, Native, Paired };
+// linear_into on the given path; returns whether it ran Paired (it can't for an
+// odd K or a packed layout other than BA16a64b2a, nor for f32 weights).
+bool linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b, Bf16Path path);
+// Whether Paired gives Native's bits on this machine (probed once per process).
+bool bf16_paired_f32_exact();
+}  // namespace detail
+
 class PackedLinear {
  public:
   PackedLinear() = default;
@@ -45,7 +60,8 @@ class PackedLinear {
   struct State;  // oneDNN primitives and packed weights, per row count
 
  private:
-  friend void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b);
+  friend bool detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b,
+                                       detail::Bf16Path path);
   Tensor weight_;
   Shape shape_;
   DType dtype_ = DType::F32;
