@@ -1,7 +1,8 @@
 // End-to-end inference benchmark of one rank group: prefill P tokens and decode
 // D tokens at batch 1, repeated; medians. In the same process it measures the
 // machine's two ceilings the targets are stated against: the bf16 matmul rate
-// (M=512, K=1024, N=3072 through ops::linear, weights packed, rank 0) and a
+// (M=512, K=1024, N=3072 through a packed weight, rank 0; both tp's, which takes
+// the paired-f32 form where that is faster, and oneDNN's own bf16 kernel's) and a
 // STREAM-like read bandwidth (sum over 1 GiB, every rank at once: the memory bus
 // is shared). Rank 0 prints one JSON line. bench/models/run_inference_bench.py
 // alternates tp = 1 and tp = 2 runs of it and reports paired ratios;
@@ -51,14 +52,17 @@ using bench::seconds;
 
 namespace {
 
-double matmul_gflops() {
+// A [512 x 1024] x [1024 x 3072] bf16 product through a packed weight, as the
+// model's prefill runs it (`path` Auto: the paired-f32 form where that is faster
+// and exact, ops/bf16_pairs.h) or through oneDNN's bf16 kernel (Native); GFLOP/s.
+double matmul_gflops(ops::detail::Bf16Path path) {
   Tensor x = Tensor::randn({512, 1024}, 1);
   ops::PackedLinear w(Tensor::randn({3072, 1024}, 2, 0, 0.02f, DType::BF16));
   Tensor y = Tensor::empty({512, 3072});
   std::vector<double> t;
   for (int r = 0; r < 12; ++r) {
     auto t0 = Clock::now();
-    ops::linear_into(y, x, w);
+    ops::detail::linear_into_path(y, x, w, Tensor(), path);
     t.push_back(seconds(t0));
   }
   return 2.0 * 512 * 1024 * 3072 / median(t) / 1e9;
@@ -250,9 +254,12 @@ int main(int argc, char** argv) {
   // The probe buffer is resident from before the first forward to the end: not the model's.
   Tensor rss = Tensor::from_ints({peak_rss() - static_cast<int64_t>(probe.nbytes())}, {1});
   Tensor all_rss = group.all_gather(rss, 0);
-  double gflops = 0, gbs = 0;
+  double gflops = 0, onednn_gflops = 0, gbs = 0;
   if (!skip_ceilings) {
-    if (group.rank() == 0) gflops = matmul_gflops();
+    if (group.rank() == 0) {
+      gflops = matmul_gflops(ops::detail::Bf16Path::Auto);
+      onednn_gflops = matmul_gflops(ops::detail::Bf16Path::Native);
+    }
     gbs = read_bandwidth_gbs(group);  // every rank at once
   }
   if (group.rank() == 0) {
@@ -288,7 +295,8 @@ int main(int argc, char** argv) {
     for (const auto& [id, value] : prefill_top) top.push_back({id, value});
     j["prefill_top"] = top;  // [id, logit] of the prefill's 8 largest logits
     if (!skip_ceilings) {
-      j["bf16_matmul_gflops_same_run"] = gflops;
+      j["bf16_matmul_gflops_same_run"] = gflops;  // tp's packed bf16 GEMM (the paired-f32 form where it applies)
+      j["bf16_onednn_matmul_gflops_same_run"] = onednn_gflops;  // oneDNN's own bf16 kernel
       j["read_bandwidth_gbs_same_run"] = gbs;  // rank 0's, while every rank reads
     }
     std::cout << j.dump() << std::endl;

@@ -4,6 +4,7 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/nn/layers.h"
+#include "tp/ops/bf16_gemv.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
@@ -348,7 +349,8 @@ TEST(Linear, Bf16PairedProbeFindsVdpbf16psOrder) {
   EXPECT_EQ(ops::detail::bf16_paired_f32_exact(), pair_order);
   if (!pair_order) GTEST_SKIP() << "this CPU's bf16 GEMM does not sum in VDPBF16PS's pair order";
   Tensor paired = Tensor::empty({m, n});
-  ASSERT_TRUE(ops::detail::linear_into_path(paired, x, ops::PackedLinear(w), b, ops::detail::Bf16Path::Paired));
+  ASSERT_EQ(ops::detail::linear_into_path(paired, x, ops::PackedLinear(w), b, ops::detail::Bf16Path::Paired),
+            ops::detail::Bf16Kernel::Paired);
   EXPECT_EQ(paired.to_vector(), want);
 }
 
@@ -374,8 +376,10 @@ TEST(Linear, PairedF32GivesNativeBf16Bits) {
       for (DType xd : {DType::F32, DType::BF16}) {
         Tensor xi = xd == DType::F32 ? x : x.to(DType::BF16);
         Tensor native = Tensor::empty({m, n}), paired = Tensor::empty({m, n});
-        EXPECT_FALSE(ops::detail::linear_into_path(native, xi, p, bias ? b : Tensor(), ops::detail::Bf16Path::Native));
-        ASSERT_TRUE(ops::detail::linear_into_path(paired, xi, p, bias ? b : Tensor(), ops::detail::Bf16Path::Paired));
+        EXPECT_EQ(ops::detail::linear_into_path(native, xi, p, bias ? b : Tensor(), ops::detail::Bf16Path::Native),
+                  ops::detail::Bf16Kernel::OneDnn);
+        ASSERT_EQ(ops::detail::linear_into_path(paired, xi, p, bias ? b : Tensor(), ops::detail::Bf16Path::Paired),
+                  ops::detail::Bf16Kernel::Paired);
         int64_t differ = 0;
         for (int64_t i = 0; i < m * n; ++i)
           differ += std::memcmp(native.data<float>() + i, paired.data<float>() + i, sizeof(float)) != 0;
@@ -387,18 +391,61 @@ TEST(Linear, PairedF32GivesNativeBf16Bits) {
   ops::detail::set_bf16_gemm_native(false);
   ops::PackedLinear p(Tensor::randn({96, 128}, 43).to(DType::BF16));
   Tensor y64 = Tensor::empty({64, 96}), y63 = Tensor::empty({63, 96});
-  EXPECT_TRUE(
-      ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto));
-  EXPECT_FALSE(
-      ops::detail::linear_into_path(y63, Tensor::randn({63, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto));
+  EXPECT_EQ(ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto),
+            ops::detail::Bf16Kernel::Paired);
+  EXPECT_EQ(ops::detail::linear_into_path(y63, Tensor::randn({63, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto),
+            ops::detail::Bf16Kernel::OneDnn);
   ops::detail::set_bf16_gemm_native(true);
-  EXPECT_FALSE(
-      ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto));
+  EXPECT_EQ(ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto),
+            ops::detail::Bf16Kernel::OneDnn);
   ops::detail::set_bf16_gemm_native(was_native);
   // f32 weights and odd K never take it.
   ops::PackedLinear f32w(Tensor::randn({96, 128}, 45)), odd(Tensor::randn({96, 127}, 45).to(DType::BF16));
-  EXPECT_FALSE(
-      ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), f32w, Tensor(), ops::detail::Bf16Path::Paired));
-  EXPECT_FALSE(
-      ops::detail::linear_into_path(y64, Tensor::randn({64, 127}, 44), odd, Tensor(), ops::detail::Bf16Path::Paired));
+  EXPECT_EQ(
+      ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), f32w, Tensor(), ops::detail::Bf16Path::Paired),
+      ops::detail::Bf16Kernel::OneDnn);
+  EXPECT_EQ(
+      ops::detail::linear_into_path(y64, Tensor::randn({64, 127}, 44), odd, Tensor(), ops::detail::Bf16Path::Paired),
+      ops::detail::Bf16Kernel::OneDnn);
+}
+
+TEST(Linear, OneRowBf16KernelGivesOneDnnBits) {
+  // Decode's one-row products may run bf16_gemv.h's kernel, which must give oneDNN's
+  // bits: the probe finds oneDNN's K chunking per weight shape (a shape it can't
+  // match keeps oneDNN, and then this test says so and checks nothing else).
+  if (!ops::detail::bf16_gemv_available()) GTEST_SKIP() << "no AVX512-BF16 here: oneDNN runs every one-row product";
+  int64_t matched = 0;
+  // K of one chunk, of 512-row chunks (768, 1024) and of 1024-row ones with a tail
+  // (1536, 3072); the model's shapes; a tail panel; 2 rows (no kernel).
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{96, 70},
+                      {768, 130},
+                      {1024, 3072},
+                      {1024, 2048},
+                      {1536, 64},
+                      {3072, 1024},
+                      {2048, 1000}}) {
+    Tensor w = with_specials(Tensor::randn({n, k}, 60, 0.f, 0.05f), 5).to(DType::BF16), b = Tensor::randn({n}, 61);
+    ops::PackedLinear p(w, /*keep_weight=*/false);
+    for (uint64_t seed : {62, 63})
+      for (bool bias : {false, true})
+        for (DType xd : {DType::F32, DType::BF16}) {
+          Tensor x = with_specials(Tensor::randn({1, k}, seed, 0.f, 3.f), seed);
+          if (xd == DType::BF16) x = x.to(DType::BF16);
+          Tensor native = Tensor::empty({1, n}), fast = Tensor::empty({1, n});
+          ops::detail::linear_into_path(native, x, p, bias ? b : Tensor(), ops::detail::Bf16Path::Native);
+          const auto kernel =
+              ops::detail::linear_into_path(fast, x, p, bias ? b : Tensor(), ops::detail::Bf16Path::Auto);
+          if (kernel != ops::detail::Bf16Kernel::Gemv) {
+            ADD_FAILURE() << "no chunking matched oneDNN for [" << k << " x " << n << "]";
+            continue;
+          }
+          ++matched;
+          EXPECT_EQ(std::memcmp(native.raw_data(), fast.raw_data(), static_cast<size_t>(n) * sizeof(float)), 0)
+              << k << "x" << n << " bias " << bias << " x " << dtype_name(xd) << " seed " << seed;
+        }
+    Tensor two = Tensor::empty({2, n});
+    EXPECT_NE(ops::detail::linear_into_path(two, Tensor::randn({2, k}, 64), p, Tensor(), ops::detail::Bf16Path::Auto),
+              ops::detail::Bf16Kernel::Gemv);
+  }
+  EXPECT_GT(matched, 0);
 }

@@ -120,6 +120,14 @@ bool bf16_gemm_native() {
   return c.native == 1;
 }
 
+bool bf16_gemm_forced_native() {
+  static const bool forced = [] {
+    const char* env = std::getenv("TP_BF16_GEMM");
+    return env != nullptr && std::string(env) == "native";
+  }();
+  return forced;
+}
+
 void set_bf16_gemm_native(bool native) {
   Bf16Choice& c = bf16_choice();
   std::lock_guard<std::mutex> lock(c.mutex);

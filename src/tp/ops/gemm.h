@@ -38,6 +38,8 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
 // form, which gives native bf16's bits exactly (bf16_pairs.h).
 bool bf16_gemm_native();
 void set_bf16_gemm_native(bool native);
+// TP_BF16_GEMM=native: oneDNN's bf16 kernels everywhere (no paired or one-row forms).
+bool bf16_gemm_forced_native();
 
 // Primitives created so far (a repeated call must not add one).
 size_t gemm_primitives_created();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/bf16_gemv.h"
 #include "tp/ops/bf16_pairs.h"
 #include "tp/ops/dnnl_context.h"
 #include "tp/ops/gemm.h"
@@ -200,6 +201,8 @@ struct PackedLinear::State {
   std::vector<Variant> variants;
   std::map<std::pair<int64_t, bool>, Prim> prims;                         // (M, has bias)
   std::map<std::tuple<int64_t, int64_t, bool>, PairedPrim> paired_prims;  // (M, columns, has bias)
+  // K rows per chunk of the one-row kernel (bf16_gemv.h); 0: keep oneDNN; -1: not probed yet.
+  int64_t gemv_chunk = -1;
 
   memory::data_type dt() const;
   Tensor weight;  // undefined once released
@@ -301,7 +304,87 @@ void PackedLinear::repack() {
 
 namespace {
 
+using detail::Bf16Kernel;
 using detail::Bf16Path;
+
+// y [m, n] = src [m, k] (bf16 for a bf16 weight, else f32) · w (+ bias) through oneDNN's packed primitive.
+void onednn_linear_into(float* y, const void* src, PackedLinear::State& s, int64_t m, const float* bias) {
+  dnnl::matmul prim;
+  memory::desc x_md, y_md, bias_md;
+  memory w_mem;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const PackedLinear::State::Prim& p = s.prim_for(m, bias != nullptr);
+    prim = p.prim;
+    x_md = p.x_md;
+    y_md = p.y_md;
+    bias_md = p.bias_md;
+    w_mem = s.variants[p.variant].w_mem;
+  }
+  auto& engine = detail::dnnl_engine();
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(x_md, engine, const_cast<void*>(src))},
+                                       {DNNL_ARG_WEIGHTS, w_mem},
+                                       {DNNL_ARG_DST, memory(y_md, engine, y)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, engine, const_cast<float*>(bias)));
+  prim.execute(detail::dnnl_stream(), args);
+  detail::dnnl_stream().wait();
+}
+
+// The one-row kernel's chunk for this weight: the first candidate whose results,
+// with and without a bias, are oneDNN's bits on a probe row; 0 when none is. Probed
+// once per weight shape (oneDNN picks its K blocking from the shape), on the first
+// weight of that shape.
+int64_t probe_gemv_chunk(PackedLinear::State& s, const memory::desc& md, const bf16* packed) {
+  static std::mutex mutex;
+  static std::map<std::pair<int64_t, int64_t>, int64_t> by_shape;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = by_shape.find({s.k, s.n});
+    if (it != by_shape.end()) return it->second;
+  }
+  Tensor x = Tensor::randn({1, s.k}, 11).to(DType::BF16), b = Tensor::randn({s.n}, 12);
+  std::vector<float> want(static_cast<size_t>(s.n)), want_b(want.size()), got(want.size()), got_b(want.size());
+  onednn_linear_into(want.data(), x.raw_data(), s, 1, nullptr);
+  onednn_linear_into(want_b.data(), x.raw_data(), s, 1, b.data<float>());
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  int64_t chunk = 0;
+  for (int64_t c : {s.k, int64_t{512}, int64_t{1024}, int64_t{256}, int64_t{2048}, int64_t{128}, int64_t{4096}}) {
+    if (c > s.k || c % 2 != 0) continue;
+    detail::bf16_panel_gemv(x.data<bf16>(), packed, md, c, nullptr, got.data());
+    detail::bf16_panel_gemv(x.data<bf16>(), packed, md, c, b.data<float>(), got_b.data());
+    if (same(want, got) && same(want_b, got_b)) {
+      chunk = c;
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  by_shape[{s.k, s.n}] = chunk;
+  return chunk;
+}
+
+// The chunk with which a one-row product runs the kernel of bf16_gemv.h (probed on
+// first use), or 0 when it keeps oneDNN; `md` and `packed` are the weight it reads.
+int64_t gemv_chunk_for(PackedLinear::State& s, Bf16Path path, memory::desc* md, const bf16** packed) {
+  if (path == Bf16Path::Native || s.dtype != DType::BF16 || s.k % 2 != 0 || !detail::bf16_gemv_available() ||
+      detail::bf16_gemm_forced_native())
+    return 0;
+  int64_t chunk = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.variants.empty() || !detail::is_bf16_panel_layout(s.variants.front().w_md)) return 0;
+    *md = s.variants.front().w_md;
+    *packed = static_cast<const bf16*>(s.variants.front().buffer->data());
+    chunk = s.gemv_chunk;
+  }
+  if (chunk < 0) {
+    chunk = probe_gemv_chunk(s, *md, *packed);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.gemv_chunk = chunk;
+  }
+  return chunk;
+}
 
 // Rows from which the paired form pays for cutting its panels (each call converts
 // the whole weight once): measured on a Xeon without AMX, [M x 1024] x [1024 x 3072]
@@ -363,7 +446,7 @@ bool paired_f32_exact() {
     Tensor x = Tensor::randn({m, k}, 8), b = Tensor::randn({n}, 9);
     Tensor native = Tensor::empty({m, n}), paired = Tensor::empty({m, n});
     detail::linear_into_path(native, x, w, b, Bf16Path::Native);
-    if (!detail::linear_into_path(paired, x, w, b, Bf16Path::Paired)) return false;
+    if (detail::linear_into_path(paired, x, w, b, Bf16Path::Paired) != Bf16Kernel::Paired) return false;
     return std::memcmp(native.raw_data(), paired.raw_data(), static_cast<size_t>(m * n) * sizeof(float)) == 0;
   }();
   return exact;
@@ -387,7 +470,8 @@ void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tens
   detail::linear_into_path(out, x, w, b, Bf16Path::Auto);
 }
 
-bool detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b, Bf16Path path) {
+detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b,
+                                            Bf16Path path) {
   TP_CHECK(w.defined(), "linear_into: the PackedLinear is empty (default-constructed)");
   int64_t m = check_linear_args(x, w.shape_, w.dtype_, b, /*bf16_x_ok=*/true);
   int64_t n = w.out_features(), k = w.in_features();
@@ -396,7 +480,7 @@ bool detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& 
            "linear_into: out must be f32 of shape {} for input {} and weight {}, got {} {}", shape_str(want),
            shape_str(x.shape()), shape_str(w.shape_), out.defined() ? dtype_name(out.dtype()) : "undefined",
            out.defined() ? shape_str(out.shape()) : "");
-  if (m == 0 || n == 0) return false;
+  if (m == 0 || n == 0) return Bf16Kernel::OneDnn;
   if (k == 0) {
     out.zero();
     if (b.defined()) {
@@ -404,13 +488,13 @@ bool detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& 
       for (int64_t i = 0; i < m; ++i)
         std::copy(bias.data<float>(), bias.data<float>() + n, out.data<float>() + i * n);
     }
-    return false;
+    return Bf16Kernel::OneDnn;
   }
   Tensor bias = f32_bias(b);
   PackedLinear::State& s = *w.state_;
   if (paired_applies(s, m, path)) {
     paired_linear_into(out, x, s, bias, m);
-    return true;
+    return Bf16Kernel::Paired;
   }
   const void* src = x.raw_data();
   if (w.dtype_ == DType::BF16 && x.dtype() == DType::F32) {
@@ -418,26 +502,15 @@ bool detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& 
     detail::to_bf16_parallel(x.data<float>(), buf, static_cast<size_t>(m * k));
     src = buf;
   }
-  dnnl::matmul prim;
-  memory::desc x_md, y_md, bias_md;
-  memory w_mem;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    const PackedLinear::State::Prim& p = s.prim_for(m, bias.defined());
-    prim = p.prim;
-    x_md = p.x_md;
-    y_md = p.y_md;
-    bias_md = p.bias_md;
-    w_mem = s.variants[p.variant].w_mem;
+  const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
+  memory::desc packed_md;
+  const bf16* packed = nullptr;
+  if (const int64_t chunk = m == 1 ? gemv_chunk_for(s, path, &packed_md, &packed) : 0; chunk > 0) {
+    detail::bf16_panel_gemv(static_cast<const bf16*>(src), packed, packed_md, chunk, bias_ptr, out.data<float>());
+    return Bf16Kernel::Gemv;
   }
-  auto& engine = detail::dnnl_engine();
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(x_md, engine, const_cast<void*>(src))},
-                                       {DNNL_ARG_WEIGHTS, w_mem},
-                                       {DNNL_ARG_DST, memory(y_md, engine, out.raw_data())}};
-  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, memory(bias_md, engine, bias.raw_data()));
-  prim.execute(detail::dnnl_stream(), args);
-  detail::dnnl_stream().wait();
-  return false;
+  onednn_linear_into(out.data<float>(), src, s, m, bias_ptr);
+  return Bf16Kernel::OneDnn;
 }
 
 Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b) {

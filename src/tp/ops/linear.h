@@ -35,10 +35,13 @@ namespace detail {
 // (Paired, bf16_pairs.h). Auto takes Paired from 64 rows up when f32 GEMMs are the
 // faster ones here (bf16_gemm_native) and the probe found the bits equal;
 // TP_BF16_GEMM=native keeps Native.
+// Auto also runs one row (decode) through the kernel of bf16_gemv.h where it gives
+// oneDNN's bits. Native keeps oneDNN for every row count.
 enum class Bf16Path { Auto, Native, Paired };
-// linear_into on the given path; returns whether it ran Paired (it can't for an
+enum class Bf16Kernel { OneDnn, Paired, Gemv };
+// linear_into on the given path; returns the kernel that ran (Paired can't for an
 // odd K or a packed layout other than BA16a64b2a, nor for f32 weights).
-bool linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b, Bf16Path path);
+Bf16Kernel linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b, Bf16Path path);
 // Whether Paired gives Native's bits on this machine (probed once per process).
 bool bf16_paired_f32_exact();
 }  // namespace detail
@@ -60,8 +63,8 @@ class PackedLinear {
   struct State;  // oneDNN primitives and packed weights, per row count
 
  private:
-  friend bool detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b,
-                                       detail::Bf16Path path);
+  friend detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w,
+                                                     const Tensor& b, detail::Bf16Path path);
   Tensor weight_;
   Shape shape_;
   DType dtype_ = DType::F32;
