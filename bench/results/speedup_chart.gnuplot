@@ -1,6 +1,6 @@
 set terminal pngcairo size 1500,1100 font "Sans,11" noenhanced
 set output 'bench/results/speedup_chart.png'
-set multiplot layout 2,2 title "qwen3-0.6b, bf16, batch 1, 1 thread per rank: tp vs PyTorch 1.13.0a0 doing the same work; 3 rounds at 512, 1 round at 2048; medians of per-round ratios\nload average after the runs 2.1 (0.6-3.1) on 2 cores (the runs' own ranks included)\n(*) tp=4: oversubscribed, more ranks than the machine's 2 cores" font "Sans,12"
+set multiplot layout 2,2 title "qwen3-0.6b, bf16, batch 1, 1 thread per rank: tp vs PyTorch 1.13.0a0 doing the same work; 3 rounds at 512, 1 round at 2048; medians of per-round ratios\nload average after the runs 2.0 (0.9-3.4) on 2 cores (the runs' own ranks included)\n(*) tp=4: oversubscribed, more ranks than the machine's 2 cores" font "Sans,12"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.85 border -1
