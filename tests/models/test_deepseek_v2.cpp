@@ -78,6 +78,12 @@ TEST(DeepseekV2, MoeConfigErrorsNameTheKeyAndWhatIsAccepted) {
         {"noaux_tc scores a group by its two best experts", "8 / 8"});
   fails("deepseek_v3", "tiny", {{"routed_scaling_factor", -1}}, {"'routed_scaling_factor' must be a positive number"});
   fails("deepseek_v3", "tiny", {{"rope_interleave", "yes"}}, {"'rope_interleave' must be true or false"});
+  // Keys only some models read, typed like the rest (fuzz_model_config: "mlp_bias": "LORA" escaped as a json
+  // type_error naming no key).
+  fails("deepseek_v2", "tiny", {{"scoring_func", 1}}, {"config.json", "'scoring_func' must be a string, got 1"});
+  fails("deepseek_v3", "tiny", {{"norm_topk_prob", "yes"}}, {"'norm_topk_prob' must be true or false"});
+  fails("qwen3_moe", "tiny", {{"output_router_logits", 0}}, {"'output_router_logits' must be true or false"});
+  fails("llama", "tiny", {{"mlp_bias", "LORA"}}, {"config.json", "'mlp_bias' must be true or false, got \"LORA\""});
 }
 
 TEST(DeepseekV3, RopeInterleaveKeepsV2sPairsAndFalseRotatesHalves) {

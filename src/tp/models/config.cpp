@@ -286,4 +286,12 @@ json ModelConfig::to_json() const {
   return j;
 }
 
+bool ModelConfig::raw_bool(const char* key, bool fallback) const {
+  return Reader{raw, source}.optional_bool(key, fallback);
+}
+
+std::string ModelConfig::raw_string(const char* key, const std::string& fallback) const {
+  return Reader{raw, source}.optional_string(key, fallback);
+}
+
 }  // namespace tp

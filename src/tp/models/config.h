@@ -64,6 +64,10 @@ struct ModelConfig {
   static ModelConfig load(const std::filesystem::path& config_json);
   // `raw` with the typed fields written over it (what save_checkpoint writes).
   nlohmann::json to_json() const;
+  // A key only some models read, from `raw`: the fallback when absent or null, an
+  // error naming `source` and the key when it has another type.
+  bool raw_bool(const char* key, bool fallback) const;
+  std::string raw_string(const char* key, const std::string& fallback) const;
 };
 
 }  // namespace tp

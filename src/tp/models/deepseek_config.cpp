@@ -63,10 +63,10 @@ MoeConfig deepseek_moe_config(const ModelConfig& c, const DeepseekSizes& s) {
   TP_CHECK(m.top_k <= m.num_experts, "{}: 'num_experts_per_tok' ({}) is more than the {} experts ('n_routed_experts')",
            c.source, m.top_k, m.num_experts);
   const std::string want_scoring = s.v3 ? "sigmoid" : "softmax";
-  const std::string scoring = c.raw.value("scoring_func", want_scoring);
+  const std::string scoring = c.raw_string("scoring_func", want_scoring);
   TP_CHECK(scoring == want_scoring, "{}: scoring_func '{}' is not supported for {}; supported: {}", c.source, scoring,
            c.model_type, want_scoring);
-  const std::string method = c.raw.value("topk_method", std::string(s.v3 ? "noaux_tc" : "greedy"));
+  const std::string method = c.raw_string("topk_method", s.v3 ? "noaux_tc" : "greedy");
   TP_CHECK(s.v3 ? method == "noaux_tc" : (method == "greedy" || method == "group_limited_greedy"),
            "{}: topk_method '{}' is not supported for {}; supported: {}", c.source, method, c.model_type,
            s.v3 ? "noaux_tc" : "greedy, group_limited_greedy");
@@ -74,7 +74,7 @@ MoeConfig deepseek_moe_config(const ModelConfig& c, const DeepseekSizes& s) {
   r.top_k = m.top_k;
   r.sigmoid = s.v3;
   // Transformers' DeepseekV2 never renormalises (it ignores norm_topk_prob); V3 does when norm_topk_prob.
-  r.renormalize = m.norm_topk_prob = s.v3 && c.raw.value("norm_topk_prob", true);
+  r.renormalize = m.norm_topk_prob = s.v3 && c.raw_bool("norm_topk_prob", true);
   r.group_sum_top2 = s.v3;
   if (method != "greedy") {
     r.n_group = int_key(c, "n_group", 1, true);

@@ -41,7 +41,7 @@ std::vector<ParamSpec> layout_of(const ModelConfig& c, int64_t first, int64_t la
   const int64_t KV = checked_mul(c.num_key_value_heads, D, "num_key_value_heads x head_dim");
   // Mistral's attention has no biases; Llama's mlp_bias is a raw key only it has.
   const bool attn_bias = mt != "mistral" && c.attention_bias;
-  const bool mlp_bias = mt == "llama" && c.raw.value("mlp_bias", false) == true;
+  const bool mlp_bias = mt == "llama" && c.raw_bool("mlp_bias", false);
   std::vector<ParamSpec> out;
   auto add = [&](std::string name, Shape shape, I init) {
     int64_t n = 1;

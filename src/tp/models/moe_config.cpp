@@ -30,7 +30,7 @@ MoeConfig MoeConfig::from(const ModelConfig& c) {
            m.num_experts);
   m.expert_intermediate = mixtral ? c.intermediate_size : positive_int(c, "moe_intermediate_size");
   // Mixtral always renormalises the top-k weights; Qwen3-MoE when norm_topk_prob (default false, as Transformers).
-  m.norm_topk_prob = mixtral || c.raw.value("norm_topk_prob", false);
+  m.norm_topk_prob = mixtral || c.raw_bool("norm_topk_prob", false);
   if (m.gpt_oss) {
     m.router_name = "router";
     if (auto it = c.raw.find("swiglu_limit"); it != c.raw.end()) {
@@ -51,7 +51,7 @@ MoeConfig MoeConfig::from(const ModelConfig& c) {
   }
   if (auto it = c.raw.find("router_aux_loss_coef"); it != c.raw.end() && it->is_number())
     m.router_aux_loss_coef = it->get<double>();
-  m.output_router_logits = c.raw.value("output_router_logits", false);
+  m.output_router_logits = c.raw_bool("output_router_logits", false);
   m.scoring = {.top_k = m.top_k, .renormalize = m.norm_topk_prob, .top_k_then_softmax = m.gpt_oss};
   return m;
 }
