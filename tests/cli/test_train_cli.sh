@@ -50,7 +50,14 @@ expect 1 "tp_size: 2 in the checkpoint, 1 now" -- "$tp" "${train[@]}" --max-step
   --resume-from-checkpoint last
 expect 1 "not a tp training checkpoint" -- "$tp" "${train[@]}" --max-steps 12 --output-dir "$dir/out2" \
   --resume-from-checkpoint "$dir/m"
-echo "resume: continues from the newest checkpoint; another tp size is an error naming both"
+# A damaged checkpoint file is an error naming it and the field, not a bare json exception.
+cp -r "$dir/out/checkpoint-9" "$dir/damaged"
+sed -i 's/"global_step": *[0-9]*/"global_step": "nine"/' "$dir/damaged/trainer_state.json"
+grep -q '"global_step": "nine"' "$dir/damaged/trainer_state.json" || fail "could not damage trainer_state.json"
+expect 1 "damaged/trainer_state.json: [json.exception.type_error.302] type must be number" -- \
+  "$tprun" --nproc-per-node 2 "$tp" "${train[@]}" --max-steps 12 --output-dir "$dir/out3" \
+  --resume-from-checkpoint "$dir/damaged"
+echo "resume: continues from the newest checkpoint; another tp size or a damaged trainer_state.json is an error naming it"
 
 # ---- data parallel: dp 2 x tp 1 with --batch-size 2 logs the losses of one rank with --batch-size 4
 dp=(train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --lr 3e-3 --max-steps 4 --logging-steps 1

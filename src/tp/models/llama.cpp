@@ -1,6 +1,7 @@
 #include "tp/models/llama.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <typeinfo>
 
 #include "tp/autograd/tape.h"
@@ -56,11 +57,14 @@ bool local_forward(const nn::Linear& l) {
 }
 
 // The fused GEMM runs where the separate packed ones would: no gradient wanted.
-bool fused_applies(const nn::FusedLinears& f, const Tensor& x, const std::vector<const nn::Linear*>& parts) {
+// (Checked without building a tensor list: this runs on every decode step's layers.)
+bool fused_applies(const nn::FusedLinears& f, const Tensor& x, std::initializer_list<const nn::Linear*> parts) {
   if (!f.active()) return false;
-  std::vector<Tensor> ts{x};
-  for (const nn::Linear* p : parts) ts.push_back(p->weight.data);
-  return !autograd::needs_grad(ts);
+  if (!autograd::is_grad_enabled()) return true;
+  if (x.requires_grad()) return false;
+  for (const nn::Linear* p : parts)
+    if (p->weight.data.defined() && p->weight.data.requires_grad()) return false;
+  return true;
 }
 
 }  // namespace
@@ -120,13 +124,13 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
 // ---------------------------------------------------------------- MLP
 
 LlamaMLP::LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate)
+    : LlamaMLP(name, c.hidden_size, intermediate < 0 ? c.intermediate_size : intermediate) {}
+
+LlamaMLP::LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate)
     : nn::Module(name),
-      gate_proj(add_module(std::make_unique<nn::Linear>(child_name("gate_proj"), c.hidden_size,
-                                                        intermediate < 0 ? c.intermediate_size : intermediate, false))),
-      up_proj(add_module(std::make_unique<nn::Linear>(child_name("up_proj"), c.hidden_size,
-                                                      intermediate < 0 ? c.intermediate_size : intermediate, false))),
-      down_proj(add_module(std::make_unique<nn::Linear>(
-          child_name("down_proj"), intermediate < 0 ? c.intermediate_size : intermediate, c.hidden_size, false))) {}
+      gate_proj(add_module(std::make_unique<nn::Linear>(child_name("gate_proj"), hidden, intermediate, false))),
+      up_proj(add_module(std::make_unique<nn::Linear>(child_name("up_proj"), hidden, intermediate, false))),
+      down_proj(add_module(std::make_unique<nn::Linear>(child_name("down_proj"), intermediate, hidden, false))) {}
 
 void LlamaMLP::finalize_weights(bool inference_only) {
   if (local_forward(gate_proj) && local_forward(up_proj)) gate_up_.fuse({&gate_proj, &up_proj});

@@ -491,12 +491,28 @@ fs::path Trainer::save_checkpoint() {
   return dir;
 }
 
+namespace {
+
+// Runs `read` over the JSON of `file`, a checkpoint's: a missing or mistyped field
+// (a hand-edited or damaged file) is an error naming the file and json's reason.
+template <class Read>
+auto checkpoint_fields(const fs::path& file, Read&& read) {
+  try {
+    return read();
+  } catch (const json::exception& e) {
+    fail("{}: {}", file.string(), e.what());
+  }
+}
+
+}  // namespace
+
 void Trainer::load_checkpoint(const fs::path& dir) {
   TP_CHECK(fs::is_directory(dir), "resume_from_checkpoint: {} is not a directory", dir.string());
   TP_CHECK(fs::exists(dir / "training_state.json"),
            "resume_from_checkpoint: {} is not a tp training checkpoint (no training_state.json)", dir.string());
-  json saved = io::read_json_file(dir / "training_state.json");
-  const json now = checkpoint_identity(), then = saved.at("identity");
+  const fs::path saved_file = dir / "training_state.json";
+  json saved = io::read_json_file(saved_file);
+  const json now = checkpoint_identity(), then = checkpoint_fields(saved_file, [&] { return saved.at("identity"); });
   std::vector<std::string> differences;
   for (const auto& [key, value] : now.items()) {
     if (!then.contains(key)) {
@@ -528,13 +544,22 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   for (const io::TensorInfo& t : opt_file->tensors()) state.emplace_back(t.name, opt_file->read(t.name, DType::F32));
   auto steps = opt_file->metadata().find("steps");
   TP_CHECK(steps != opt_file->metadata().end(), "{}: no 'steps' in its metadata", opt_file->path().string());
-  optimizer_->load_state(state, std::stoll(steps->second));
+  const std::string& step_text = steps->second;
+  TP_CHECK(
+      !step_text.empty() && step_text.size() < 19 && step_text.find_first_not_of("0123456789") == std::string::npos,
+      "{}: metadata 'steps' must be a step count, got '{}'", opt_file->path().string(), step_text);
+  optimizer_->load_state(state, std::stoll(step_text));
 
-  state_ = TrainerState::from_json(io::read_json_file(dir / "trainer_state.json"));
+  const fs::path state_file = dir / "trainer_state.json";
+  const json state_json = io::read_json_file(state_file);
+  state_ = checkpoint_fields(state_file, [&] { return TrainerState::from_json(state_json); });
   state_.max_steps = total_steps_;
-  window_loss_ = saved.at("counters").at("window_loss").get<double>();
-  window_steps_ = saved.at("counters").at("window_steps").get<int64_t>();
-  window_aux_loss_ = saved.at("counters").value("window_aux_loss", 0.0);
+  checkpoint_fields(saved_file, [&] {
+    window_loss_ = saved.at("counters").at("window_loss").get<double>();
+    window_steps_ = saved.at("counters").at("window_steps").get<int64_t>();
+    window_aux_loss_ = saved.at("counters").value("window_aux_loss", 0.0);
+    return 0;
+  });
 }
 
 }  // namespace tp::training
