@@ -1,6 +1,7 @@
 #include "tp/ops/linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -201,8 +202,13 @@ struct PackedLinear::State {
   std::vector<Variant> variants;
   std::map<std::pair<int64_t, bool>, Prim> prims;                         // (M, has bias)
   std::map<std::tuple<int64_t, int64_t, bool>, PairedPrim> paired_prims;  // (M, columns, has bias)
+  // The packed weight the paired form and the one-row kernel read (variants[0], whose
+  // layout and buffer never change after construction), when it is a bf16 weight of
+  // even K in bf16_pairs.h's panel layout; null otherwise. Set once, read without the lock.
+  const bf16* panels = nullptr;
+  memory::desc panels_md;
   // K rows per chunk of the one-row kernel (bf16_gemv.h); 0: keep oneDNN; -1: not probed yet.
-  int64_t gemv_chunk = -1;
+  std::atomic<int64_t> gemv_chunk{-1};
 
   memory::data_type dt() const;
   Tensor weight;  // undefined once released
@@ -280,6 +286,11 @@ PackedLinear::PackedLinear(const Tensor& w, bool keep_weight) {
   if (w.numel() > 0) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->prim_for(1, false);  // packs now, so the first forward pays nothing
+    const State::Variant& v = state_->variants.front();
+    if (state_->dtype == DType::BF16 && state_->k % 2 == 0 && detail::is_bf16_panel_layout(v.w_md)) {
+      state_->panels = static_cast<const bf16*>(v.buffer->data());
+      state_->panels_md = v.w_md;
+    }
   }
   if (keep_weight) {
     weight_ = w;
@@ -334,7 +345,7 @@ void onednn_linear_into(float* y, const void* src, PackedLinear::State& s, int64
 // with and without a bias, are oneDNN's bits on a probe row; 0 when none is. Probed
 // once per weight shape (oneDNN picks its K blocking from the shape), on the first
 // weight of that shape.
-int64_t probe_gemv_chunk(PackedLinear::State& s, const memory::desc& md, const bf16* packed) {
+int64_t probe_gemv_chunk(PackedLinear::State& s) {
   static std::mutex mutex;
   static std::map<std::pair<int64_t, int64_t>, int64_t> by_shape;
   {
@@ -352,8 +363,8 @@ int64_t probe_gemv_chunk(PackedLinear::State& s, const memory::desc& md, const b
   int64_t chunk = 0;
   for (int64_t c : {s.k, int64_t{512}, int64_t{1024}, int64_t{256}, int64_t{2048}, int64_t{128}, int64_t{4096}}) {
     if (c > s.k || c % 2 != 0) continue;
-    detail::bf16_panel_gemv(x.data<bf16>(), packed, md, c, nullptr, got.data());
-    detail::bf16_panel_gemv(x.data<bf16>(), packed, md, c, b.data<float>(), got_b.data());
+    detail::bf16_panel_gemv(x.data<bf16>(), s.panels, s.panels_md, c, nullptr, got.data());
+    detail::bf16_panel_gemv(x.data<bf16>(), s.panels, s.panels_md, c, b.data<float>(), got_b.data());
     if (same(want, got) && same(want_b, got_b)) {
       chunk = c;
       break;
@@ -365,23 +376,15 @@ int64_t probe_gemv_chunk(PackedLinear::State& s, const memory::desc& md, const b
 }
 
 // The chunk with which a one-row product runs the kernel of bf16_gemv.h (probed on
-// first use), or 0 when it keeps oneDNN; `md` and `packed` are the weight it reads.
-int64_t gemv_chunk_for(PackedLinear::State& s, Bf16Path path, memory::desc* md, const bf16** packed) {
-  if (path == Bf16Path::Native || s.dtype != DType::BF16 || s.k % 2 != 0 || !detail::bf16_gemv_available() ||
+// first use), or 0 when it keeps oneDNN.
+int64_t gemv_chunk_for(PackedLinear::State& s, Bf16Path path) {
+  if (path == Bf16Path::Native || s.panels == nullptr || !detail::bf16_gemv_available() ||
       detail::bf16_gemm_forced_native())
     return 0;
-  int64_t chunk = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.variants.empty() || !detail::is_bf16_panel_layout(s.variants.front().w_md)) return 0;
-    *md = s.variants.front().w_md;
-    *packed = static_cast<const bf16*>(s.variants.front().buffer->data());
-    chunk = s.gemv_chunk;
-  }
+  int64_t chunk = s.gemv_chunk.load(std::memory_order_relaxed);
   if (chunk < 0) {
-    chunk = probe_gemv_chunk(s, *md, *packed);
-    std::lock_guard<std::mutex> lock(s.mutex);
-    s.gemv_chunk = chunk;
+    chunk = probe_gemv_chunk(s);
+    s.gemv_chunk.store(chunk, std::memory_order_relaxed);
   }
   return chunk;
 }
@@ -405,19 +408,12 @@ void paired_linear_into(Tensor& out, const Tensor& x, PackedLinear::State& s, co
       detail::paired_scratch(1, static_cast<size_t>(std::min(group, panels) * rows * detail::kPanelColumns));
   float* cols_buf = whole ? nullptr : detail::paired_scratch(2, static_cast<size_t>(m * group * detail::kPanelColumns));
   detail::pair_swapped_rows(x.raw_data(), x.dtype(), m, k, xs);
-  memory::desc packed_md;
-  const bf16* packed = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    packed_md = s.variants.front().w_md;
-    packed = static_cast<const bf16*>(s.variants.front().buffer->data());
-  }
   auto& engine = detail::dnnl_engine();
   float* y = out.data<float>();
   for (int64_t p0 = 0; p0 < panels; p0 += group) {
     const int64_t count = std::min(group, panels - p0), n0 = p0 * detail::kPanelColumns;
     const int64_t cols = std::min(n - n0, count * detail::kPanelColumns);
-    detail::pair_swapped_panels(packed, packed_md, p0, count, panel_buf);
+    detail::pair_swapped_panels(s.panels, s.panels_md, p0, count, panel_buf);
     PackedLinear::State::PairedPrim p;
     {
       std::lock_guard<std::mutex> lock(s.mutex);
@@ -452,12 +448,8 @@ bool paired_f32_exact() {
   return exact;
 }
 
-bool paired_applies(PackedLinear::State& s, int64_t m, Bf16Path path) {
-  if (path == Bf16Path::Native || s.dtype != DType::BF16 || s.k % 2 != 0) return false;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.variants.empty() || !detail::is_bf16_panel_layout(s.variants.front().w_md)) return false;
-  }
+bool paired_applies(const PackedLinear::State& s, int64_t m, Bf16Path path) {
+  if (path == Bf16Path::Native || s.panels == nullptr) return false;
   if (path == Bf16Path::Paired) return true;
   return m >= kPairedMinRows && !detail::bf16_gemm_native() && paired_f32_exact();
 }
@@ -503,10 +495,8 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
     src = buf;
   }
   const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
-  memory::desc packed_md;
-  const bf16* packed = nullptr;
-  if (const int64_t chunk = m == 1 ? gemv_chunk_for(s, path, &packed_md, &packed) : 0; chunk > 0) {
-    detail::bf16_panel_gemv(static_cast<const bf16*>(src), packed, packed_md, chunk, bias_ptr, out.data<float>());
+  if (const int64_t chunk = m == 1 ? gemv_chunk_for(s, path) : 0; chunk > 0) {
+    detail::bf16_panel_gemv(static_cast<const bf16*>(src), s.panels, s.panels_md, chunk, bias_ptr, out.data<float>());
     return Bf16Kernel::Gemv;
   }
   onednn_linear_into(out.data<float>(), src, s, m, bias_ptr);
