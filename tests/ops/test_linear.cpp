@@ -414,6 +414,13 @@ TEST(Linear, OneRowBf16KernelGivesOneDnnBits) {
   // bits: the probe finds oneDNN's K chunking per weight shape (a shape it can't
   // match keeps oneDNN, and then this test says so and checks nothing else).
   if (!ops::detail::bf16_gemv_available()) GTEST_SKIP() << "no AVX512-BF16 here: oneDNN runs every one-row product";
+  if (ops::detail::bf16_gemm_forced_native()) {  // the user's switch keeps oneDNN
+    ops::PackedLinear p(Tensor::randn({64, 96}, 60).to(DType::BF16));
+    Tensor y = Tensor::empty({1, 64});
+    EXPECT_EQ(ops::detail::linear_into_path(y, Tensor::randn({1, 96}, 61), p, Tensor(), ops::detail::Bf16Path::Auto),
+              ops::detail::Bf16Kernel::OneDnn);
+    GTEST_SKIP() << "TP_BF16_GEMM=native: oneDNN runs every one-row product";
+  }
   int64_t matched = 0;
   // K of one chunk, of 512-row chunks (768, 1024) and of 1024-row ones with a tail
   // (1536, 3072); the model's shapes; a tail panel; 2 rows (no kernel).

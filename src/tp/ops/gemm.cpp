@@ -103,30 +103,33 @@ double probe_gflops(DType dtype) {
 
 }  // namespace
 
+namespace {
+
+// TP_BF16_GEMM, read once: 1 "native", 0 "f32", -1 unset (probe).
+int bf16_gemm_env() {
+  static const int choice = [] {
+    const char* env = std::getenv("TP_BF16_GEMM");
+    if (env == nullptr || *env == 0) return -1;
+    const std::string v(env);
+    TP_CHECK(v == "native" || v == "f32", "TP_BF16_GEMM='{}' is not one of native, f32", v);
+    return v == "native" ? 1 : 0;
+  }();
+  return choice;
+}
+
+}  // namespace
+
 bool bf16_gemm_native() {
   Bf16Choice& c = bf16_choice();
   std::lock_guard<std::mutex> lock(c.mutex);
   if (c.native < 0) {
-    const char* env = std::getenv("TP_BF16_GEMM");
-    if (env != nullptr && std::string(env) == "native") {
-      c.native = 1;
-    } else if (env != nullptr && std::string(env) == "f32") {
-      c.native = 0;
-    } else {
-      TP_CHECK(env == nullptr || *env == 0, "TP_BF16_GEMM='{}' is not one of native, f32", env);
-      c.native = probe_gflops(DType::BF16) >= probe_gflops(DType::F32) ? 1 : 0;
-    }
+    const int env = bf16_gemm_env();
+    c.native = env >= 0 ? env : probe_gflops(DType::BF16) >= probe_gflops(DType::F32) ? 1 : 0;
   }
   return c.native == 1;
 }
 
-bool bf16_gemm_forced_native() {
-  static const bool forced = [] {
-    const char* env = std::getenv("TP_BF16_GEMM");
-    return env != nullptr && std::string(env) == "native";
-  }();
-  return forced;
-}
+bool bf16_gemm_forced_native() { return bf16_gemm_env() == 1; }
 
 void set_bf16_gemm_native(bool native) {
   Bf16Choice& c = bf16_choice();
