@@ -100,12 +100,20 @@ Tensor leaf_grad_buffer(const Tensor& t) {
   return state->grad;
 }
 
-bool needs_grad(const std::vector<Tensor>& inputs) {
+namespace {
+
+template <class Tensors>
+bool any_requires_grad(const Tensors& inputs) {
   if (!grad_enabled) return false;
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
   return false;
 }
+
+}  // namespace
+
+bool needs_grad(const std::vector<Tensor>& inputs) { return any_requires_grad(inputs); }
+bool needs_grad(std::initializer_list<Tensor> inputs) { return any_requires_grad(inputs); }
 
 void accumulate_into(Tensor& dst, const Tensor& src) {
   check_same_shape(dst, src, "gradient accumulation");

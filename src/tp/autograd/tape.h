@@ -12,6 +12,7 @@
 // Collectives are ops too (tp/dist): every rank records the same entries in the
 // same order, so the backward collectives match up across ranks.
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -35,6 +36,9 @@ class NoGradGuard {
 
 // True when grad mode is on and any defined input requires a gradient.
 bool needs_grad(const std::vector<Tensor>& inputs);
+// The same for a braced list, needs_grad({x, w, b}): every op asks on every forward,
+// so this form builds no vector.
+bool needs_grad(std::initializer_list<Tensor> inputs);
 
 // Given the gradients of the outputs (always defined: zeros for an output that
 // received none), returns one gradient per input, in input order; an undefined

@@ -57,13 +57,10 @@ bool local_forward(const nn::Linear& l) {
 }
 
 // The fused GEMM runs where the separate packed ones would: no gradient wanted.
-// (Checked without building a tensor list: this runs on every decode step's layers.)
 bool fused_applies(const nn::FusedLinears& f, const Tensor& x, std::initializer_list<const nn::Linear*> parts) {
-  if (!f.active()) return false;
-  if (!autograd::is_grad_enabled()) return true;
-  if (x.requires_grad()) return false;
+  if (!f.active() || autograd::needs_grad({x})) return false;
   for (const nn::Linear* p : parts)
-    if (p->weight.data.defined() && p->weight.data.requires_grad()) return false;
+    if (autograd::needs_grad({p->weight.data})) return false;
   return true;
 }
 

@@ -77,7 +77,6 @@ class LlamaMLP : public nn::Module {
  public:
   // intermediate < 0: the config's intermediate_size (DeepSeek's shared experts give their own).
   LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate = -1);
-  LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate);
   nn::Linear& gate_proj;
   nn::Linear& up_proj;
   nn::Linear& down_proj;
@@ -92,6 +91,7 @@ class LlamaMLP : public nn::Module {
   Tensor forward(const std::vector<Tensor>& inputs) override;  // down(silu(gate(x)) * up(x))
 
  private:
+  LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate);  // the sizes resolved
   nn::FusedLinears gate_up_;
 };
 
