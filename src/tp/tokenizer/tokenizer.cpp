@@ -158,11 +158,7 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
   return clean_up_tokenization_spaces ? clean_up_tokenization(text) : text;
 }
 
-std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const {
-  if (const auto it = s_->added_by_content.find(std::string(token)); it != s_->added_by_content.end())
-    return it->second;
-  return s_->model->token_to_id(token);
-}
+std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const { return s_->token_to_id(token); }
 
 int64_t Tokenizer::vocab_size() const {
   int64_t m = s_->model->max_id();

@@ -23,8 +23,7 @@ std::optional<std::string> config_token(const json& config, const char* key) {
 }
 
 int64_t id_of(const TokenizerState& s, const std::string& token, std::string_view what) {
-  if (const auto it = s.added_by_content.find(token); it != s.added_by_content.end()) return it->second;
-  if (const auto id = s.model->token_to_id(token)) return *id;
+  if (const auto id = s.token_to_id(token)) return *id;
   fail("{} '{}' is neither an added token nor in the vocab", what, token);
 }
 
@@ -72,6 +71,11 @@ void load_post_processor(TokenizerState& s, const json& j) {
 
 }  // namespace
 
+std::optional<int64_t> TokenizerState::token_to_id(std::string_view token) const {
+  if (const auto it = added_by_content.find(std::string(token)); it != added_by_content.end()) return it->second;
+  return model->token_to_id(token);
+}
+
 void load_tokenizer_state(TokenizerState& s, const json& tok, const json& config) {
   TP_CHECK(tok.is_object(), "top level must be a JSON object, got {}", tok.type_name());
   TP_CHECK(tok.contains("model"), "missing \"model\"");
@@ -118,12 +122,7 @@ void load_tokenizer_state(TokenizerState& s, const json& tok, const json& config
     if (const auto eos = config_token(config, "eos_token"))
       s.eos_ids.push_back(id_of(s, *eos, "tokenizer_config.json eos_token"));
     // A pad token the vocabulary lacks is one Transformers would add; tp leaves it unset.
-    if (const auto pad = config_token(config, "pad_token")) {
-      if (const auto it = s.added_by_content.find(*pad); it != s.added_by_content.end())
-        s.pad_id = it->second;
-      else
-        s.pad_id = s.model->token_to_id(*pad);
-    }
+    if (const auto pad = config_token(config, "pad_token")) s.pad_id = s.token_to_id(*pad);
     s.clean_up_tokenization_spaces = config.value("clean_up_tokenization_spaces", false);
     // Like Transformers' update_post_processor (LlamaTokenizerFast and
     // others): an explicit add_bos_token/add_eos_token replaces the

@@ -1,10 +1,10 @@
 #pragma once
 // The parts of a loaded Tokenizer (shared, immutable after loading).
-#include <nlohmann/json_fwd.hpp>
-
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +34,9 @@ struct TokenizerState {
   std::optional<int64_t> pad_id;  // tokenizer_config.json's pad_token, when the vocabulary has it
   std::vector<int64_t> eos_ids;
   bool clean_up_tokenization_spaces = false;
+
+  // An added token's id, else the model vocabulary's; nullopt when neither has it.
+  std::optional<int64_t> token_to_id(std::string_view token) const;
 };
 
 // Fills `s` from parsed tokenizer.json and tokenizer_config.json (may be null).
