@@ -558,7 +558,6 @@ void Trainer::load_checkpoint(const fs::path& dir) {
     window_loss_ = saved.at("counters").at("window_loss").get<double>();
     window_steps_ = saved.at("counters").at("window_steps").get<int64_t>();
     window_aux_loss_ = saved.at("counters").value("window_aux_loss", 0.0);
-    return 0;
   });
 }
 
