@@ -114,3 +114,57 @@ TEST(Tape, LeafGradReadyHookReportsCompleteGradientsInBackwardOrder) {
   EXPECT_EQ(grad_of(a), (std::vector<float>{16, 25}));
   EXPECT_EQ(seen.size(), 3u);
 }
+
+// A chain of ops that each save their input (mul keeps both operands): when the
+// oldest entry's backward runs, the activations of every later entry are gone
+// (the tape keeps no input's data and drops each closure once it has run), and
+// the linear entries keep one bf16 copy for q|k|v-like siblings reading one input.
+TEST(Tape, BackwardFreesEachEntrysSavedTensorsAsItGoes) {
+  const int64_t n = 1 << 18;  // 1 MiB of f32 per activation
+  Tensor x = Tensor::randn({n}, 1);
+  x.set_requires_grad(true);
+  size_t live_at_first_entry = 0;
+  Tensor h = x.clone();
+  h.set_requires_grad(true);
+  // The oldest entry: reports the live bytes when the backward reaches it.
+  Tensor probe = h.reshape({n});
+  autograd::record("probe", {h}, {probe}, [&](const std::vector<Tensor>& g) {
+    live_at_first_entry = allocator_stats().tensor_bytes;
+    return std::vector<Tensor>{g[0]};
+  });
+  Tensor y = probe;
+  for (int i = 0; i < 8; ++i) y = ops::mul(y, ops::scale(y, 0.5));  // 16 activations of 1 MiB, saved
+  Tensor loss = ops::sum(y);
+  y = Tensor();
+  const size_t live_before = allocator_stats().tensor_bytes;
+  autograd::backward(loss);
+  ASSERT_GT(live_at_first_entry, 0u);
+  // Before the backward the chain's 16 MiB were live; when its oldest entry runs at most
+  // a few gradients of 1 MiB are.
+  EXPECT_LT(live_at_first_entry + (12u << 20), live_before)
+      << "live " << (live_at_first_entry >> 20) << " MiB at the oldest entry, " << (live_before >> 20)
+      << " MiB before the backward";
+  EXPECT_TRUE(h.grad().defined());
+}
+
+TEST(Tape, LinearsReadingOneInputSaveOneBf16Copy) {
+  const int64_t rows = 256, k = 512;
+  Tensor x = Tensor::randn({rows, k}, 2);
+  x.set_requires_grad(true);
+  std::vector<Tensor> ws;
+  for (int i = 0; i < 3; ++i) ws.push_back(Tensor::randn({64, k}, 3 + i, 0, 0.1f).to(DType::BF16).set_requires_grad(true));
+  Tensor h = ops::scale(x, 1.0);  // an activation only the linears hold once h is dropped
+  std::vector<Tensor> ys{ops::linear(h, ws[0])};
+  const size_t after_first = allocator_stats().tensor_bytes;
+  ys.push_back(ops::linear(h, ws[1]));
+  ys.push_back(ops::linear(h, ws[2]));
+  const size_t after_siblings = allocator_stats().tensor_bytes;
+  const size_t out_bytes = rows * 64 * 4, bytes_of_h = rows * k * 4;
+  // The siblings add their outputs only, not a bf16 copy (256 KiB) each.
+  EXPECT_LE(after_siblings - after_first, 2 * out_bytes + 4096) << "the siblings saved copies of their own";
+  h = Tensor();
+  // Nothing kept h itself (f32): the tape holds no input's data, the linears the bf16 copy.
+  EXPECT_GE(after_siblings - allocator_stats().tensor_bytes, bytes_of_h) << "the f32 input stayed alive";
+  autograd::backward(ops::sum(ops::add(ops::add(ys[0], ys[1]), ys[2])));
+  EXPECT_TRUE(x.grad().defined());
+}

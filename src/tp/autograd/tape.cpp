@@ -50,30 +50,38 @@ namespace {
 
 thread_local bool grad_enabled = true;
 
+// What the engine keeps of an op's input: where its gradient goes, not its data.
+// The tensor's values live only as long as something else holds them (the
+// closure that saved them, the caller), so a backward frees each activation as
+// soon as the last closure that saved it has run.
+struct InputRef {
+  std::shared_ptr<TensorGradState> state;  // null: undefined, or never took part in autograd
+  Tensor leaf;                             // a leaf itself (parameters: alive anyway), for its gradient buffer
+  Shape shape;
+  const Storage* storage = nullptr;  // identity only: a gradient aliasing the input is copied before it is kept
+};
+
 struct TapeEntry {
   const char* name;
-  std::vector<Tensor> inputs;
-  std::vector<std::weak_ptr<TensorImpl>> outputs;  // a dead output cannot receive a gradient
+  std::vector<InputRef> inputs;
+  std::vector<std::weak_ptr<TensorGradState>> outputs;  // a dead output cannot receive a gradient
   std::vector<Shape> output_shapes;
-  std::vector<DType> output_dtypes;
   BackwardFn fn;
 };
 
 thread_local std::vector<TapeEntry> tape;
 thread_local std::function<void(const TensorImpl*)> leaf_ready_hook;
-
-bool is_trainable_leaf(const TensorImpl* impl) {
-  const auto& state = impl->grad_state;
-  return state && state->is_leaf && state->requires_grad;
-}
+// Backwards running on this thread: a checkpointed block's backward runs its own
+// inside the outer one, whose leaf-ready reports alone are the real ones.
+thread_local int backward_depth = 0;
 
 // Adds this backward's gradient `g` of a leaf into the leaf's gradient.
-void deliver_leaf_grad(TensorImpl* impl, const Tensor& g) {
-  auto& state = impl->grad_state;
+void deliver_leaf_grad(const Tensor& leaf, const Tensor& g) {
+  auto& state = leaf.impl()->grad_state;
   if (!state->grad.defined()) {
     // A copy: g may be shared with another leaf's gradient, and the next
     // backward accumulates into this one in place.
-    state->grad = g.dtype() == impl->dtype ? g.clone() : g.to(impl->dtype);
+    state->grad = g.dtype() == leaf.dtype() ? g.clone() : g.to(leaf.dtype());
   } else {
     accumulate_into(state->grad, g);
   }
@@ -91,6 +99,8 @@ LeafGradReadyHook::~LeafGradReadyHook() { leaf_ready_hook = std::move(previous_)
 
 NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+GradModeGuard::GradModeGuard(bool enabled) : previous_(grad_enabled) { grad_enabled = enabled; }
+GradModeGuard::~GradModeGuard() { grad_enabled = previous_; }
 
 Tensor leaf_grad_buffer(const Tensor& t) {
   if (!t.defined()) return Tensor();
@@ -115,6 +125,27 @@ bool any_requires_grad(const Tensors& inputs) {
 bool needs_grad(const std::vector<Tensor>& inputs) { return any_requires_grad(inputs); }
 bool needs_grad(std::initializer_list<Tensor> inputs) { return any_requires_grad(inputs); }
 
+const Tensor& Rebuild::get() {
+  if (!value.defined()) value = make();
+  return value;
+}
+
+const Tensor& Rebuild::get_bf16() {
+  if (!bf16_value.defined()) bf16_value = get().to(DType::BF16);
+  return bf16_value;
+}
+
+void set_rebuild(const Tensor& out, std::function<Tensor()> make) {
+  auto& state = out.impl()->grad_state;
+  TP_CHECK(state != nullptr, "set_rebuild: {} is not the output of a recorded op", shape_str(out.shape()));
+  state->rebuild = std::make_shared<Rebuild>(Rebuild{std::move(make), {}, {}});
+}
+
+std::shared_ptr<Rebuild> rebuild_of(const Tensor& t) {
+  if (!t.defined() || t.impl()->grad_state == nullptr) return nullptr;
+  return t.impl()->grad_state->rebuild;
+}
+
 void accumulate_into(Tensor& dst, const Tensor& src) {
   check_same_shape(dst, src, "gradient accumulation");
   int64_t n = dst.numel();
@@ -133,47 +164,83 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
 }
 
 void record(const char* name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward_fn) {
-  TapeEntry e{name, std::move(inputs), {}, {}, {}, std::move(backward_fn)};
+  TapeEntry e{name, {}, {}, {}, std::move(backward_fn)};
+  e.inputs.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    InputRef ref;
+    if (in.defined()) {
+      ref.state = in.impl()->grad_state;
+      if (ref.state && ref.state->is_leaf) ref.leaf = in;
+      ref.shape = in.shape();
+      ref.storage = in.storage().get();
+    }
+    e.inputs.push_back(std::move(ref));
+  }
   for (Tensor& out : outputs) {
     auto& state = out.impl()->grad_state;
     if (!state) state = std::make_shared<TensorGradState>();
     state->requires_grad = true;
     state->is_leaf = false;
     e.output_shapes.push_back(out.shape());
-    e.output_dtypes.push_back(out.dtype());
-    e.outputs.push_back(out.impl_ptr());
+    e.outputs.push_back(state);
   }
   tape.push_back(std::move(e));
 }
 
-void backward(const Tensor& root, const Tensor& grad_root) {
-  TP_CHECK(root.defined() && root.requires_grad(),
-           "backward: the root tensor does not require grad (was it computed under NoGradGuard, or from "
-           "inputs without requires_grad?)");
-  Tensor seed = grad_root;
-  if (!seed.defined()) {
-    TP_CHECK(root.numel() == 1, "backward: grad_root can be omitted only for a one-element root, got shape {}",
-             shape_str(root.shape()));
-    seed = Tensor::full(root.shape(), 1.0, DType::F32);
-  }
-  check_same_shape(root, seed, "backward: grad_root vs root");
+namespace {
 
-  NoGradGuard no_grad;  // backward closures must not record
-  std::unordered_map<const TensorImpl*, Tensor> grads;
-  grads[root.impl()] = seed.to(DType::F32).clone();
+bool wants_grad(const InputRef& in) { return in.state && in.state->requires_grad; }
+bool trainable_leaf(const InputRef& in) { return in.state && in.state->is_leaf && in.state->requires_grad; }
 
-  auto add_grad = [&](const Tensor& input, const Tensor& g) {
-    auto it = grads.find(input.impl());
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& grad_root) { backward(std::vector<Tensor>{root}, {grad_root}); }
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots) {
+  TP_CHECK(grad_roots.size() == roots.size(), "backward: {} gradients for {} roots", grad_roots.size(), roots.size());
+  // Gradients in flight, keyed by the tensor's autograd state (which this map
+  // keeps alive: the tensor itself may already be gone).
+  struct InFlight {
+    std::shared_ptr<TensorGradState> state;
+    Tensor grad;
+    Tensor leaf;  // defined for a leaf
+  };
+  std::unordered_map<const TensorGradState*, InFlight> grads;
+  auto add_grad = [&](const std::shared_ptr<TensorGradState>& state, const Tensor& leaf, const Tensor& g,
+                      const Storage* aliased) {
+    auto it = grads.find(state.get());
     if (it == grads.end()) {
-      grads.emplace(input.impl(), g.same_storage(input) ? g.clone() : g);
+      grads.emplace(state.get(), InFlight{state, aliased != nullptr && g.storage().get() == aliased ? g.clone() : g, leaf});
     } else {
       // Out of place: a backward may hand the same tensor to several inputs
       // (add gives g to both), so the stored gradient can be aliased.
-      Tensor sum = it->second.to(DType::F32).clone();
+      Tensor sum = it->second.grad.to(DType::F32).clone();
       accumulate_into(sum, g);
-      it->second = sum;
+      it->second.grad = sum;
     }
   };
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    TP_CHECK(root.defined() && root.requires_grad(),
+             "backward: the root tensor does not require grad (was it computed under NoGradGuard, or from "
+             "inputs without requires_grad?)");
+    Tensor seed = grad_roots[i];
+    if (!seed.defined()) {
+      TP_CHECK(root.numel() == 1, "backward: grad_root can be omitted only for a one-element root, got shape {}",
+               shape_str(root.shape()));
+      seed = Tensor::full(root.shape(), 1.0, DType::F32);
+    }
+    check_same_shape(root, seed, "backward: grad_root vs root");
+    add_grad(root.impl()->grad_state, root.impl()->grad_state->is_leaf ? root : Tensor(), seed.to(DType::F32).clone(),
+             nullptr);
+  }
+
+  NoGradGuard no_grad;  // backward closures must not record (a checkpoint's recompute turns it back on)
+  struct Depth {
+    Depth() { ++backward_depth; }
+    ~Depth() { --backward_depth; }
+  } depth;
+  const bool report = leaf_ready_hook && backward_depth == 1;
 
   // Entries this backward does not reach (another graph recorded in between)
   // stay on the tape, in order, for their own backward.
@@ -181,14 +248,13 @@ void backward(const Tensor& root, const Tensor& grad_root) {
   tape.clear();
   std::vector<bool> keep(entries.size(), false);
   // With a hook: each leaf's last use (the oldest entry that takes it as input).
-  std::unordered_map<const TensorImpl*, size_t> last_use;
-  if (leaf_ready_hook)
+  std::unordered_map<const TensorGradState*, size_t> last_use;
+  if (report)
     for (size_t i = entries.size(); i-- > 0;)
-      for (const Tensor& in : entries[i].inputs)
-        if (in.defined() && is_trainable_leaf(in.impl())) last_use[in.impl()] = i;
-  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    TapeEntry& e = *it;
-    const size_t index = static_cast<size_t>(entries.rend() - it - 1);
+      for (const InputRef& in : entries[i].inputs)
+        if (trainable_leaf(in)) last_use[in.state.get()] = i;
+  for (size_t index = entries.size(); index-- > 0;) {
+    TapeEntry& e = entries[index];
     std::vector<Tensor> grad_outputs(e.outputs.size());
     bool any = false, alive = false;
     for (size_t i = 0; i < e.outputs.size(); ++i) {
@@ -198,48 +264,58 @@ void backward(const Tensor& root, const Tensor& grad_root) {
       auto g = grads.find(out.get());
       if (g == grads.end()) continue;
       // Closures work in f32 (a to_dtype backward may have produced bf16).
-      grad_outputs[i] = g->second.to(DType::F32);
+      grad_outputs[i] = g->second.grad.to(DType::F32);
       grads.erase(g);
       any = true;
     }
     if (!any) {
       keep[index] = alive;
+      if (!alive) e = TapeEntry{};  // nothing can reach it any more: free what it saved now
       continue;
     }
     for (size_t i = 0; i < grad_outputs.size(); ++i)
       if (!grad_outputs[i].defined()) grad_outputs[i] = Tensor::zeros(e.output_shapes[i], DType::F32);
     std::vector<Tensor> grad_inputs = e.fn(grad_outputs);
+    e.fn = nullptr;  // the closure's saved tensors go now, not when the backward returns
+    grad_outputs.clear();
     TP_CHECK(grad_inputs.size() == e.inputs.size(), "backward of '{}' returned {} gradients for {} inputs", e.name,
              grad_inputs.size(), e.inputs.size());
     for (size_t i = 0; i < grad_inputs.size(); ++i) {
-      const Tensor& in = e.inputs[i];
-      if (!grad_inputs[i].defined() || !in.defined() || !in.requires_grad()) continue;
-      TP_CHECK(grad_inputs[i].shape() == in.shape(), "backward of '{}': gradient {} for input {} of shape {}", e.name,
-               shape_str(grad_inputs[i].shape()), i, shape_str(in.shape()));
-      add_grad(in, grad_inputs[i]);
+      const InputRef& in = e.inputs[i];
+      if (!grad_inputs[i].defined() || !wants_grad(in)) continue;
+      TP_CHECK(grad_inputs[i].shape() == in.shape, "backward of '{}': gradient {} for input {} of shape {}", e.name,
+               shape_str(grad_inputs[i].shape()), i, shape_str(in.shape));
+      add_grad(in.state, in.leaf, grad_inputs[i], in.storage);
     }
-    if (!leaf_ready_hook) continue;
-    for (const Tensor& in : e.inputs) {
-      if (!in.defined()) continue;
-      auto last = last_use.find(in.impl());
-      if (last == last_use.end() || last->second != index) continue;
-      last_use.erase(last);  // an entry may list the same leaf twice
-      if (auto g = grads.find(in.impl()); g != grads.end()) {
-        deliver_leaf_grad(in.impl(), g->second);
-        grads.erase(g);
+    grad_inputs.clear();
+    if (report) {
+      for (const InputRef& in : e.inputs) {
+        if (!in.state) continue;
+        auto last = last_use.find(in.state.get());
+        if (last == last_use.end() || last->second != index) continue;
+        last_use.erase(last);  // an entry may list the same leaf twice
+        if (auto g = grads.find(in.state.get()); g != grads.end()) {
+          deliver_leaf_grad(in.leaf, g->second.grad);
+          grads.erase(g);
+        }
+        leaf_ready_hook(in.leaf.impl());
       }
-      leaf_ready_hook(in.impl());
     }
+    e = TapeEntry{};
   }
   for (size_t i = 0; i < entries.size(); ++i)
     if (keep[i]) tape.push_back(std::move(entries[i]));
+  entries.clear();
   // What is left belongs to leaves (and to non-leaf roots nobody consumed).
-  for (auto& [impl, g] : grads)
-    if (is_trainable_leaf(impl)) deliver_leaf_grad(const_cast<TensorImpl*>(impl), g);
+  for (auto& [key, g] : grads)
+    if (g.leaf.defined() && g.state->requires_grad) deliver_leaf_grad(g.leaf, g.grad);
 }
 
 size_t tape_size() { return tape.size(); }
 void clear_tape() { tape.clear(); }
+void truncate_tape(size_t size) {
+  if (size < tape.size()) tape.erase(tape.begin() + static_cast<std::ptrdiff_t>(size), tape.end());
+}
 
 }  // namespace autograd
 }  // namespace tp

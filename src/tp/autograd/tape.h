@@ -34,6 +34,19 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Sets grad mode in its scope; GradModeGuard(true) lets a checkpointed block's
+// recompute record inside a backward.
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // True when grad mode is on and any defined input requires a gradient.
 bool needs_grad(const std::vector<Tensor>& inputs);
 // The same for a braced list, needs_grad({x, w, b}): every op asks on every forward,
@@ -50,8 +63,14 @@ using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& 
 void record(const char* name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward_fn);
 
 // Runs backward from `root`. `grad_root` defaults to 1 (root must then have one element).
-// Removes the entries it ran (entries of graphs it does not reach stay).
+// Removes the entries it ran (entries of graphs it does not reach stay). The tape
+// keeps no input's data: each entry's closure, and what it saved, is released as
+// soon as it has run, so activations are freed as the backward walks past them.
 void backward(const Tensor& root, const Tensor& grad_root = Tensor());
+// The same from several roots at once, one gradient each (undefined: 1 for a
+// one-element root). A backward may run inside another's closure (a checkpointed
+// block's); only the outermost reports leaves to a LeafGradReadyHook.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);
 
 // While one is alive, backward() reports each leaf (that requires grad) as soon
 // as its gradient for this backward is complete (the last tape entry that uses it
@@ -71,6 +90,9 @@ class LeafGradReadyHook {
 
 size_t tape_size();
 void clear_tape();
+// Drops the entries recorded after the first `size` (what a checkpointed
+// block's forward recorded, once its outputs are taken).
+void truncate_tape(size_t size);
 
 // The f32 buffer a leaf's gradient accumulates into, when it has one (see
 // Tensor::set_grad), else undefined. A backward closure may add its gradient for
@@ -78,6 +100,11 @@ void clear_tape();
 // an undefined gradient for it: no temporary of the parameter's size, no extra
 // pass over it. Only for leaves: anything else flows through the engine.
 Tensor leaf_grad_buffer(const Tensor& t);
+
+// Marks `out` (an op's output, already recorded) as one `make` can produce again
+// (see Rebuild in grad_state.h); rebuild_of returns it, or null.
+void set_rebuild(const Tensor& out, std::function<Tensor()> make);
+std::shared_ptr<struct Rebuild> rebuild_of(const Tensor& t);
 
 // Adds `src` into `dst` elementwise (same shape), in f32 arithmetic.
 void accumulate_into(Tensor& dst, const Tensor& src);

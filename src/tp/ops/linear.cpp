@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tp/autograd/checkpoint.h"
+#include "tp/autograd/grad_state.h"
 #include "tp/autograd/tape.h"
 #include "tp/ops/bf16_gemv.h"
 #include "tp/ops/bf16_pairs.h"
@@ -74,21 +76,27 @@ Tensor bf16_valued_copy(const Tensor& x) {
 // A bf16 weight means bf16 compute, as under torch.autocast: both products take
 // bf16 operands (dy rounded once for the two) and accumulate in f32. With
 // `bf16_values`, the same arithmetic on f32 storage: dy rounded to bf16 values,
-// x already rounded. dw goes straight into the weight's gradient buffer when it
-// has one (see autograd::leaf_grad_buffer): no [N, K] temporary, no pass to add it.
-std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, bool need_dx, const Tensor& w, const Tensor& b,
-                                    bool bf16_values) {
-  int64_t n = w.size(0), k = w.size(1), m = rows_of(x);
+// x already rounded (saved as bf16, exactly its values). dw goes straight into the
+// weight's gradient buffer when it has one (see autograd::leaf_grad_buffer): no
+// [N, K] temporary, no pass to add it.
+// x: what the forward saved (undefined when dw is not wanted), of shape x_shape.
+std::vector<Tensor> linear_backward(const Tensor& dy, const Shape& x_shape, const Tensor& x, bool need_dx,
+                                    const Tensor& w, const Tensor& b, bool bf16_values) {
+  int64_t n = w.size(0), k = w.size(1), m = rows_of(dy);
   const DType compute = w.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
   const Tensor dy_c = compute == DType::BF16 ? bf16_copy(dy) : bf16_values ? bf16_valued_copy(dy) : dy;
   Tensor dx, dw, db;
   if (need_dx) {
-    dx = Tensor::empty(x.shape());
+    dx = Tensor::empty(x_shape);
     detail::gemm({m, k, n, false, false, compute, w.dtype()}, dy_c.raw_data(), w.raw_data(), nullptr,
                  dx.data<float>());
   }
   if (w.requires_grad()) {
-    const Tensor x_c = compute == DType::BF16 && x.dtype() == DType::F32 ? bf16_copy(x) : x;
+    TP_CHECK(x.defined(), "linear backward: the weight {} asks for a gradient it did not ask for in the forward",
+             shape_str(w.shape()));
+    // The f32 GEMM of bf16 values reads x widened back (exact); a bf16 GEMM reads it as saved.
+    const Tensor x_c = compute == DType::BF16 ? (x.dtype() == DType::F32 ? bf16_copy(x) : x)
+                                              : (x.dtype() == DType::BF16 ? x.to(DType::F32) : x);
     Tensor buffer = autograd::leaf_grad_buffer(w);
     detail::GemmSpec spec{n, k, m, true, false, compute, x_c.dtype()};
     spec.accumulate = buffer.defined();
@@ -112,16 +120,50 @@ std::vector<Tensor> linear_backward(const Tensor& dy, const Tensor& x, bool need
 
 Tensor f32_bias(const Tensor& b) { return b.defined() ? b.to(DType::F32) : Tensor(); }
 
-// `x_values`: what the forward multiplied (x itself, or its bf16-valued copy).
-void maybe_record_linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
-                         const Tensor& x_values = Tensor()) {
+// What a linear keeps of its input for dw: under bf16 compute a bf16 copy (half
+// the bytes of the f32 input, and all the backward reads of it), else x itself;
+// for an input that can be made again (a sequence-parallel block's gathered
+// input, autograd::Rebuild) only the way to make it. Siblings that read one input
+// (q|k|v, gate|up, a LoRA adapter's A next to its base) share the copy the first
+// one made: the last input rounded on this thread is remembered (weakly:
+// nothing is kept alive for it).
+struct SavedInput {
+  Tensor values;
+  std::shared_ptr<autograd::Rebuild> rebuild;
+  bool round = false;
+  Tensor get() const {
+    if (!rebuild) return values;
+    return round ? rebuild->get_bf16() : rebuild->get();
+  }
+};
+
+SavedInput saved_input(const Tensor& x, bool round) {
+  if (auto rebuild = autograd::rebuild_of(x)) return {Tensor(), rebuild, round};
+  if (!round) return {x, nullptr, false};
+  struct Last {
+    std::weak_ptr<TensorImpl> source;
+    std::weak_ptr<Storage> copy;
+  };
+  thread_local Last last;
+  if (auto source = last.source.lock(); source && source.get() == x.impl())
+    if (auto copy = last.copy.lock()) return {Tensor::wrap(copy, 0, x.shape(), DType::BF16), nullptr, true};
+  Tensor copy = bf16_copy(x);
+  last = {x.impl_ptr(), copy.storage()};
+  return {copy, nullptr, true};
+}
+
+// `bf16_values`: the forward multiplied x rounded to bf16 values (an f32 weight under bf16 compute).
+void maybe_record_linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16_values) {
   if (!autograd::needs_grad({x, w, b})) return;
-  const bool bf16_values = x_values.defined();
-  const Tensor saved = bf16_values ? x_values : x;
   const bool need_dx = x.requires_grad();
-  autograd::record("linear", {x, w, b}, {y}, [saved, need_dx, w, b, bf16_values](const std::vector<Tensor>& g) {
-    return linear_backward(g[0], saved, need_dx, w, b, bf16_values);
-  });
+  // dw needs x; dx alone needs only the weight.
+  const SavedInput saved =
+      w.requires_grad() ? saved_input(x, bf16_values || w.dtype() == DType::BF16) : SavedInput{};
+  const Shape x_shape = x.shape();
+  autograd::record("linear", {x, w, b}, {y},
+                   [saved, x_shape, need_dx, w, b, bf16_values](const std::vector<Tensor>& g) {
+                     return linear_backward(g[0], x_shape, saved.get(), need_dx, w, b, bf16_values);
+                   });
 }
 
 }  // namespace
@@ -135,12 +177,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, std::optional<D
   TP_CHECK(!compute || *compute == DType::BF16 || w.dtype() == DType::F32,
            "linear: f32 compute needs an f32 weight, got {} (a bf16 weight computes in bf16)", dtype_name(w.dtype()));
   const bool bf16_values = compute == DType::BF16 && w.dtype() == DType::F32;
-  const Tensor x_values = bf16_values ? bf16_valued_copy(x) : x;
-  Tensor y = Tensor::empty(linear_out_shape(x, n));
-  Tensor bias = f32_bias(b);
-  detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x_values.raw_data(), w.raw_data(),
-               bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
-  maybe_record_linear(y, x, w, b, bf16_values ? x_values : Tensor());
+  Tensor y = autograd::kept_output();  // a selective checkpoint's recompute: the forward's product
+  if (!y.defined()) {
+    const Tensor x_values = bf16_values ? bf16_valued_copy(x) : x;
+    y = Tensor::empty(linear_out_shape(x, n));
+    Tensor bias = f32_bias(b);
+    detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x_values.raw_data(), w.raw_data(),
+                 bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  }
+  autograd::keep_output(y);
+  maybe_record_linear(y, x, w, b, bf16_values);
   return y;
 }
 
@@ -514,7 +560,7 @@ Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b) {
            shape_str(x.shape()), shape_str(Shape{w.out_features(), w.in_features()}));
   Tensor y = Tensor::empty(linear_out_shape(x, w.out_features()));
   linear_into(y, x, w, b);
-  maybe_record_linear(y, x, w.weight(), b);
+  maybe_record_linear(y, x, w.weight(), b, false);
   return y;
 }
 
