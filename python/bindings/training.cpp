@@ -41,6 +41,15 @@ void bind_training(py::module_& m) {
       .def_readwrite("loss_parallel", &TrainingArguments::loss_parallel)
       .def_readwrite("disable_tqdm", &TrainingArguments::disable_tqdm)
       .def_readwrite("ddp_bucket_cap_mb", &TrainingArguments::ddp_bucket_cap_mb)
+      .def_readwrite("gradient_checkpointing", &TrainingArguments::gradient_checkpointing)
+      // A dict (Transformers' gradient_checkpointing_kwargs), through JSON.
+      .def_property(
+          "gradient_checkpointing_kwargs",
+          [](const TrainingArguments& args) { return json_to_python(args.gradient_checkpointing_kwargs); },
+          [](TrainingArguments& args, const py::object& kwargs) {
+            const std::string text = py::module_::import("json").attr("dumps")(kwargs).cast<std::string>();
+            args.gradient_checkpointing_kwargs = nlohmann::json::parse(text);
+          })
       .def("validate", &TrainingArguments::validate)
       .def("to_dict", [](const TrainingArguments& args) { return json_to_python(args.to_json()); });
 

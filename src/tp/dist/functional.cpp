@@ -1,5 +1,6 @@
 #include "tp/dist/functional.h"
 
+#include "tp/autograd/checkpoint.h"
 #include "tp/autograd/tape.h"
 
 namespace tp::dist {
@@ -62,8 +63,13 @@ Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_counts,
 }
 
 Tensor reduce_from_region(const Tensor& x, ProcessGroup& g) {
-  Tensor out = x.clone();
-  g.all_reduce(out, ReduceOp::Sum);
+  Tensor out = autograd::kept_output();  // a selective checkpoint's recompute: no second all-reduce
+  if (!out.defined()) {
+    out = x.clone();
+    g.all_reduce(out, ReduceOp::Sum);
+  }
+  autograd::keep_output(out);
+  autograd::drop_kept_output(x);  // the partial sums are not needed once their sum is kept
   if (autograd::needs_grad({x}))
     autograd::record("reduce_from_region", {x}, {out},
                      [](const std::vector<Tensor>& grads) -> std::vector<Tensor> { return {grads[0]}; });
@@ -103,7 +109,11 @@ Tensor scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
 
 Tensor reduce_scatter_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
   int64_t d = normalize_dim(dim, x.dim());
-  return with_gather_backward("reduce_scatter_to_region", x, g.reduce_scatter(x, d, ReduceOp::Sum), d, g);
+  Tensor out = autograd::kept_output();  // a selective checkpoint's recompute: no second reduce-scatter
+  if (!out.defined()) out = g.reduce_scatter(x, d, ReduceOp::Sum);
+  autograd::keep_output(out);
+  autograd::drop_kept_output(x);
+  return with_gather_backward("reduce_scatter_to_region", x, out, d, g);
 }
 
 Tensor all_gather_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
@@ -120,6 +130,9 @@ Tensor all_gather_to_region(const Tensor& x, int64_t dim, ProcessGroup& g) {
                        g.all_reduce(sum, ReduceOp::Sum);
                        return {sum.narrow(d, offset, len).clone()};
                      });
+    // What saves the gathered tensor keeps the shard and gathers it again in the
+    // backward (Megatron's sequence parallelism): activations / t, not a whole [T, H].
+    autograd::set_rebuild(out, [x, d, &g] { return gather_uneven(x, d, g).out; });
   }
   return out;
 }

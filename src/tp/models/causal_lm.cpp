@@ -61,4 +61,9 @@ std::map<std::string, std::string> tied_lm_head(const ModelConfig& config) {
   return {{"lm_head.weight", "model.embed_tokens.weight"}};
 }
 
+Tensor CausalLM::forward_ids(const Tensor& ids, KVState* state, const std::vector<int64_t>& logit_positions,
+                             const std::vector<int64_t>& counts) {
+  return output_embeddings()(logit_rows(forward_hidden(ids, state, counts), logit_positions));
+}
+
 }  // namespace tp

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "tp/models/config.h"
+#include "tp/models/gradient_checkpointing.h"
+#include "tp/nn/layers.h"
 #include "tp/nn/module.h"
 #include "tp/ops/attention.h"
 #include "tp/parallel/apply.h"
@@ -62,15 +64,24 @@ class CausalLM : public nn::Module {
   // Parameters stored under another name in the checkpoint (tied weights): name -> source.
   virtual std::map<std::string, std::string> tied_parameters() const { return {}; }
 
+  // Activation checkpointing of the decoder layers in training (off by default).
+  void set_gradient_checkpointing(const GradientCheckpointing& c) { checkpointing_ = c; }
+  const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
+
   // Fresh KV caches for `batch` sequences of up to `max_len` tokens.
   virtual KVState make_kv_state(int64_t batch, int64_t max_len) const = 0;
 
   // ids [B, T] (i64) -> logits f32 [B, T, V]; with `logit_positions` (one per row)
   // only those positions: [B, V]. With `state`, the tokens continue each cached
   // sequence (row b appends `counts[b]` tokens, default T) and the caches grow.
-  virtual Tensor forward_ids(const Tensor& ids, KVState* state = nullptr,
-                             const std::vector<int64_t>& logit_positions = {},
-                             const std::vector<int64_t>& counts = {}) = 0;
+  Tensor forward_ids(const Tensor& ids, KVState* state = nullptr, const std::vector<int64_t>& logit_positions = {},
+                     const std::vector<int64_t>& counts = {});
+  // The decoder's last hidden states [B, T, H] (after the final norm), what
+  // lm_head reads: ids [B, T] (or [T]), `state` and `counts` as in forward_ids.
+  virtual Tensor forward_hidden(const Tensor& ids, KVState* state = nullptr,
+                                const std::vector<int64_t>& counts = {}) = 0;
+  // lm_head (Transformers' get_output_embeddings).
+  virtual nn::Linear& output_embeddings() = 0;
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override {
@@ -78,6 +89,7 @@ class CausalLM : public nn::Module {
     return forward_ids(inputs[0]);
   }
   ModelConfig config_;
+  GradientCheckpointing checkpointing_;  // the decoder reads it (DecoderModel::checkpointing)
 };
 
 // Pieces every architecture's forward_ids and shipped_plan share (causal_lm.cpp).

@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "tp/autograd/checkpoint.h"
 #include "tp/models/config.h"
+#include "tp/models/gradient_checkpointing.h"
 #include "tp/nn/layers.h"
+#include "tp/nn/moe.h"
 
 namespace tp {
 
@@ -23,15 +26,36 @@ class DecoderModel : public nn::Module {
   nn::Embedding& embed_tokens;
   std::vector<Layer*> layers;
   nn::RMSNorm& norm;
+  // Which layers run checkpointed (set by the CausalLM that owns this model).
+  const GradientCheckpointing* checkpointing = nullptr;
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override {  // ids [B, T] -> hidden [B, T, H]
     Tensor h = embed_tokens(inputs.at(0));
-    for (Layer* layer : layers) h = (*layer)(h);
+    for (size_t i = 0; i < layers.size(); ++i)
+      h = checkpointing != nullptr && checkpointing->applies(static_cast<int64_t>(i)) ? checkpointed(*layers[i], h)
+                                                                                     : (*layers[i])(h);
     return norm(h);
   }
 
  private:
+  Tensor checkpointed(Layer& layer, const Tensor& h) {
+    std::vector<nn::TopKRouter*> routers;
+    std::vector<Tensor> params;
+    for (nn::Module* m : layer.modules())
+      if (auto* r = dynamic_cast<nn::TopKRouter*>(m)) routers.push_back(r);
+    for (nn::Parameter* p : layer.parameters())
+      if (p->data.defined() && p->data.requires_grad()) params.push_back(p->data);
+    auto block = [&layer, routers](const std::vector<Tensor>& in) {
+      std::vector<Tensor> out{layer(in[0])};
+      for (const nn::TopKRouter* r : routers) out.push_back(r->last_logits());
+      return out;
+    };
+    std::vector<Tensor> out = autograd::checkpoint(block, {h}, params, checkpointing->policy);
+    for (size_t i = 0; i < routers.size(); ++i) routers[i]->set_last_logits(out[i + 1]);
+    return out[0];
+  }
+
   // Registration order is checkpoint order: embed_tokens, layers.0 ..., norm.
   nn::RMSNorm& add_layers_then_norm(const ModelConfig& c, const Extra& extra) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)

@@ -177,6 +177,7 @@ DeepseekV2ForCausalLM::DeepseekV2ForCausalLM(const ModelConfig& config)
     layer->self_attn.context = &context_;
     layer->self_attn.rope = &rope_;
   }
+  model.checkpointing = &checkpointing_;
 }
 
 parallel::Plan DeepseekV2ForCausalLM::shipped_plan() const {
@@ -228,13 +229,11 @@ KVState DeepseekV2ForCausalLM::make_kv_state(int64_t batch, int64_t max_len) con
   return KVState{ops::KVCache::for_layers(batch, max_len, sizes_.kv_lora_rank, layers)};
 }
 
-Tensor DeepseekV2ForCausalLM::forward_ids(const Tensor& ids_in, KVState* state,
-                                          const std::vector<int64_t>& logit_positions,
-                                          const std::vector<int64_t>& counts) {
+Tensor DeepseekV2ForCausalLM::forward_hidden(const Tensor& ids_in, KVState* state,
+                                             const std::vector<int64_t>& counts) {
   Tensor ids = batch_of_ids(ids_in, state);
   context_ = {.positions = token_positions(ids.size(0), ids.size(1), state), .state = state, .counts = &counts};
-  Tensor h = model(ids);  // [B, T, H]
-  return lm_head(logit_rows(h, logit_positions));
+  return model(ids);  // [B, T, H]
 }
 
 }  // namespace tp

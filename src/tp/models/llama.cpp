@@ -264,6 +264,7 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant varia
   TP_CHECK(config.hidden_act == "silu", "{}: hidden_act '{}' is not supported; supported: silu", config.model_type,
            config.hidden_act);
   for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
+  model.checkpointing = &checkpointing_;
 }
 
 parallel::Plan LlamaForCausalLM::shipped_ep_plan() const {
@@ -343,16 +344,14 @@ KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
   return KVState{ops::KVCache::for_layers(batch, max_len, config_.head_dim, layers)};
 }
 
-Tensor LlamaForCausalLM::forward_ids(const Tensor& ids_in, KVState* state, const std::vector<int64_t>& logit_positions,
-                                     const std::vector<int64_t>& counts) {
+Tensor LlamaForCausalLM::forward_hidden(const Tensor& ids_in, KVState* state, const std::vector<int64_t>& counts) {
   Tensor ids = batch_of_ids(ids_in, state);
   context_ = {.positions = token_positions(ids.size(0), ids.size(1), state),
               .inv_freq = &inv_freq_,
               .rope = rope_options_,
               .state = state,
               .counts = &counts};
-  Tensor h = model(ids);  // [B, T, H]
-  return lm_head(logit_rows(h, logit_positions));
+  return model(ids);  // [B, T, H]
 }
 
 }  // namespace tp

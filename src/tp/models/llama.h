@@ -124,8 +124,8 @@ class LlamaForCausalLM : public CausalLM {
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;
-  Tensor forward_ids(const Tensor& ids, KVState* state = nullptr, const std::vector<int64_t>& logit_positions = {},
-                     const std::vector<int64_t>& counts = {}) override;
+  Tensor forward_hidden(const Tensor& ids, KVState* state = nullptr, const std::vector<int64_t>& counts = {}) override;
+  nn::Linear& output_embeddings() override { return lm_head; }
 
  private:
   LlamaVariant variant_;

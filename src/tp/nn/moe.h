@@ -45,6 +45,8 @@ class TopKRouter : public Module {
   const RouterScoring& scoring() const { return scoring_; }
   // The logits of the last forward [N, E] (the auxiliary load-balancing loss reads them).
   const Tensor& last_logits() const { return last_logits_; }
+  // A checkpointed layer hands back the logits its checkpoint returned (the ones a backward reaches).
+  void set_last_logits(const Tensor& logits) { last_logits_ = logits; }
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // x [N, H] -> routing [N, 2K]

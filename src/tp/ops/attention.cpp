@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "tp/autograd/checkpoint.h"
 #include "tp/autograd/tape.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
@@ -299,8 +300,12 @@ void attention_forward(Geometry g, const float* q, const Tensor& k, const Tensor
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   Geometry g = detail::check_attention(q, k, v, opt);
-  Tensor out = Tensor::empty(q.shape());
-  attention_forward(g, q.data<float>(), k, v, out.data<float>());
+  Tensor out = autograd::kept_output();  // a selective checkpoint's recompute: the forward's output
+  if (!out.defined()) {
+    out = Tensor::empty(q.shape());
+    attention_forward(g, q.data<float>(), k, v, out.data<float>());
+  }
+  autograd::keep_output(out);
   std::vector<Tensor> inputs{q, k, v};
   if (opt.sinks.defined()) inputs.push_back(opt.sinks);
   if (autograd::needs_grad(inputs)) {

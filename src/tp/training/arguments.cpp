@@ -41,6 +41,37 @@ void TrainingArguments::validate() const {
   TP_CHECK(save_steps >= 1, "save_steps must be >= 1, got {}", save_steps);
   TP_CHECK(!save_total_limit || *save_total_limit >= 1, "save_total_limit must be >= 1, got {}",
            save_total_limit.value_or(0));
+  checkpointing();
+}
+
+GradientCheckpointing TrainingArguments::checkpointing() const {
+  const json& kw = gradient_checkpointing_kwargs;
+  TP_CHECK(kw.is_object() || kw.is_null(), "gradient_checkpointing_kwargs must be a JSON object, got {}", kw.dump());
+  GradientCheckpointing c;
+  c.enabled = gradient_checkpointing;
+  if (kw.is_null()) return c;
+  for (const auto& [key, value] : kw.items()) {
+    if (key == "policy") {
+      TP_CHECK(value == "full" || value == "selective",
+               "gradient_checkpointing_kwargs: policy {} is not supported; supported: \"full\", \"selective\"",
+               value.dump());
+      c.policy = value == "full" ? autograd::CheckpointPolicy::Full : autograd::CheckpointPolicy::Selective;
+    } else if (key == "every_n_layers") {
+      TP_CHECK(value.is_number_integer() && value.get<int64_t>() >= 1,
+               "gradient_checkpointing_kwargs: every_n_layers must be an integer >= 1, got {}", value.dump());
+      c.every_n_layers = value.get<int64_t>();
+    } else if (key == "use_reentrant") {
+      TP_CHECK(value.is_boolean(), "gradient_checkpointing_kwargs: use_reentrant must be true or false, got {}",
+               value.dump());
+    } else {
+      fail("gradient_checkpointing_kwargs: '{}' is not supported; supported: policy, every_n_layers, use_reentrant",
+           key);
+    }
+  }
+  TP_CHECK(c.enabled || kw.empty(),
+           "gradient_checkpointing_kwargs {} were given without gradient_checkpointing (turn it on, or drop them)",
+           kw.dump());
+  return c;
 }
 
 json TrainingArguments::to_json() const {
@@ -68,7 +99,9 @@ json TrainingArguments::to_json() const {
             {"save_steps", save_steps},
             {"seed", seed},
             {"bf16", bf16},
-            {"loss_parallel", loss_parallel}};
+            {"loss_parallel", loss_parallel},
+            {"gradient_checkpointing", gradient_checkpointing},
+            {"gradient_checkpointing_kwargs", gradient_checkpointing_kwargs}};
   j["eval_steps"] = eval_steps ? json(*eval_steps) : json(nullptr);
   j["save_total_limit"] = save_total_limit ? json(*save_total_limit) : json(nullptr);
   j["data_seed"] = data_seed ? json(*data_seed) : json(nullptr);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "tp/models/gradient_checkpointing.h"
+
 namespace tp::training {
 
 struct TrainingArguments {
@@ -40,6 +42,17 @@ struct TrainingArguments {
   // Data parallelism: gradients are reduced in buckets of about this many MiB
   // (DDP's bucket_cap_mb; unset: 25).
   std::optional<double> ddp_bucket_cap_mb;
+  // Activation checkpointing of the decoder layers: fewer activations kept, the
+  // layers' forward run again in the backward. gradient_checkpointing_kwargs:
+  // {"policy": "full" (a layer keeps only its input) or "selective" (also its
+  // GEMMs', attention's and collectives' outputs), "every_n_layers": n (layer i
+  // when i + 1 is a multiple of n), "use_reentrant": accepted, either value (the
+  // recompute is always the non-reentrant kind)}.
+  bool gradient_checkpointing = false;
+  nlohmann::json gradient_checkpointing_kwargs = nlohmann::json::object();
+
+  // The parsed checkpointing (disabled unless gradient_checkpointing); errors name the key.
+  GradientCheckpointing checkpointing() const;
 
   // Checks every value; errors name the argument and the value.
   void validate() const;

@@ -6,6 +6,7 @@
 #include <regex>
 #include <set>
 
+#include "tp/autograd/checkpoint.h"
 #include "tp/autograd/tape.h"
 #include "tp/dist/functional.h"
 #include "tp/models/presets.h"  // param_seed
@@ -94,7 +95,11 @@ class LoraAdapter : public nn::Adapter {
   // Keep (1 / (1 - p)) or drop (0) each element, from (seed, step, call, global index).
   Tensor dropout_mask(const Shape& shape) {
     const int64_t cols = shape.back(), rows = numel(shape) / cols, full_cols = A.global_shape[1];
-    const uint64_t stream = mix64(seed_ ^ mix64(static_cast<uint64_t>(step_) * 1000003u + calls_++));
+    // A checkpointed layer's recompute draws the mask its forward drew.
+    const std::optional<uint64_t> replayed = autograd::replayed_value();
+    const uint64_t call = replayed ? *replayed : calls_++;
+    autograd::keep_value(call);
+    const uint64_t stream = mix64(seed_ ^ mix64(static_cast<uint64_t>(step_) * 1000003u + call));
     Tensor m = Tensor::empty(shape);
     float* p = m.data<float>();
     const float keep = static_cast<float>(1.0 / (1.0 - dropout_));
