@@ -1,9 +1,12 @@
 #include "tp/training/loss.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
 #include "tp/ops/vec.h"
+#include "tp/tensor/convert.h"
 
 namespace tp::training {
 
@@ -25,6 +28,66 @@ void check_labels(const Tensor& labels, const char* what) {
            labels.defined() ? shape_str(labels.shape()) : "");
 }
 
+// The shifted targets, each inside the vocabulary or the ignore index.
+std::vector<int64_t> checked_targets(const Tensor& labels, const VocabSlice& vocab, int64_t ignore_index) {
+  const std::vector<int64_t> target = shifted_targets(labels, ignore_index);
+  for (size_t r = 0; r < target.size(); ++r)
+    TP_CHECK(target[r] == ignore_index || (target[r] >= 0 && target[r] < vocab.vocab_size),
+             "label {} (batch row {}, position {}) is outside the vocabulary [0, {}) and is not the ignore index {}",
+             target[r], r / labels.size(1), r % labels.size(1) + 1, vocab.vocab_size, ignore_index);
+  return target;
+}
+
+double mean_loss(const std::vector<int64_t>& target, const float* mx, const float* sum_exp, const float* target_logit,
+                 double normalizer, int64_t ignore_index) {
+  double total = 0;
+  for (size_t r = 0; r < target.size(); ++r)
+    if (target[r] != ignore_index) total += std::log(static_cast<double>(sum_exp[r])) + mx[r] - target_logit[r];
+  return total / normalizer;
+}
+
+// Row max, then [sum of e^(x - max) | target logit] of `rows` rows of logits x [rows, v]
+// (this rank's vocabulary from `start`), reduced over the vocab group.
+void softmax_stats(const float* x, int64_t rows, int64_t v, const int64_t* target, int64_t start,
+                   int64_t ignore_index, dist::ProcessGroup* group, float* mx, float* sum_exp, float* target_logit) {
+  const auto& vk = ops::detail::vec_kernels();
+  Tensor row_max = Tensor::empty({rows});
+  float* m = row_max.data<float>();
+#pragma omp parallel for schedule(static) if (rows * v > 65536)
+  for (int64_t r = 0; r < rows; ++r) m[r] = vk.max(x + r * v, v);
+  if (group != nullptr) group->all_reduce(row_max, dist::ReduceOp::Max);
+  Tensor sums = Tensor::zeros({2, rows});
+  float* se = sums.data<float>();
+  float* tl = se + rows;
+#pragma omp parallel for schedule(static) if (rows * v > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    se[r] = vk.exp_sum(x + r * v, v, m[r]);
+    const int64_t local = target[r] - start;
+    if (target[r] != ignore_index && local >= 0 && local < v) tl[r] = x[r * v + local];
+  }
+  if (group != nullptr) group->all_reduce(sums, dist::ReduceOp::Sum);
+  std::copy(m, m + rows, mx);
+  std::copy(se, se + rows, sum_exp);
+  std::copy(tl, tl + rows, target_logit);
+}
+
+// d[r, j] = k * (softmax[r, j] - [j == target[r]]) over logits x [rows, v], in place.
+void softmax_grad_in_place(float* x, int64_t rows, int64_t v, const int64_t* target, int64_t start,
+                           int64_t ignore_index, const float* mx, const float* sum_exp, float k) {
+  const auto& vk = ops::detail::vec_kernels();
+#pragma omp parallel for schedule(static) if (rows * v > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dr = x + r * v;
+    if (target[r] == ignore_index) {
+      std::fill(dr, dr + v, 0.f);
+      continue;
+    }
+    vk.exp_scale(dr, v, mx[r], k / sum_exp[r], dr);
+    const int64_t local = target[r] - start;
+    if (local >= 0 && local < v) dr[local] -= k;
+  }
+}
+
 }  // namespace
 
 int64_t count_targets(const Tensor& labels, int64_t ignore_index) {
@@ -44,66 +107,154 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, double normali
   TP_CHECK(normalizer > 0, "causal_lm_loss: the normalizer (targets in the step) must be positive, got {}",
            normalizer);
   const int64_t rows = logits.size(0) * logits.size(1), v = logits.size(2);
-  const std::vector<int64_t> target = shifted_targets(labels, ignore_index);
-  for (int64_t r = 0; r < rows; ++r)
-    TP_CHECK(target[r] == ignore_index || (target[r] >= 0 && target[r] < vocab.vocab_size),
-             "label {} (batch row {}, position {}) is outside the vocabulary [0, {}) and is not the ignore index {}",
-             target[r], r / labels.size(1), r % labels.size(1) + 1, vocab.vocab_size, ignore_index);
-  const bool parallel = vocab.group != nullptr && vocab.group->size() > 1;
-  const auto& vk = ops::detail::vec_kernels();
-  const float* x = logits.data<float>();
-
-  // Local row max, then the global one.
-  Tensor row_max = Tensor::empty({rows});
-  float* mx = row_max.data<float>();
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) mx[r] = vk.max(x + r * v, v);
-  if (parallel) vocab.group->all_reduce(row_max, dist::ReduceOp::Max);
-
-  // [sum of e^(x - max) | target logit] per row, summed over the slices in one all-reduce.
-  Tensor sums = Tensor::zeros({2, rows});
-  float* sum_exp = sums.data<float>();
-  float* target_logit = sum_exp + rows;
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    sum_exp[r] = vk.exp_sum(x + r * v, v, mx[r]);
-    const int64_t local = target[r] - vocab.start;
-    if (target[r] != ignore_index && local >= 0 && local < v) target_logit[r] = x[r * v + local];
-  }
-  if (parallel) vocab.group->all_reduce(sums, dist::ReduceOp::Sum);
-
-  double total = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    if (target[r] != ignore_index) total += std::log(static_cast<double>(sum_exp[r])) + mx[r] - target_logit[r];
-  Tensor loss = Tensor::full({}, total / normalizer);
+  const std::vector<int64_t> target = checked_targets(labels, vocab, ignore_index);
+  dist::ProcessGroup* group = vocab.group != nullptr && vocab.group->size() > 1 ? vocab.group : nullptr;
+  Tensor stats = Tensor::empty({3, rows});  // row max | sum of exponentials | target logit
+  float* mx = stats.data<float>();
+  softmax_stats(logits.data<float>(), rows, v, target.data(), vocab.start, ignore_index, group, mx, mx + rows,
+                mx + 2 * rows);
+  Tensor loss = Tensor::full({}, mean_loss(target, mx, mx + rows, mx + 2 * rows, normalizer, ignore_index));
 
   if (autograd::needs_grad({logits})) {
     const int64_t start = vocab.start;
     autograd::record("causal_lm_loss", {logits, labels}, {loss},
-                     [logits, target, row_max, sums, normalizer, start, ignore_index](const std::vector<Tensor>& g) {
-                       // d loss / d x[r, j] = k * (softmax[r, j] - [j == target[r]]), k = grad / normalizer.
+                     [logits, target, stats, normalizer, start, ignore_index](const std::vector<Tensor>& g) {
                        const int64_t rows = logits.size(0) * logits.size(1), v = logits.size(2);
                        const float k = static_cast<float>(g[0].item() / normalizer);
-                       const float* x = logits.data<float>();
-                       const float* mx = row_max.data<float>();
-                       const float* sum_exp = sums.data<float>();
-                       const auto& vk = ops::detail::vec_kernels();
-                       Tensor dx = Tensor::empty(logits.shape());
-                       float* d = dx.data<float>();
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-                       for (int64_t r = 0; r < rows; ++r) {
-                         float* dr = d + r * v;
-                         if (target[r] == ignore_index) {
-                           std::fill(dr, dr + v, 0.f);
-                           continue;
-                         }
-                         vk.exp_scale(x + r * v, v, mx[r], k / sum_exp[r], dr);
-                         const int64_t local = target[r] - start;
-                         if (local >= 0 && local < v) dr[local] -= k;
-                       }
+                       const float* mx = stats.data<float>();
+                       Tensor dx = logits.clone();
+                       softmax_grad_in_place(dx.data<float>(), rows, v, target.data(), start, ignore_index, mx,
+                                             mx + rows, k);
                        return std::vector<Tensor>{dx, Tensor()};
                      });
   }
+  return loss;
+}
+
+namespace {
+
+// How lm_head multiplies (ops::linear's arithmetic): in f32, with a bf16 weight
+// (bf16 operands), or an f32 weight holding bf16 values with the input rounded
+// to bf16 values (bf16 arithmetic run as f32 GEMMs).
+struct HeadMath {
+  DType w_dtype = DType::F32;
+  bool bf16_values = false;
+  bool bf16() const { return w_dtype == DType::BF16 || bf16_values; }
+};
+
+// Rows [r0, r0 + n) of the saved input as the forward GEMM's A operand: the saved
+// bf16 copy as it is (a bf16 weight) or widened (exactly its rounded values), or
+// the f32 input itself. `widened` is the scratch [n, H] f32 buffer.
+const void* input_rows(const Tensor& saved, const HeadMath& math, int64_t r0, int64_t n, int64_t h, float* widened,
+                       DType* a_dtype) {
+  if (!math.bf16()) {
+    *a_dtype = DType::F32;
+    return saved.data<float>() + r0 * h;
+  }
+  const bf16* rows = saved.data<bf16>() + r0 * h;
+  if (math.w_dtype == DType::BF16) {
+    *a_dtype = DType::BF16;
+    return rows;
+  }
+  convert_bf16_to_f32(rows, widened, static_cast<size_t>(n * h));
+  *a_dtype = DType::F32;
+  return widened;
+}
+
+}  // namespace
+
+Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::optional<DType> compute,
+                                  const Tensor& labels, double normalizer, const VocabSlice& vocab,
+                                  int64_t ignore_index, int64_t chunk_bytes) {
+  check_labels(labels, "causal_lm_loss_from_hidden");
+  TP_CHECK(hidden.defined() && hidden.dtype() == DType::F32 && hidden.dim() == 3 &&
+               hidden.size(0) == labels.size(0) && hidden.size(1) == labels.size(1),
+           "causal_lm_loss_from_hidden: hidden must be f32 [batch, tokens, hidden] matching labels {}, got {} {}",
+           shape_str(labels.shape()), hidden.defined() ? dtype_name(hidden.dtype()) : "undefined",
+           hidden.defined() ? shape_str(hidden.shape()) : "");
+  TP_CHECK(w.defined() && w.dim() == 2 && w.size(1) == hidden.size(2) &&
+               (w.dtype() == DType::F32 || w.dtype() == DType::BF16),
+           "causal_lm_loss_from_hidden: lm_head's weight must be f32 or bf16 [vocab, {}], got {} {}", hidden.size(2),
+           w.defined() ? dtype_name(w.dtype()) : "undefined", w.defined() ? shape_str(w.shape()) : "");
+  TP_CHECK(normalizer > 0, "causal_lm_loss_from_hidden: the normalizer (targets in the step) must be positive, got {}",
+           normalizer);
+  TP_CHECK(chunk_bytes > 0, "causal_lm_loss_from_hidden: chunk_bytes must be positive, got {}", chunk_bytes);
+  const std::vector<int64_t> target = checked_targets(labels, vocab, ignore_index);
+  const HeadMath math{w.dtype(), compute == DType::BF16 && w.dtype() == DType::F32};
+  const int64_t rows = hidden.size(0) * hidden.size(1), h = hidden.size(2), v = w.size(0);
+  dist::ProcessGroup* group = vocab.group != nullptr && vocab.group->size() > 1 ? vocab.group : nullptr;
+  // Chunks from the largest slice of the vocabulary: every rank runs as many (each has collectives).
+  const int64_t v_max = group != nullptr ? chunk_span(vocab.vocab_size, group->size(), 0).size : v;
+  const int64_t chunk = std::clamp<int64_t>(chunk_bytes / (4 * std::max<int64_t>(v_max, 1)), 1, std::max<int64_t>(rows, 1));
+  // The backward reads only the rounded values of a bf16 product's input: half the bytes.
+  Tensor saved = hidden;
+  if (math.bf16()) {
+    saved = Tensor::empty(hidden.shape(), DType::BF16);
+    ops::detail::to_bf16_parallel(hidden.data<float>(), saved.data<bf16>(), static_cast<size_t>(rows * h));
+  }
+  Tensor logits = Tensor::empty({chunk, v});
+  Tensor widened = math.bf16_values ? Tensor::empty({chunk, h}) : Tensor();
+  auto chunk_logits = [&](const Tensor& in, int64_t r0, int64_t n) {
+    DType a_dtype;
+    const void* a = input_rows(in, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr, &a_dtype);
+    ops::detail::gemm({n, v, h, false, true, a_dtype, w.dtype()}, a, w.raw_data(), nullptr, logits.data<float>());
+  };
+  Tensor stats = Tensor::empty({3, rows});  // row max | sum of exponentials | target logit
+  float* mx = stats.data<float>();
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    chunk_logits(saved, r0, n);
+    softmax_stats(logits.data<float>(), n, v, target.data() + r0, vocab.start, ignore_index, group, mx + r0,
+                  mx + rows + r0, mx + 2 * rows + r0);
+  }
+  Tensor loss = Tensor::full({}, mean_loss(target, mx, mx + rows, mx + 2 * rows, normalizer, ignore_index));
+  if (!autograd::needs_grad({hidden, w})) return loss;
+
+  const bool need_dh = hidden.requires_grad();
+  const Shape hidden_shape = hidden.shape();
+  const int64_t start = vocab.start;
+  autograd::record(
+      "causal_lm_loss_from_hidden", {hidden, w}, {loss},
+      [saved, w, math, target, stats, normalizer, start, ignore_index, chunk, rows, h, v, need_dh,
+       hidden_shape](const std::vector<Tensor>& g) {
+        const float k = static_cast<float>(g[0].item() / normalizer);
+        const float* mx = stats.data<float>();
+        Tensor logits = Tensor::empty({chunk, v});
+        Tensor widened = math.bf16_values ? Tensor::empty({chunk, h}) : Tensor();
+        Tensor d_bf16 = math.w_dtype == DType::BF16 ? Tensor::empty({chunk, v}, DType::BF16) : Tensor();
+        Tensor dh = need_dh ? Tensor::empty({rows, h}) : Tensor();
+        Tensor dw;
+        Tensor buffer = w.requires_grad() ? autograd::leaf_grad_buffer(w) : Tensor();
+        if (w.requires_grad() && !buffer.defined()) buffer = dw = Tensor::zeros(w.shape());
+        const DType compute = math.w_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+          const int64_t n = std::min(chunk, rows - r0);
+          DType a_dtype;
+          const void* a = input_rows(saved, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr,
+                                     &a_dtype);
+          ops::detail::gemm({n, v, h, false, true, a_dtype, w.dtype()}, a, w.raw_data(), nullptr,
+                            logits.data<float>());
+          float* d = logits.data<float>();
+          softmax_grad_in_place(d, n, v, target.data() + r0, start, ignore_index, mx + r0, mx + rows + r0, k);
+          // dy as linear's backward rounds it: bf16 for a bf16 weight, bf16 values for bf16 arithmetic on f32.
+          const void* dy = d;
+          if (compute == DType::BF16) {
+            ops::detail::to_bf16_parallel(d, d_bf16.data<bf16>(), static_cast<size_t>(n * v));
+            dy = d_bf16.data<bf16>();
+          } else if (math.bf16_values) {
+            ops::detail::round_to_bf16_parallel(d, d, static_cast<size_t>(n * v));
+          }
+          if (need_dh)
+            ops::detail::gemm({n, h, v, false, false, compute, w.dtype()}, dy, w.raw_data(), nullptr,
+                              dh.data<float>() + r0 * h);
+          if (buffer.defined()) {
+            ops::detail::GemmSpec spec{v, h, n, true, false, compute, a_dtype};
+            spec.accumulate = true;
+            ops::detail::gemm(spec, dy, a, nullptr, buffer.data<float>());
+          }
+        }
+        return std::vector<Tensor>{need_dh ? dh.reshape(hidden_shape) : Tensor(), dw};
+      });
   return loss;
 }
 

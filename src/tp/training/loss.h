@@ -13,6 +13,7 @@
 // one-hot only where this rank owns the target. With full logits (group null or
 // of size 1) the same code runs without collectives.
 #include <cstdint>
+#include <optional>
 
 #include "tp/dist/process_group.h"
 #include "tp/tensor/tensor.h"
@@ -32,5 +33,17 @@ int64_t count_targets(const Tensor& labels, int64_t ignore_index = -100);
 // Differentiable w.r.t. logits. A label outside [0, vocab_size) is an error naming it.
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, double normalizer, const VocabSlice& vocab,
                       int64_t ignore_index = -100);
+
+// The same loss from lm_head's input, fused (Liger Kernel's fused linear
+// cross-entropy): hidden [B, T, H] f32 times this rank's lm_head rows w [V_local, H]
+// (`compute` as nn::Linear::compute_dtype) a chunk of about `chunk_bytes` of
+// logits at a time, so no [B * T, V_local] tensor is ever held; the backward
+// computes each chunk's logits again and adds its gradients into hidden's and w's.
+// The loss equals causal_lm_loss's (the same GEMM per row, the same sums);
+// gradients to about 1e-6 (dw sums the chunks' products one chunk after another).
+// Every rank of the vocab group runs the same number of chunks.
+Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::optional<DType> compute,
+                                  const Tensor& labels, double normalizer, const VocabSlice& vocab,
+                                  int64_t ignore_index = -100, int64_t chunk_bytes = int64_t{64} << 20);
 
 }  // namespace tp::training

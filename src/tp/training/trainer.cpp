@@ -149,6 +149,7 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   prepare_output_dir(args_.output_dir, *job_);
 
   if (args_.loss_parallel && model_.can_shard_logits()) model_.set_sharded_logits(true);
+  model_.lm().set_gradient_checkpointing(args_.checkpointing());
   ExpertParallelGroups ep;
   if (mesh.has_dim("ep")) {
     TP_CHECK(dp_ == nullptr, "expert parallelism (ep_size {}) with data parallelism (dp {}) is not supported; train "
@@ -188,6 +189,7 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
 Trainer::~Trainer() {
   // The model outlives the trainer: give it back its planned lm_head.
   if (model_.sharded_logits()) model_.set_sharded_logits(false);
+  model_.lm().set_gradient_checkpointing({});
 }
 
 double Trainer::lr_at(int64_t step) const {
@@ -218,7 +220,21 @@ std::vector<MicroBatch> Trainer::micro_batches_for(int64_t step) const {
   return out;
 }
 
-Tensor Trainer::forward_logits(const Tensor& ids) { return model_.lm().forward_ids(ids); }
+bool Trainer::fused_loss() const {
+  nn::Linear& head = model_.lm().output_embeddings();
+  return (model_.tp_size() == 1 || model_.sharded_logits()) && head.adapter() == nullptr && head.bias == nullptr &&
+         head.weight.data.defined();
+}
+
+Tensor Trainer::loss_of(const Tensor& ids, const Tensor& labels, double normalizer, const VocabSlice& vocab) {
+  CausalLM& lm = model_.lm();
+  if (!fused_loss()) return causal_lm_loss(lm.forward_ids(ids), labels, normalizer, vocab);
+  // lm_head's input as its style hands it to the GEMM (replicated, dX all-reduced in the backward).
+  nn::Linear& head = lm.output_embeddings();
+  Tensor h = lm.forward_hidden(ids);
+  if (head.style() != nullptr) h = head.style()->transform_inputs_pre_forward(head, {h}, *head.mesh()).at(0);
+  return causal_lm_loss_from_hidden(h, head.weight.data, head.compute_dtype, labels, normalizer, vocab);
+}
 
 Tensor Trainer::router_aux_loss() const {
   std::vector<Tensor> logits;
@@ -259,7 +275,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     std::unique_ptr<autograd::LeafGradReadyHook> watch;
     if (reducer_ && k + 1 == micro_batches.size()) watch = reducer_->watch_backward();
     if (!mb.input_ids.defined()) continue;
-    Tensor loss = causal_lm_loss(forward_logits(mb.input_ids), mb.labels, static_cast<double>(r.targets), vocab);
+    Tensor loss = loss_of(mb.input_ids, mb.labels, static_cast<double>(r.targets), vocab);
     if (router_aux_loss_coef_) {
       const Tensor aux = router_aux_loss();
       r.aux_loss += aux.item();
@@ -394,7 +410,7 @@ json Trainer::evaluate() {
     std::vector<int64_t> blocks;
     for (int64_t i = first; i < std::min(first + B, eval_->size()); ++i) blocks.push_back(i);
     Tensor ids = eval_->batch(blocks);
-    loss_sum += causal_lm_loss(forward_logits(ids), ids, 1.0, vocab).item();  // normalizer 1: the sum
+    loss_sum += loss_of(ids, ids, 1.0, vocab).item();  // normalizer 1: the sum
     targets += count_targets(ids);
   }
   if (dp_ != nullptr) {

@@ -46,6 +46,7 @@
 #include "tp/nn/moe.h"
 #include "tp/training/arguments.h"
 #include "tp/training/data.h"
+#include "tp/training/loss.h"
 #include "tp/training/optimizer.h"
 #include "tp/training/parameters.h"
 #include "tp/training/schedule.h"
@@ -139,6 +140,9 @@ class Trainer {
   GradientReducer* gradient_reducer() { return reducer_.get(); }  // null without data parallelism
   PretrainedModel& model() { return model_; }
   bool loss_parallel() const { return model_.sharded_logits(); }
+  // The loss is computed from lm_head's input a chunk of tokens at a time (no
+  // [tokens, vocab] logits): lm_head keeps its vocabulary slice (or tp = 1) and has no bias or adapter.
+  bool fused_loss() const;
   int64_t dp_size() const { return dp_size_; }
   int dp_rank() const { return dp_rank_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
@@ -149,7 +153,9 @@ class Trainer {
   std::vector<MicroBatch> micro_batches_for(int64_t step) const;
   void log(nlohmann::json logs);
   void maybe_log_save_evaluate(const StepResult& r, double step_seconds);
-  Tensor forward_logits(const Tensor& ids);
+  // A micro-batch's loss: through the fused, chunked lm_head + cross-entropy
+  // (causal_lm_loss_from_hidden) where it applies, else from the logits.
+  Tensor loss_of(const Tensor& ids, const Tensor& labels, double normalizer, const VocabSlice& vocab);
   nlohmann::json checkpoint_identity() const;
 
   // The sparse layers' routers and the aux loss's coefficient (unset: output_router_logits is off).
