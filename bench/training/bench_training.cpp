@@ -8,7 +8,8 @@
 //
 //   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
 //                               [--lora-r R] [--tp-size T --dp-replicate-size R --dp-shard-size S]
-//                               [--sequence-parallel]
+//                               [--sequence-parallel] [--gradient-checkpointing off|full|selective]
+//                               [--every-n-layers N]
 //
 // --batch is per data-parallel rank (tp ranks of one replica share it); tokens/s
 // counts the global batch. The layout flags are ParallelismConfig's (default: all
@@ -21,8 +22,10 @@
 //
 // Memory of a step, per rank, from the process: the high-water mark of the tensor
 // bytes live during each timed step over those live when it began (activations
-// and the backward's temporaries: what sequence parallelism shrinks), and the
-// resident set before the first step and at its peak.
+// and the backward's temporaries: what sequence parallelism and checkpointing
+// shrink), the whole high-water mark of a step (everything the allocator holds for
+// tensors), what --estimate-memory predicted for it, and the resident set before
+// the first step and at its peak.
 //
 // FLOPs per step: 6 x (every Linear weight's elements, this rank's) x tokens, plus
 // attention's two matmuls over the causal triangle, 3x for forward and backward.
@@ -44,6 +47,7 @@
 #include "tp/nn/layers.h"
 #include "tp/ops/linear.h"
 #include "tp/training/lora_training.h"
+#include "tp/training/memory_estimate.h"
 #include "tp/training/trainer.h"
 
 using namespace tp;
@@ -84,6 +88,8 @@ int main(int argc, char** argv) {
   bool skip_ceilings = false;
   int64_t lora_r = 0;
   bool sequence_parallel = false;
+  std::string checkpointing = "off";
+  int64_t every_n_layers = 1;
   app.add_option("--model", model_dir)->required();
   app.add_option("--seq-len", seq_len);
   app.add_option("--batch", batch);
@@ -97,6 +103,9 @@ int main(int argc, char** argv) {
   app.add_option("--dp-replicate-size", parallelism.dp_replicate_size);
   app.add_option("--dp-shard-size", parallelism.dp_shard_size);
   app.add_flag("--sequence-parallel", sequence_parallel, "DistributedConfig::enable_sequence_parallel");
+  app.add_option("--gradient-checkpointing", checkpointing, "off, full or selective")
+      ->check(CLI::IsMember({"off", "full", "selective"}));
+  app.add_option("--every-n-layers", every_n_layers, "checkpoint layer i when i + 1 is a multiple of N");
   CLI11_PARSE(app, argc, argv);
 
   auto t_load = Clock::now();
@@ -120,6 +129,9 @@ int main(int argc, char** argv) {
   args.max_steps = warmup + steps;
   args.save_strategy = "no";
   args.bf16 = dtype == "bf16";
+  args.gradient_checkpointing = checkpointing != "off";
+  if (args.gradient_checkpointing)
+    args.gradient_checkpointing_kwargs = {{"policy", checkpointing}, {"every_n_layers", every_n_layers}};
   std::optional<training::LoraModel> lora;
   training::TrainerOptions options;
   if (lora_r > 0) {
@@ -136,7 +148,7 @@ int main(int argc, char** argv) {
   std::vector<double> losses;
   std::vector<int64_t> faults, fresh_mb;
   std::vector<double> fb_s, norm_s, opt_s, tp_comm_s, dp_comm_s;
-  int64_t step_peak_tensor_bytes = 0;
+  int64_t step_peak_tensor_bytes = 0, peak_tensor_bytes = 0;
   const int64_t rss_before_steps = bench::current_rss();
   for (int64_t s = 0; s < warmup + steps; ++s) {
     std::vector<int64_t> blocks;  // this replica's slice of the global batch
@@ -155,6 +167,7 @@ int main(int argc, char** argv) {
     if (s >= warmup) {
       step_peak_tensor_bytes =
           std::max(step_peak_tensor_bytes, static_cast<int64_t>(allocator_stats().peak_tensor_bytes - live0));
+      peak_tensor_bytes = std::max(peak_tensor_bytes, static_cast<int64_t>(allocator_stats().peak_tensor_bytes));
       step_s.push_back(seconds(t0));
       tp_comm_s.push_back(tp_comm);
       dp_comm_s.push_back(r.data_parallel_s);
@@ -184,6 +197,25 @@ int main(int argc, char** argv) {
   Tensor all_rss = job.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
   Tensor all_rss0 = job.all_gather(Tensor::from_ints({rss_before_steps}, {1}), 0);
   Tensor all_step_peak = job.all_gather(Tensor::from_ints({step_peak_tensor_bytes}, {1}), 0);
+  Tensor all_peak = job.all_gather(Tensor::from_ints({peak_tensor_bytes}, {1}), 0);
+  // The prediction for rank 0's step (tp train --estimate-memory), for full fine-tuning of dense models.
+  nlohmann::ordered_json estimate = nullptr;
+  try {
+    training::MemoryEstimateInputs mem;
+    mem.config = model.config();
+    mem.distributed.tp_size = model.tp_size();
+    mem.distributed.enable_sequence_parallel = sequence_parallel;
+    mem.dp_shard_size = *parallelism.resolved(job.size()).dp_shard_size;
+    mem.seq_len = seq_len;
+    mem.batch_size = batch;
+    mem.bf16 = args.bf16;
+    mem.bf16_native = trainer.parameters().bf16_native();
+    mem.checkpointing = args.checkpointing();
+    mem.fused_loss = trainer.fused_loss();
+    if (lora_r == 0) estimate = training::estimate_training_memory(mem).to_json();
+  } catch (const Error& e) {
+    estimate = e.what();
+  }
   // What the optimizer holds on each rank (its moments; a dp_shard rank only its chunks').
   Tensor all_opt_job = job.all_gather(Tensor::from_ints({trainer.optimizer().state_bytes()}, {1}), 0);
   double bf16_gflops = 0, f32_gflops = 0;
@@ -223,6 +255,11 @@ int main(int argc, char** argv) {
     j["sequence_parallel"] = model.sequence_parallel();
     j["rss_before_steps_bytes_per_rank"] = all_rss0.to_int_vector();
     j["step_peak_tensor_bytes_per_rank"] = all_step_peak.to_int_vector();
+    j["peak_tensor_bytes_per_rank"] = all_peak.to_int_vector();
+    j["gradient_checkpointing"] = checkpointing;
+    j["every_n_layers"] = every_n_layers;
+    j["fused_loss"] = trainer.fused_loss();
+    j["memory_estimate"] = estimate;
     j["lora_r"] = lora_r;
     j["trainable_parameters"] = trainable;
     j["optimizer_state_bytes_per_rank"] = all_opt_job.to_int_vector();

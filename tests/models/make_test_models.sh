@@ -59,6 +59,13 @@ train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_a
 "$tp" make-model --arch llama "${train[@]}" --out "$out/llama-train"
 "$tp" make-model --arch mistral "${train[@]}" --seed 2 --out "$out/mistral-train"
 "$tp" make-model --arch qwen3 "${train[@]}" --out "$out/qwen3-train"
+# Larger ones for the memory estimate's grid (tests/training/test_memory_estimate.cpp):
+# activations, logits and optimizer state all a visible part of a step's peak.
+mem=(--preset tiny --set hidden_size=256 --set intermediate_size=512 --set num_attention_heads=8
+  --set num_key_value_heads=4 --set head_dim=32 --set vocab_size=4096 --set num_hidden_layers=4
+  --set max_position_embeddings=1024 "${std[@]}")
+"$tp" make-model --arch qwen3 "${mem[@]}" --out "$out/qwen3-mem"
+"$tp" make-model --arch llama "${mem[@]}" --out "$out/llama-mem"
 # The MoE one: 8 experts, top-2, with the load-balancing loss (coef 0.1: visible in the gradients).
 # Its routers are not skewed: an expert whose probability underflows gets gradients of ~1e-9,
 # where AdamW's update m / (sqrt(v) + eps) turns their rounding into lr-sized weight changes.

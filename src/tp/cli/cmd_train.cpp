@@ -11,7 +11,9 @@
 #include "tp/cli/common.h"
 #include "tp/dist/parallelism_config.h"
 #include "tp/models/checkpoint.h"
+#include "tp/ops/gemm.h"
 #include "tp/training/lora_training.h"
+#include "tp/training/memory_estimate.h"
 #include "tp/training/loss_plot.h"
 #include "tp/training/progress.h"
 #include "tp/training/trainer.h"
@@ -35,6 +37,8 @@ struct TrainFlags {
   bool no_save_model = false;
   std::optional<int64_t> dp_replicate_size, dp_shard_size;
   std::optional<double> ddp_bucket_cap_mb;
+  std::string gradient_checkpointing_kwargs;
+  bool estimate_memory = false;
   // LoRA: on when any --lora-* flag is given; PEFT's defaults for the rest.
   std::optional<int64_t> lora_r;
   std::optional<double> lora_alpha, lora_dropout;
@@ -59,6 +63,18 @@ std::shared_ptr<training::TokenBlocks> load_blocks(const std::vector<std::string
   return std::make_shared<training::TokenBlocks>(training::TokenBlocks::from_files(paths, tokenizer, options));
 }
 
+// Ranks on this machine (tprun's LOCAL_WORLD_SIZE; every rank when not launched by it).
+int64_t local_world_size() {
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  if (local != nullptr) {
+    try {
+      return std::max<int64_t>(1, std::stoll(local));
+    } catch (const std::exception&) {
+    }
+  }
+  return dist::world_size();
+}
+
 int run_train(TrainFlags& f) {
   const fs::path dir = f.model.model;
   TrainingArguments& a = f.args;
@@ -66,6 +82,14 @@ int run_train(TrainFlags& f) {
   a.save_total_limit = f.save_total_limit;
   a.loss_parallel = !f.no_loss_parallel;
   a.ddp_bucket_cap_mb = f.ddp_bucket_cap_mb;
+  if (!f.gradient_checkpointing_kwargs.empty()) {
+    try {
+      a.gradient_checkpointing_kwargs = nlohmann::json::parse(f.gradient_checkpointing_kwargs);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(fmt::format("--gradient-checkpointing-kwargs is not JSON ({}): {}",
+                                   f.gradient_checkpointing_kwargs, e.what()));
+    }
+  }
   if (!f.eval_data.empty()) a.eval_strategy = "steps";
   std::optional<DType> dtype = parse_dtype_flag(f.model.dtype);
   try {
@@ -120,8 +144,43 @@ int run_train(TrainFlags& f) {
     load.mesh = parallelism.build_device_mesh();
     layout = sizes.to_string();
   }
-  PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
   const bool rank0 = dist::world_rank() == 0;
+  // What a step will hold per rank, before any weight is read (full fine-tuning; LoRA holds less).
+  training::MemoryEstimateInputs mem;
+  mem.config = config;
+  mem.distributed = load.distributed_config;
+  mem.dp_shard_size = f.dp_shard_size.value_or(1);
+  mem.seq_len = data_options.seq_len;
+  mem.batch_size = a.per_device_train_batch_size;
+  mem.bf16 = a.bf16;
+  mem.bf16_native = ops::detail::bf16_gemm_native();
+  mem.optim = a.optim;
+  mem.checkpointing = a.checkpointing();
+  mem.fused_loss = a.loss_parallel || load.distributed_config.tp_size.value_or(1) == 1;
+  std::optional<training::MemoryEstimate> estimate;
+  try {
+    if (!f.lora() && ep_size == 1) estimate = training::estimate_training_memory(mem);
+  } catch (const Error& e) {
+    if (f.estimate_memory) throw;
+    if (rank0 && !f.model.json) fmt::print(stderr, "memory: not estimated: {}\n", e.what());
+  }
+  if (f.estimate_memory) {
+    TP_CHECK(estimate.has_value(), "--estimate-memory covers full fine-tuning without expert parallelism, not LoRA "
+             "or --ep-size");
+    if (rank0) {
+      if (f.model.json) {
+        std::cout << estimate->to_json().dump() << "\n";
+      } else {
+        training::print_memory_estimate(std::cout, *estimate);
+      }
+    }
+    return 0;
+  }
+  if (estimate) {
+    if (rank0 && !f.model.json) training::print_memory_estimate(std::cerr, *estimate);
+    training::check_memory_fits(mem, *estimate, local_world_size());
+  }
+  PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
   std::optional<training::LoraModel> lora;
   training::TrainerOptions options;
   if (f.lora()) {
@@ -239,6 +298,12 @@ Registrar reg("train", "Train (fine-tune) a model on text files with tensor para
   app.add_option("--dp-shard-size", f->dp_shard_size,
                  "data-parallel ranks that shard the optimizer state between them (ZeRO/FSDP-like; default 1)");
   app.add_option("--ddp-bucket-cap-mb", f->ddp_bucket_cap_mb, "data parallelism: gradient bucket size (default 25)");
+  app.add_flag("--gradient-checkpointing", a.gradient_checkpointing,
+               "recompute each decoder layer's forward in the backward instead of keeping its activations");
+  app.add_option("--gradient-checkpointing-kwargs", f->gradient_checkpointing_kwargs,
+                 "JSON: {\"policy\": \"full\" | \"selective\", \"every_n_layers\": N}");
+  app.add_flag("--estimate-memory", f->estimate_memory,
+               "print the predicted peak memory per rank (weights, gradients, optimizer, activations, loss) and exit");
   app.add_flag("--disable-tqdm", a.disable_tqdm, "no progress bar: one line per log");
   app.add_option("--lora-r", f->lora_r, "train a LoRA adapter of this rank instead of the model (PEFT default 8)");
   app.add_option("--lora-alpha", f->lora_alpha, "LoRA alpha: the update is scaled by alpha / r (default 8)");
