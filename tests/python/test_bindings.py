@@ -237,6 +237,25 @@ class Training(unittest.TestCase):
         for name in mine:
             self.assertTrue(np.array_equal(mine[name], theirs[name]), name)
 
+    def test_gradient_checkpointing_gives_the_same_losses(self):
+        # Checkpointing changes what is kept, not the numbers: tp train's losses, bitwise.
+        model = tp.AutoModelForCausalLM.from_pretrained(TEXT_MODEL, training=True, verbose=False)
+        tok = tp.AutoTokenizer.from_pretrained(TEXT_MODEL)
+        args = tp.TrainingArguments(output_dir=os.path.join(OUT, "checkpointed"), max_steps=4,
+                                    per_device_train_batch_size=4, learning_rate=3e-3, logging_steps=1,
+                                    save_strategy="no", disable_tqdm=True, gradient_checkpointing=True,
+                                    gradient_checkpointing_kwargs={"policy": "selective", "every_n_layers": 1})
+        self.assertEqual(args.gradient_checkpointing_kwargs, {"policy": "selective", "every_n_layers": 1})
+        trainer = tp.Trainer(model=model, args=args, train_dataset=tp.TokenBlocks.from_files(DATA, tok, seq_len=16))
+        trainer.train()
+        losses = [e["loss"] for e in trainer.state["log_history"] if "loss" in e]
+        with open(os.path.join(REF, "trained", "log_history.jsonl")) as f:
+            expected = [json.loads(line)["loss"] for line in f if '"loss"' in line]
+        self.assertEqual(losses, expected)
+        with self.assertRaisesRegex(tp.TpError, "policy \"op\" is not supported"):
+            tp.TrainingArguments(output_dir=OUT, gradient_checkpointing=True,
+                                 gradient_checkpointing_kwargs={"policy": "op"})
+
     def test_unknown_training_argument(self):
         with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'learning_rat'"):
             tp.TrainingArguments(output_dir=OUT, learning_rat=1e-3)

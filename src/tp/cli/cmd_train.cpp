@@ -75,6 +75,38 @@ int64_t local_world_size() {
   return dist::world_size();
 }
 
+// What a step will hold per rank, from config.json and the flags (full
+// fine-tuning without expert parallelism; LoRA holds less): unset when it cannot
+// be estimated (the reason is printed) unless --estimate-memory asked for it.
+std::optional<training::MemoryEstimate> estimate_memory(const TrainFlags& f, const ModelConfig& config,
+                                                        int64_t seq_len, bool quiet,
+                                                        training::MemoryEstimateInputs* inputs) {
+  const TrainingArguments& a = f.args;
+  training::MemoryEstimateInputs& mem = *inputs;
+  mem.config = config;
+  const int64_t dp = f.dp_replicate_size.value_or(1) * f.dp_shard_size.value_or(1);
+  mem.distributed.tp_size = f.model.tp_size.value_or(std::max<int64_t>(1, dist::world_size() / dp));
+  mem.distributed.tp_plan = f.model.tp_plan;
+  mem.distributed.enable_sequence_parallel = f.model.sequence_parallel;
+  mem.dp_shard_size = f.dp_shard_size.value_or(1);
+  mem.seq_len = seq_len;
+  mem.batch_size = a.per_device_train_batch_size;
+  mem.bf16 = a.bf16;
+  mem.bf16_native = ops::detail::bf16_gemm_native();
+  mem.optim = a.optim;
+  mem.checkpointing = a.checkpointing();
+  mem.fused_loss = a.loss_parallel || *mem.distributed.tp_size == 1;
+  try {
+    TP_CHECK(!f.lora() && f.model.ep_size.value_or(1) == 1,
+             "--estimate-memory covers full fine-tuning without expert parallelism, not LoRA or --ep-size");
+    return training::estimate_training_memory(mem);
+  } catch (const Error& e) {
+    if (f.estimate_memory) throw;
+    if (!quiet) fmt::print(stderr, "memory: not estimated: {}\n", e.what());
+  }
+  return std::nullopt;
+}
+
 int run_train(TrainFlags& f) {
   const fs::path dir = f.model.model;
   TrainingArguments& a = f.args;
@@ -101,9 +133,6 @@ int run_train(TrainFlags& f) {
   // Everything that can be checked before the model is read: config, tokenizer, data.
   TP_CHECK(fs::is_directory(dir), "--model {} is not a directory", dir.string());
   const ModelConfig config = Checkpoint::open(dir).config();  // the config against the weights' headers
-  TP_CHECK(fs::exists(dir / "tokenizer.json"),
-           "{} has no tokenizer.json: tp train tokenizes --data with the model's tokenizer", dir.string());
-  Tokenizer tokenizer = Tokenizer::from_model_dir(dir);
   training::TextDataOptions data_options;
   data_options.sample_by = f.sample_by;
   data_options.seq_len = f.seq_len.value_or(
@@ -111,11 +140,33 @@ int run_train(TrainFlags& f) {
   TP_CHECK(config.max_position_embeddings <= 0 || data_options.seq_len <= config.max_position_embeddings,
            "--seq-len {} is above the model's max_position_embeddings {} ({})", data_options.seq_len,
            config.max_position_embeddings, (dir / "config.json").string());
+  if (!dtype) dtype = config.torch_dtype == "bfloat16" ? DType::BF16 : DType::F32;
+  a.bf16 = *dtype == DType::BF16;
+  const bool rank0 = dist::world_rank() == 0;
+  training::MemoryEstimateInputs mem;
+  const std::optional<training::MemoryEstimate> estimate =
+      estimate_memory(f, config, data_options.seq_len, !rank0 || f.model.json, &mem);
+  if (f.estimate_memory) {
+    if (rank0) {
+      if (f.model.json) {
+        std::cout << estimate->to_json().dump() << "\n";
+      } else {
+        training::print_memory_estimate(std::cout, *estimate);
+      }
+    }
+    return 0;
+  }
+  if (estimate) {
+    if (rank0 && !f.model.json) training::print_memory_estimate(std::cerr, *estimate);
+    training::check_memory_fits(mem, *estimate, local_world_size());  // before any weight is read
+  }
+  if (f.data.empty()) throw UsageError("--data is required (training text)");
+  TP_CHECK(fs::exists(dir / "tokenizer.json"),
+           "{} has no tokenizer.json: tp train tokenizes --data with the model's tokenizer", dir.string());
+  Tokenizer tokenizer = Tokenizer::from_model_dir(dir);
   auto train = load_blocks(f.data, tokenizer, data_options);
   std::shared_ptr<training::TokenBlocks> eval;
   if (!f.eval_data.empty()) eval = load_blocks(f.eval_data, tokenizer, data_options);
-  if (!dtype) dtype = config.torch_dtype == "bfloat16" ? DType::BF16 : DType::F32;
-  a.bf16 = *dtype == DType::BF16;
 
   // The mesh dp_replicate x dp_shard x tp (accelerate's ParallelismConfig); the model uses its "tp" dim.
   // With --ep-size the model makes its own mesh (ep_replicas x tp, flattened ep) and there is no data parallelism.
@@ -143,42 +194,6 @@ int run_train(TrainFlags& f) {
     load.distributed_config.tp_size = sizes.tp_size;
     load.mesh = parallelism.build_device_mesh();
     layout = sizes.to_string();
-  }
-  const bool rank0 = dist::world_rank() == 0;
-  // What a step will hold per rank, before any weight is read (full fine-tuning; LoRA holds less).
-  training::MemoryEstimateInputs mem;
-  mem.config = config;
-  mem.distributed = load.distributed_config;
-  mem.dp_shard_size = f.dp_shard_size.value_or(1);
-  mem.seq_len = data_options.seq_len;
-  mem.batch_size = a.per_device_train_batch_size;
-  mem.bf16 = a.bf16;
-  mem.bf16_native = ops::detail::bf16_gemm_native();
-  mem.optim = a.optim;
-  mem.checkpointing = a.checkpointing();
-  mem.fused_loss = a.loss_parallel || load.distributed_config.tp_size.value_or(1) == 1;
-  std::optional<training::MemoryEstimate> estimate;
-  try {
-    if (!f.lora() && ep_size == 1) estimate = training::estimate_training_memory(mem);
-  } catch (const Error& e) {
-    if (f.estimate_memory) throw;
-    if (rank0 && !f.model.json) fmt::print(stderr, "memory: not estimated: {}\n", e.what());
-  }
-  if (f.estimate_memory) {
-    TP_CHECK(estimate.has_value(), "--estimate-memory covers full fine-tuning without expert parallelism, not LoRA "
-             "or --ep-size");
-    if (rank0) {
-      if (f.model.json) {
-        std::cout << estimate->to_json().dump() << "\n";
-      } else {
-        training::print_memory_estimate(std::cout, *estimate);
-      }
-    }
-    return 0;
-  }
-  if (estimate) {
-    if (rank0 && !f.model.json) training::print_memory_estimate(std::cerr, *estimate);
-    training::check_memory_fits(mem, *estimate, local_world_size());
   }
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(dir, load);
   std::optional<training::LoraModel> lora;
@@ -257,8 +272,8 @@ Registrar reg("train", "Train (fine-tune) a model on text files with tensor para
   app.get_option("--dtype")->description(
       "compute: auto (config.json's torch_dtype), f32, or bf16 (bf16 GEMM operands; f32 master weights, gradients "
       "and optimizer state)");
-  app.add_option("--data", f->data, "training text: plain text, or JSON lines ({\"text\": ...}) for *.jsonl/*.json")
-      ->required();
+  app.add_option("--data", f->data, "training text: plain text, or JSON lines ({\"text\": ...}) for *.jsonl/*.json "
+                 "(required unless --estimate-memory)");
   app.add_option("--eval-data", f->eval_data, "evaluation text (eval loss and perplexity every --eval-steps)");
   app.add_option("--sample-by", f->sample_by, "plain text documents: line, paragraph or document")
       ->capture_default_str();

@@ -134,12 +134,9 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
     loss_saved = 4 * l.T * v;
     loss_backward = 4 * l.T * v + 4 * l.T * l.H;
   }
-  e.loss = static_cast<int64_t>(4 * l.T_seq * l.H + loss_saved + loss_backward);
-  const double state = static_cast<double>(e.weights + e.gradients + e.optimizer);
-  const double saved = static_cast<double>(e.activations) + 4 * l.T_seq * l.H + loss_saved;
-  // The peak: the loss's backward, or a layer's backward (after its recompute).
-  const double peak = saved + std::max(loss_backward, static_cast<double>(e.recompute + e.workspace));
-  e.total = static_cast<int64_t>(state + peak);
+  e.loss = static_cast<int64_t>(4 * l.T_seq * l.H + loss_saved);
+  e.loss_backward = static_cast<int64_t>(loss_backward);
+  e.total = e.weights + e.gradients + e.optimizer + e.activations + e.loss + e.backward_peak();
   return e;
 }
 
@@ -150,8 +147,9 @@ nlohmann::ordered_json MemoryEstimate::to_json() const {
   j["optimizer_bytes"] = optimizer;
   j["activations_per_layer_bytes"] = activations_per_layer;
   j["activations_bytes"] = activations;
-  j["recompute_bytes"] = recompute;
   j["loss_bytes"] = loss;
+  j["loss_backward_bytes"] = loss_backward;
+  j["recompute_bytes"] = recompute;
   j["workspace_bytes"] = workspace;
   j["total_bytes"] = total;
   j["layers"] = layers;
@@ -161,9 +159,10 @@ nlohmann::ordered_json MemoryEstimate::to_json() const {
 void print_memory_estimate(std::ostream& out, const MemoryEstimate& e) {
   out << fmt::format(
       "predicted peak per rank: {} = weights {} + gradients {} + optimizer {} + activations {} ({} layers x {}) + "
-      "recompute {} + loss {} + workspace {}\n",
+      "loss {} + the backward's peak {} (the loss's backward {}, or a layer's recompute {} and temporaries {})\n",
       gib(e.total), gib(e.weights), gib(e.gradients), gib(e.optimizer), gib(e.activations), e.layers,
-      gib(e.activations_per_layer), gib(e.recompute), gib(e.loss), gib(e.workspace));
+      gib(e.activations_per_layer), gib(e.loss), gib(e.backward_peak()), gib(e.loss_backward), gib(e.recompute),
+      gib(e.workspace));
 }
 
 int64_t resident_bytes(const MemoryEstimate& e) { return e.total + e.total / 10 + (int64_t{300} << 20); }
@@ -185,14 +184,15 @@ int64_t available_memory_bytes() {
 void check_memory_fits(const MemoryEstimateInputs& in, const MemoryEstimate& e, int64_t ranks_here) {
   if (const char* skip = std::getenv("TP_SKIP_MEMORY_CHECK"); skip != nullptr && std::string(skip) == "1") return;
   const int64_t available = available_memory_bytes();
-  auto needed = [&](const MemoryEstimate& x) { return resident_bytes(x) * ranks_here; };
-  if (needed(e) <= available) return;
+  auto needed = [&](const MemoryEstimate& x, int64_t ranks) { return resident_bytes(x) * ranks; };
+  if (needed(e, ranks_here) <= available) return;
   std::vector<std::string> options;
-  auto try_option = [&](const std::string& flags, MemoryEstimateInputs changed) {
+  // `ranks`: on this machine with the option (twice as many for a larger tp or dp_shard, unless on other machines).
+  auto try_option = [&](const std::string& flags, MemoryEstimateInputs changed, int64_t ranks) {
     try {
       const MemoryEstimate x = estimate_training_memory(changed);
       options.push_back(fmt::format("{} ({} per rank{})", flags, gib(x.total),
-                                    needed(x) <= available ? ", fits" : ", still too much"));
+                                    needed(x, ranks) <= available ? ", fits" : ", too much for this machine alone"));
     } catch (const Error&) {
     }
   };
@@ -200,27 +200,27 @@ void check_memory_fits(const MemoryEstimateInputs& in, const MemoryEstimate& e, 
       in.checkpointing.every_n_layers != 1) {
     MemoryEstimateInputs c = in;
     c.checkpointing = {true, autograd::CheckpointPolicy::Full, 1};
-    try_option("--gradient-checkpointing", c);
+    try_option("--gradient-checkpointing", c, ranks_here);
   }
   const int64_t tp = in.distributed.tp_size.value_or(1);
   {
     MemoryEstimateInputs c = in;
     c.distributed.tp_size = tp * 2;
-    try_option(fmt::format("--tp-size {} (on twice the ranks)", tp * 2), c);
+    try_option(fmt::format("--tp-size {} (on twice the ranks)", tp * 2), c, 2 * ranks_here);
   }
   {
     MemoryEstimateInputs c = in;
     c.dp_shard_size = in.dp_shard_size * 2;
-    try_option(fmt::format("--dp-shard-size {} (on twice the ranks)", in.dp_shard_size * 2), c);
+    try_option(fmt::format("--dp-shard-size {} (on twice the ranks)", in.dp_shard_size * 2), c, 2 * ranks_here);
   }
   if (in.seq_len > 1) {
     MemoryEstimateInputs c = in;
     c.seq_len = in.seq_len / 2;
-    try_option(fmt::format("--seq-len {}", in.seq_len / 2), c);
+    try_option(fmt::format("--seq-len {}", in.seq_len / 2), c, ranks_here);
   }
   fail("this run needs about {} per rank, {} for the {} rank(s) on this machine, and {} is available: it would run "
        "out of memory. Options: {}. (TP_SKIP_MEMORY_CHECK=1 runs it anyway.)",
-       gib(resident_bytes(e)), gib(needed(e)), ranks_here, gib(available), fmt::join(options, "; "));
+       gib(resident_bytes(e)), gib(needed(e, ranks_here)), ranks_here, gib(available), fmt::join(options, "; "));
 }
 
 }  // namespace tp::training

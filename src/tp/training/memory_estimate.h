@@ -21,6 +21,7 @@
 //   workspace    the backward's temporaries of one layer.
 // Dense decoders (Llama, Mistral, Qwen3): the measured allocator high-water mark
 // of a step is within 15% of the total (tests/training/test_memory_estimate).
+#include <algorithm>
 #include <cstdint>
 #include <iosfwd>
 #include <nlohmann/json.hpp>
@@ -50,10 +51,12 @@ struct MemoryEstimate {
   int64_t weights = 0, gradients = 0, optimizer = 0;
   int64_t activations_per_layer = 0;  // saved by a layer (a checkpointed one: what it keeps)
   int64_t activations = 0;            // every layer's, at the start of the backward
-  int64_t recompute = 0;              // a checkpointed layer's forward again, in its backward
-  int64_t loss = 0;
-  int64_t workspace = 0;
-  int64_t total = 0;  // the peak per rank
+  int64_t loss = 0;                   // the final norm's input and what the loss saved
+  // The backward's peak on top of them: the loss's backward, or a layer's
+  // recompute (checkpointing) and its temporaries, whichever is larger.
+  int64_t loss_backward = 0, recompute = 0, workspace = 0;
+  int64_t backward_peak() const { return std::max(loss_backward, recompute + workspace); }
+  int64_t total = 0;  // the peak per rank: the sum of the terms above
   int64_t layers = 0;
   nlohmann::ordered_json to_json() const;
 };

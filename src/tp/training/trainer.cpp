@@ -184,6 +184,10 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   state_.eval_steps = args_.eval_steps.value_or(args_.logging_steps);
   state_.save_steps = args_.save_steps;
   state_.train_batch_size = B * dp_size_;
+  // Loading's buffers (the checkpoint's tensors, converted copies) went back to the
+  // allocator's cache when the slabs took the values: give them back to the OS, or
+  // they stay resident through the run (1.2 GB per rank for Qwen3-0.6B at tp 2).
+  release_cached_memory();
 }
 
 Trainer::~Trainer() {
