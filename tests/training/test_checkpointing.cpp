@@ -44,6 +44,7 @@ struct Case {
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
 
 PretrainedModel load(const Case& c) {
   LoadOptions o = LoadOptions::for_training();
