@@ -116,3 +116,21 @@ step=${last##*-}
   --max-steps "$step" --output-dir "$dir/nan" --resume-from-checkpoint "$last" --no-save-model \
   2>"$dir/err.txt" || { cat "$dir/err.txt"; fail "$last does not load"; }
 echo "a diverging loss: error naming the step, $(basename "$last") intact"
+
+echo "memory: --estimate-memory predicts without data or weights; a run that cannot fit stops before loading"
+"$tp" train --model "$dir/m" --seq-len 16 --batch-size 4 --tp-size 2 --estimate-memory --json >"$dir/estimate.json"
+python3 - "$dir/estimate.json" <<'PY' || fail "--estimate-memory --json is not the estimate"
+import json, sys
+e = json.load(open(sys.argv[1]))
+parts = ["weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "loss_bytes"]
+assert all(e[k] > 0 for k in parts), e
+assert e["total_bytes"] >= sum(e[k] for k in parts), e
+PY
+"$tp" train --model "$dir/m" --seq-len 16 --batch-size 4 --estimate-memory | grep -q "predicted peak per rank" ||
+  fail "--estimate-memory printed no prediction"
+# 2^22 blocks of 16 tokens: terabytes of activations. The error names the fixes, and nothing was written.
+expect 1 "would run out of memory. Options: --gradient-checkpointing" -- "$tp" train --model "$dir/m" \
+  --data "$dir/train.txt" --seq-len 16 --max-steps 1 --batch-size 4194304 --output-dir "$dir/too-big"
+grep -q "predicted peak per rank" "$dir/err.txt" || fail "no predicted-peak line before the error"
+[ ! -e "$dir/too-big" ] || fail "a run that cannot fit wrote its output directory"
+expect 2 "parallelism sizes must be >= 1" -- "$tp" train --model "$dir/m" --dp-shard-size 0 --estimate-memory

@@ -84,7 +84,14 @@ std::optional<training::MemoryEstimate> estimate_memory(const TrainFlags& f, con
   const TrainingArguments& a = f.args;
   training::MemoryEstimateInputs& mem = *inputs;
   mem.config = config;
-  const int64_t dp = f.dp_replicate_size.value_or(1) * f.dp_shard_size.value_or(1);
+  const int64_t dp_replicate = f.dp_replicate_size.value_or(1), dp_shard = f.dp_shard_size.value_or(1);
+  if (dp_replicate < 1 || dp_shard < 1 || f.model.tp_size.value_or(1) < 1) {
+    if (f.estimate_memory)
+      throw UsageError(fmt::format("--dp-replicate-size {}, --dp-shard-size {}, --tp-size {}: parallelism sizes must "
+                                   "be >= 1", dp_replicate, dp_shard, f.model.tp_size.value_or(1)));
+    return std::nullopt;  // the mesh's sizes are checked (and named) when it is built
+  }
+  const int64_t dp = dp_replicate * dp_shard;
   mem.distributed.tp_size = f.model.tp_size.value_or(std::max<int64_t>(1, dist::world_size() / dp));
   mem.distributed.tp_plan = f.model.tp_plan;
   mem.distributed.enable_sequence_parallel = f.model.sequence_parallel;
