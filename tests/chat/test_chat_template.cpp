@@ -91,6 +91,9 @@ TEST(ChatTemplate, SubscriptsAndSlices) {
   EXPECT_EQ(render("{{ xs[0] }}{{ xs[-1] }}{{ xs[1:3] }}{{ xs[:2] }}{{ xs[::2] }}{{ xs[::-1] }}", vars), "14[2, 3][1, 2][1, 3][4, 3, 2, 1]");
   EXPECT_EQ(render("{{ s[1] }}{{ s[1:3] }}{{ s[::-1] }}", vars), "\xC3\xA9\xC3\xA9l" "oll\xC3\xA9h");
   EXPECT_EQ(render("{{ d['k'] }}{{ d.k }}{{ d.missing }}|{{ xs[10] }}|", vars), "vv||");
+  // Bytes that are not UTF-8 in the template's own text slice as U+FFFD each (fuzz_chat_template: a
+  // literal with byte 0xF9 sliced into an endless loop).
+  EXPECT_EQ(render("{{ 'a\xF9" "b'[1:] }}|{{ 'a\xE2\x82'[::-1] }}", {}), "\xEF\xBF\xBD" "b|\xEF\xBF\xBD" "a");
 }
 
 TEST(ChatTemplate, StringMethods) {

@@ -284,7 +284,17 @@ Value indent(const std::string& s, const Args& args) {
 
 std::u32string code_points(const std::string& s) {
   std::u32string out;
-  for (size_t i = 0; i < s.size();) out += utf8::next(s, i);
+  for (size_t i = 0; i < s.size();) {
+    // A template's bytes need not be UTF-8: an ill-formed sequence reads as one U+FFFD (Python's
+    // errors="replace"); utf8::next would not advance over it (fuzz_chat_template: a slice looped forever).
+    size_t bad = 0;
+    if (utf8::valid_sequence_length(s, i, &bad) == 0) {
+      out += U'\uFFFD';
+      i += bad;
+      continue;
+    }
+    out += utf8::next(s, i);
+  }
   return out;
 }
 
