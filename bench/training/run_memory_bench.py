@@ -122,7 +122,7 @@ def main():
                 p = {"tp": tp, "seq": seq, "policy": policy}
                 p["predicted_gib"] = predicted(tp_binary, a.model, tp, seq, policy, env) / GIB
                 # The resident set holds the allocator's cached blocks and the libraries too.
-                need = (p["predicted_gib"] * 1.1 + 0.3) * GIB * tp
+                need = (p["predicted_gib"] * 1.1 + 0.5) * GIB * tp
                 if need > available_bytes():
                     p["skipped"] = f"predicted {p['predicted_gib']:.1f} GiB per rank does not fit"
                     print(f"tp {tp} seq {seq} {policy}: {p['skipped']}", file=sys.stderr)

@@ -40,13 +40,6 @@ Tensor fresh_handle(const Tensor& t) {
   return Tensor::wrap(t.storage(), t.storage_offset(), t.shape(), t.dtype());
 }
 
-bool all_zero(const Tensor& g) {
-  const float* d = g.data<float>();
-  for (int64_t i = 0; i < g.numel(); ++i)
-    if (d[i] != 0.f) return false;
-  return true;
-}
-
 }  // namespace
 
 Tensor kept_output() {
@@ -129,7 +122,7 @@ std::vector<Tensor> checkpoint(const Block& block, const std::vector<Tensor>& in
                     outs.size(), grads.size());
            std::vector<Tensor> roots, root_grads;
            for (size_t i = 0; i < outs.size(); ++i) {
-             if (!outs[i].requires_grad() || (i > 0 && all_zero(grads[i]))) continue;
+             if (!outs[i].requires_grad() || (i > 0 && max_abs(grads[i]) == 0)) continue;
              roots.push_back(outs[i]);
              root_grads.push_back(grads[i]);
            }

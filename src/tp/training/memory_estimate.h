@@ -69,7 +69,7 @@ void print_memory_estimate(std::ostream& out, const MemoryEstimate& e);
 // make it fit and what each would predict. TP_SKIP_MEMORY_CHECK=1 runs anyway.
 void check_memory_fits(const MemoryEstimateInputs& in, const MemoryEstimate& e, int64_t ranks_here);
 // What a rank's resident set holds beyond the predicted tensors: the allocator's
-// cached blocks and the libraries (measured on the Qwen3-0.6B preset).
+// cached blocks, the libraries and the load's peak (see memory_estimate.cpp for the figures).
 int64_t resident_bytes(const MemoryEstimate& e);
 // "x.xx GiB"
 std::string gib(int64_t bytes);
