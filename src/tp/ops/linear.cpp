@@ -94,9 +94,9 @@ std::vector<Tensor> linear_backward(const Tensor& dy, const Shape& x_shape, cons
   if (w.requires_grad()) {
     TP_CHECK(x.defined(), "linear backward: the weight {} asks for a gradient it did not ask for in the forward",
              shape_str(w.shape()));
-    // The f32 GEMM of bf16 values reads x widened back (exact); a bf16 GEMM reads it as saved.
-    const Tensor x_c = compute == DType::BF16 ? (x.dtype() == DType::F32 ? bf16_copy(x) : x)
-                                              : (x.dtype() == DType::BF16 ? x.to(DType::F32) : x);
+    // Under bf16 arithmetic x was saved as bf16 (saved_input): a bf16 GEMM reads it as it is, the f32 GEMM of
+    // bf16 values reads it widened back (exact).
+    const Tensor x_c = compute == DType::BF16 || x.dtype() == DType::F32 ? x : x.to(DType::F32);
     Tensor buffer = autograd::leaf_grad_buffer(w);
     detail::GemmSpec spec{n, k, m, true, false, compute, x_c.dtype()};
     spec.accumulate = buffer.defined();
