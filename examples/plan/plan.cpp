@@ -8,10 +8,6 @@
 #include "tp/models/auto.h"
 #include "tp/version.h"
 
-// Prints a plan as a JSON object. A Plan is a std::vector of pairs, so the
-// operator is not found by argument-dependent lookup: bring it in.
-using tp::operator<<;
-
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s MODEL_DIR TP_SIZE [TP_PLAN_JSON]\n", argv[0]);

@@ -256,10 +256,4 @@ Tensor PretrainedModel::forward(const Tensor& ids) {
   return lm_->forward_ids(ids);
 }
 
-std::ostream& operator<<(std::ostream& out, const parallel::Plan& plan) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& [key, style] : plan) j[key] = style;
-  return out << j.dump(2);
-}
-
 }  // namespace tp

@@ -117,6 +117,4 @@ parallel::ResolvedPlan resolve_model_plan(const CausalLM& model, const Distribut
 // Every parameter of the tree as the plan resolver sees it.
 std::vector<parallel::ParamRef> param_refs(CausalLM& model);
 
-std::ostream& operator<<(std::ostream& out, const parallel::Plan& plan);  // as a JSON object
-
 }  // namespace tp

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -169,6 +170,12 @@ ResolvedPlan resolve_plan(const Plan& shipped, const Plan& user, const std::vect
     r.warnings.push_back(fmt::format("The following parameters were not sharded (replicated on every rank): {}",
                                      fmt::join(compress(uncovered), ", ")));
   return r;
+}
+
+std::ostream& operator<<(std::ostream& out, const Plan& plan) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [key, style] : plan) j[key] = style;
+  return out << j.dump(2);
 }
 
 }  // namespace tp::parallel

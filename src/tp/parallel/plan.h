@@ -10,6 +10,7 @@
 //   4. the wildcarded module name     model.layers.*.mlp.up_proj
 // so a per-layer rule beats the generic one.
 #include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <optional>
 #include <string>
@@ -20,8 +21,18 @@
 
 namespace tp::parallel {
 
-// Ordered: entries keep the order in which they were written.
-using Plan = std::vector<std::pair<std::string, std::string>>;
+// Ordered: entries keep the order in which they were written. A type of its
+// own, not an alias of std::vector, so that `std::cout << plan` finds the
+// operator below by argument-dependent lookup.
+struct Plan : std::vector<std::pair<std::string, std::string>> {
+  using Entries = std::vector<std::pair<std::string, std::string>>;
+  using Entries::Entries;
+  Plan() = default;
+  Plan(Entries entries) : Entries(std::move(entries)) {}
+};
+
+// Prints a plan as a JSON object, in its order.
+std::ostream& operator<<(std::ostream& out, const Plan& plan);
 
 // What the user asks for (Transformers' DistributedConfig).
 struct DistributedConfig {
