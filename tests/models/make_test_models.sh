@@ -20,6 +20,13 @@ llama3_rope='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hig
   --out "$out/mistral"
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" --out "$out/qwen3"
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" --set num_key_value_heads=2 --out "$out/qwen3-kv2"
+# Config keys that change the math (the reference checks that each does at its ids): Llama's
+# mlp_bias; Qwen3's window of 4 under use_sliding_window from layer max_window_layers = 1 on
+# (layer 0 keeps full attention); Qwen3-MoE's on every layer (its max_window_layers is not read).
+"$tp" make-model --arch llama --preset tiny "${std[@]}" --set mlp_bias=true --seed 4 --out "$out/llama-mlp-bias"
+/usr/bin/python3 "$(dirname "$0")/fill_biases.py" "$out/llama-mlp-bias" bias  # make-model's are zeros
+window=(--set use_sliding_window=true --set sliding_window=4 --set max_window_layers=1)
+"$tp" make-model --arch qwen3 --preset tiny "${std[@]}" "${window[@]}" --seed 5 --out "$out/qwen3-window"
 # MoE: 8 experts (ep 1, 2, 4), top-2, routed unevenly (skew_router.py): in every MoE
 # layer one expert gets all tokens and most get none (so at ep 4 some ranks receive nothing).
 # qwen3_moe has a dense layer in the middle (mlp_only_layers). Both train with the routers'
@@ -31,6 +38,8 @@ aux=(--set output_router_logits=true --set router_aux_loss_coef=0.02)
 "$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" "${aux[@]}" --set num_hidden_layers=3 \
   --set 'mlp_only_layers=[1]' --out "$out/qwen3_moe"
 "${skew[@]}" "$out/qwen3_moe" "model.layers.{}.mlp.gate.weight" 5 6,7
+"$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" "${window[@]}" --seed 6 --out "$out/qwen3_moe-window"
+"${skew[@]}" "$out/qwen3_moe-window" "model.layers.{}.mlp.gate.weight" 5 6,7
 # GPT-OSS: sinks, a window of 4 on layer 0 (sliding) and full attention on layer 1, yarn, biases, top-4 of 8
 # experts (bf16 too: its sinks and biases converted); the MXFP4 one (its experts' in dims multiples of 32)
 # reads blocks and scales at load.
@@ -48,6 +57,26 @@ aux=(--set output_router_logits=true --set router_aux_loss_coef=0.02)
 for m in deepseek_v2 deepseek_v2-q-lora deepseek_v3; do
   "${skew[@]}" "$out/$m" "model.layers.{}.mlp.gate.weight" 5 6,7
 done
+# Each routing branch of each MoE config, on routers left as drawn (the skewed ones above send
+# nearly all weight to one expert, where renormalising or not changes little): Qwen3-MoE with
+# norm_topk_prob false (Transformers' default) and true, its layer 0 dense by decoder_sparse_step 2;
+# Mixtral (always renormalised); GPT-OSS (top-k of the logits, then a softmax over the k);
+# DeepSeek-V2 group-limited to the best of 4 groups of 2 (with more groups kept, top-2 would be
+# greedy's) and a routed_scaling_factor, never renormalised whatever norm_topk_prob says;
+# DeepSeek-V3 (sigmoid, noaux_tc groups, correction bias) with and without norm_topk_prob.
+# The reference checks that each branch changes the logits.
+"$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" --set norm_topk_prob=false --set decoder_sparse_step=2 \
+  --seed 7 --out "$out/qwen3_moe-route"
+"$tp" make-model --arch qwen3_moe --preset tiny "${std[@]}" --set norm_topk_prob=true --seed 7 \
+  --out "$out/qwen3_moe-route-norm"
+"$tp" make-model --arch mixtral --preset tiny "${std[@]}" --seed 8 --out "$out/mixtral-route"
+"$tp" make-model --arch gpt_oss --preset tiny "${std[@]}" --seed 9 --out "$out/gpt_oss-route"
+"$tp" make-model --arch deepseek_v2 --preset tiny "${std[@]}" --set topk_method=group_limited_greedy \
+  --set n_group=4 --set topk_group=1 --set routed_scaling_factor=2.5 --set norm_topk_prob=true --seed 10 \
+  --out "$out/deepseek_v2-route"
+"$tp" make-model --arch deepseek_v3 --preset tiny "${std[@]}" --seed 11 --out "$out/deepseek_v3-route"
+"$tp" make-model --arch deepseek_v3 --preset tiny "${std[@]}" --set norm_topk_prob=false --seed 11 \
+  --out "$out/deepseek_v3-route-nonorm"
 # The training suite's query-LoRA MLA model keeps dense layers: the skewed, group-limited
 # router's gradients are too small (~1e-7) for a 1e-5 relative comparison across tp sizes.
 "$tp" make-model --arch deepseek_v2 --preset tiny-q-lora "${std[@]}" --set first_k_dense_replace=2 \

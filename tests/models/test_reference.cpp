@@ -36,5 +36,8 @@ TEST_P(Reference, Tp1MatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
-                         ::testing::Values("llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2",
-                                          "deepseek_v2-q-lora", "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4"));
+                         ::testing::Values("llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "mixtral",
+                                          "qwen3_moe", "qwen3_moe-window", "deepseek_v2", "deepseek_v2-q-lora",
+                                          "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4", "qwen3_moe-route",
+                                          "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route",
+                                          "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm"));

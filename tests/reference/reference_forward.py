@@ -6,8 +6,9 @@ model.safetensors (the Hub's per-expert tensors): the oracle tp = 1 must match.
 
 Written from the architectures' published math (Transformers' modeling code):
 RMSNorm in float32, rotate-half RoPE (default / linear / llama3 scaling),
-grouped-query attention with 1/sqrt(head_dim), Mistral's sliding window (query i
-sees keys (i - W, i]), SiLU-gated MLP, Qwen3's per-head q_norm/k_norm before RoPE,
+grouped-query attention with 1/sqrt(head_dim), sliding windows (query i sees keys
+(i - W, i]) on the layers each config gives them (attention_windows), SiLU-gated
+MLP (with Llama's mlp_bias), Qwen3's per-head q_norm/k_norm before RoPE,
 tied embeddings; MoE: router softmax in float32 over all experts, top-k,
 renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob), each expert a
 SiLU-gated MLP over the tokens routed to it, weighted and summed; Qwen3-MoE's
@@ -37,8 +38,11 @@ import sys
 
 import torch
 
-MODELS = ["llama", "mistral", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v2-q-lora", "deepseek_v3",
-          "gpt_oss", "gpt_oss-mxfp4"]
+MODELS = ["llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "mixtral", "qwen3_moe", "qwen3_moe-window",
+          "deepseek_v2", "deepseek_v2-q-lora", "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4",
+          # routing branches, on unskewed routers (tests/models/make_test_models.sh)
+          "qwen3_moe-route", "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route", "deepseek_v2-route",
+          "deepseek_v3-route", "deepseek_v3-route-nonorm"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32,
           "U8": torch.uint8}
@@ -192,10 +196,38 @@ def mxfp4_dequantise(blocks, scales):
 
 
 def mlp(w, prefix, h):
-    """The SiLU-gated MLP at `prefix` (gate_proj, up_proj, down_proj)."""
-    gate = h @ w[prefix + "gate_proj.weight"].T
-    up = h @ w[prefix + "up_proj.weight"].T
-    return (torch.nn.functional.silu(gate) * up) @ w[prefix + "down_proj.weight"].T
+    """The SiLU-gated MLP at `prefix` (gate_proj, up_proj, down_proj), with their
+    biases where the checkpoint has them (Llama's mlp_bias)."""
+    def linear(name, x):
+        y = x @ w[prefix + name + ".weight"].T
+        return y + w[prefix + name + ".bias"] if prefix + name + ".bias" in w else y
+    return linear("down_proj", torch.nn.functional.silu(linear("gate_proj", h)) * linear("up_proj", h))
+
+
+def attention_windows(cfg):
+    """Each layer's sliding window (None: full attention), as Transformers' configs
+    set it: Mistral (key default 4096) and Mixtral (default None) on every layer;
+    Qwen3 only under use_sliding_window (window default 4096), on the layers from
+    max_window_layers (default 28) on unless layer_types lists them; Qwen3-MoE
+    under use_sliding_window, on every layer (its max_window_layers is not read);
+    GPT-OSS (default 128) on its "sliding_attention" layer_types."""
+    mt, n = cfg["model_type"], cfg["num_hidden_layers"]
+    window = None
+    if mt == "mistral":
+        window = cfg.get("sliding_window", 4096)
+    elif mt == "mixtral":
+        window = cfg.get("sliding_window")
+    elif mt == "gpt_oss":
+        window = cfg.get("sliding_window", 128)
+    elif mt in ("qwen3", "qwen3_moe") and cfg.get("use_sliding_window", False):
+        window = cfg.get("sliding_window", 4096)
+    types = cfg.get("layer_types")
+    if types is None and mt == "qwen3":
+        first = cfg.get("max_window_layers", 28)
+        types = ["sliding_attention" if window is not None and i >= first else "full_attention" for i in range(n)]
+    if types is None:
+        types = ["sliding_attention" if window else "full_attention"] * n
+    return [window if t == "sliding_attention" else None for t in types]
 
 
 def load_model(model_dir):
@@ -389,16 +421,17 @@ def forward_batch(cfg, w, ids, expert_loads=None, router_logits=None):
     B, T = ids.shape
     causal = torch.full((T, T), float("-inf")).triu(1)
     # Sliding window W: query i sees keys j in (i - W, i] (Transformers' sliding-window causal mask).
-    window = cfg.get("sliding_window") if cfg["model_type"] in ("mistral", "gpt_oss") else None
-    layer_types = cfg.get("layer_types") or ["sliding_attention" if window else "full_attention"] * cfg["num_hidden_layers"]
-    windowed = causal.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf")) if window else causal
+    windows = attention_windows(cfg)
+
+    def mask_of(window):
+        return causal.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf")) if window else causal
     attention = mla_attention if is_deepseek(cfg) else gpt_oss_attention if cfg["model_type"] == "gpt_oss" else llama_attention
     moe = gpt_oss_moe if cfg["model_type"] == "gpt_oss" else sparse_moe
 
     x = w["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        mask = windowed if layer_types[i] == "sliding_attention" else causal
+        mask = mask_of(windows[i])
         x = x + attention(cfg, w, p, rms_norm(x, w[p + "input_layernorm.weight"], eps), mask)
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         if is_sparse_layer(cfg, i):
@@ -413,11 +446,31 @@ def forward_batch(cfg, w, ids, expert_loads=None, router_logits=None):
     return x @ head.T
 
 
+def without_feature(name, cfg, w):
+    """The config and weights of a model named for one feature (a window, MLP biases, a
+    routing branch) with that feature off or flipped: its logits must differ, or the
+    golden could not tell a tp that ignores the key."""
+    if "window" in name:
+        return dict(cfg, use_sliding_window=False), w
+    if "mlp-bias" in name:
+        return cfg, {k: v for k, v in w.items() if not (".mlp." in k and k.endswith(".bias"))}
+    if name in ("qwen3_moe-route", "qwen3_moe-route-norm", "deepseek_v3-route", "deepseek_v3-route-nonorm"):
+        return dict(cfg, norm_topk_prob=not cfg.get("norm_topk_prob")), w
+    if name == "deepseek_v2-route":
+        return dict(cfg, topk_method="greedy"), w
+    return None
+
+
 def forward(model_dir, ids):
     cfg, w = load_model(model_dir)
     loads = []
     logits = forward_batch(cfg, w, torch.tensor([ids]), loads)[0]
-    if loads:  # the test models route layer 0 unevenly (tests/models/skew_router.py): say so, and check it
+    off = without_feature(os.path.basename(model_dir), cfg, w)
+    if off is not None:
+        diff = (forward_batch(*off, torch.tensor([ids]))[0] - logits).abs().max().item()
+        print(f"{os.path.basename(model_dir)}: max |logits - logits without the feature| = {diff:.3g}")
+        assert diff > 1e-2 * logits.abs().max().item(), "the feature must change the logits at these ids"
+    if loads and "-route" not in model_dir:  # skewed routers (tests/models/skew_router.py): say so, and check it
         print(f"{os.path.basename(model_dir)}: tokens per expert per MoE layer {loads}")
         for load in loads:
             assert max(load) == len(ids) and min(load) == 0, "each MoE layer should route unevenly"

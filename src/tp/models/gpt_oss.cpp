@@ -24,7 +24,9 @@
 namespace tp {
 
 LlamaVariant gpt_oss_variant(const ModelConfig& config) {
-  LlamaVariant v = mistral_variant(config);  // sliding_window, used by the "sliding_attention" layers
+  LlamaVariant v = mistral_variant(config);
+  v.sliding_window = sliding_window_key(config, 128);  // GptOssConfig's default; the "sliding_attention" layers'
+
   v.attention_sinks = true;
   v.default_plan = llama_base_tp_plan();
   v.default_plan.resize(4);  // the attention entries; the experts replace the dense MLP's

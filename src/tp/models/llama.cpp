@@ -120,14 +120,14 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
 
 // ---------------------------------------------------------------- MLP
 
-LlamaMLP::LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate)
-    : LlamaMLP(name, c.hidden_size, intermediate < 0 ? c.intermediate_size : intermediate) {}
+LlamaMLP::LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate, bool bias)
+    : LlamaMLP(name, c.hidden_size, intermediate < 0 ? c.intermediate_size : intermediate, bias) {}
 
-LlamaMLP::LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate)
+LlamaMLP::LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate, bool bias)
     : nn::Module(name),
-      gate_proj(add_module(std::make_unique<nn::Linear>(child_name("gate_proj"), hidden, intermediate, false))),
-      up_proj(add_module(std::make_unique<nn::Linear>(child_name("up_proj"), hidden, intermediate, false))),
-      down_proj(add_module(std::make_unique<nn::Linear>(child_name("down_proj"), intermediate, hidden, false))) {}
+      gate_proj(add_module(std::make_unique<nn::Linear>(child_name("gate_proj"), hidden, intermediate, bias))),
+      up_proj(add_module(std::make_unique<nn::Linear>(child_name("up_proj"), hidden, intermediate, bias))),
+      down_proj(add_module(std::make_unique<nn::Linear>(child_name("down_proj"), intermediate, hidden, bias))) {}
 
 void LlamaMLP::finalize_weights(bool inference_only) {
   if (local_forward(gate_proj) && local_forward(up_proj)) gate_up_.fuse({&gate_proj, &up_proj});
@@ -151,14 +151,15 @@ std::unique_ptr<nn::Module> feed_forward(const std::string& name, int64_t index,
                                          const LlamaVariant& v) {
   if (v.make_mlp)
     if (std::unique_ptr<nn::Module> block = v.make_mlp(name, index, c)) return block;
-  return std::make_unique<LlamaMLP>(name, c);
+  return std::make_unique<LlamaMLP>(name, c, -1, v.mlp_bias);
 }
 
-// Layer i's attention window: the variant's, or, when config.json lists
-// layer_types, the window on "sliding_attention" layers and none on "full_attention" ones.
+// Layer i's attention window: the variant's (none on its first full_attention_layers), or,
+// when config.json lists layer_types, the window on "sliding_attention" layers and none on
+// "full_attention" ones.
 int64_t layer_window(const ModelConfig& c, const LlamaVariant& v, int64_t i) {
   auto it = c.raw.find("layer_types");
-  if (it == c.raw.end() || it->is_null()) return v.sliding_window;
+  if (it == c.raw.end() || it->is_null()) return i < v.full_attention_layers ? 0 : v.sliding_window;
   TP_CHECK(it->is_array() && static_cast<int64_t>(it->size()) == c.num_hidden_layers,
            "{}: 'layer_types' must list one type per layer ({} layers), got {}", c.source, c.num_hidden_layers,
            it->dump());
@@ -357,5 +358,7 @@ Tensor LlamaForCausalLM::forward_hidden(const Tensor& ids_in, KVState* state, co
 }  // namespace tp
 
 namespace tp {
-LlamaVariant llama_variant(const ModelConfig& config) { return {.default_plan = llama_base_tp_plan()}; }
+LlamaVariant llama_variant(const ModelConfig& config) {
+  return {.mlp_bias = config.raw_bool("mlp_bias", false), .default_plan = llama_base_tp_plan()};
+}
 }  // namespace tp

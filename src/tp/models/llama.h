@@ -24,6 +24,10 @@ struct LlamaVariant {
   // Mistral: every layer's window (0: none). With `layer_types` in config.json
   // (GPT-OSS style), only the "sliding_attention" layers use it.
   int64_t sliding_window = 0;
+  // Without `layer_types`, layers below this index keep full attention (Qwen3's
+  // max_window_layers); the rest use sliding_window.
+  int64_t full_attention_layers = 0;
+  bool mlp_bias = false;  // Llama's mlp_bias: biases on gate_proj, up_proj and down_proj
   // GPT-OSS: one learned sink logit per query head (self_attn.sinks [Hq]) joins
   // every softmax's denominator.
   bool attention_sinks = false;
@@ -76,7 +80,7 @@ class LlamaAttention : public nn::Module {
 class LlamaMLP : public nn::Module {
  public:
   // intermediate < 0: the config's intermediate_size (DeepSeek's shared experts give their own).
-  LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate = -1);
+  LlamaMLP(const std::string& name, const ModelConfig& c, int64_t intermediate = -1, bool bias = false);
   nn::Linear& gate_proj;
   nn::Linear& up_proj;
   nn::Linear& down_proj;
@@ -91,7 +95,7 @@ class LlamaMLP : public nn::Module {
   Tensor forward(const std::vector<Tensor>& inputs) override;  // down(silu(gate(x)) * up(x))
 
  private:
-  LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate);  // the sizes resolved
+  LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate, bool bias = false);  // the sizes resolved
   nn::FusedLinears gate_up_;
 };
 

@@ -1,17 +1,21 @@
-// Mistral: the Llama decoder with an optional sliding attention window. Its
-// shipped plan is Llama's.
+// Mistral: the Llama decoder with a sliding attention window on every layer.
+// Its shipped plan is Llama's.
 #include "tp/models/variants.h"
 
 namespace tp {
 
-LlamaVariant mistral_variant(const ModelConfig& config) {
-  LlamaVariant v{.default_plan = llama_base_tp_plan()};
+int64_t sliding_window_key(const ModelConfig& config, int64_t absent) {
   auto it = config.raw.find("sliding_window");
-  if (it == config.raw.end() || it->is_null()) return v;
+  if (it == config.raw.end()) return absent;
+  if (it->is_null()) return 0;
   TP_CHECK(it->is_number_integer() && it->get<int64_t>() > 0,
            "{}: 'sliding_window' must be a positive integer or null (no window), got {}", config.source, it->dump());
-  v.sliding_window = it->get<int64_t>();
-  return v;
+  return it->get<int64_t>();
+}
+
+LlamaVariant mistral_variant(const ModelConfig& config) {
+  // MistralConfig's default: a file without the key has a window of 4096 in Transformers.
+  return {.sliding_window = sliding_window_key(config, 4096), .default_plan = llama_base_tp_plan()};
 }
 
 }  // namespace tp
