@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 
 #include "tp/cli/command.h"
 #include "tp/models/checkpoint.h"
@@ -52,7 +53,7 @@ void add_mxfp4_sources(const ParamSpec& p, double std, uint64_t seed, std::vecto
 
 // --set key=value: value parsed as JSON when it is JSON (numbers, true, null,
 // lists), else taken as a string.
-void apply_set(nlohmann::json& raw, const std::string& kv) {
+std::string apply_set(nlohmann::json& raw, const std::string& kv) {
   auto eq = kv.find('=');
   if (eq == std::string::npos || eq == 0)
     throw UsageError(fmt::format("--set '{}': expected key=value, e.g. num_key_value_heads=2", kv));
@@ -62,6 +63,31 @@ void apply_set(nlohmann::json& raw, const std::string& kv) {
   } catch (const nlohmann::json::exception&) {
     raw[key] = value;
   }
+  return key;
+}
+
+// The preset's per-layer keys follow a new num_hidden_layers (from --layers or
+// --set), unless --set gave them: layer_types repeats its pattern (GPT-OSS's
+// sliding / full alternation), and a max_window_layers equal to the preset's
+// layer count (Qwen's "no sliding layer") stays equal to it. A layer_types given
+// with --set must list one type per layer.
+void fit_per_layer_keys(nlohmann::json& raw, const nlohmann::json& preset, const std::set<std::string>& set_keys) {
+  const nlohmann::json& n_json = raw["num_hidden_layers"];
+  if (!n_json.is_number_integer() || n_json.get<int64_t>() < 1) return;  // the config's parser names the value
+  const auto n = static_cast<size_t>(n_json.get<int64_t>());
+  const nlohmann::json& preset_n = preset["num_hidden_layers"];
+  if (auto it = raw.find("layer_types"); it != raw.end() && it->is_array() && it->size() != n) {
+    if (set_keys.contains("layer_types") || it->empty())
+      throw UsageError(fmt::format("--set layer_types: {} types for {} layers (num_hidden_layers); list one per layer",
+                                   it->size(), n));
+    nlohmann::json types = nlohmann::json::array();
+    for (size_t i = 0; i < n; ++i) types.push_back((*it)[i % it->size()]);
+    *it = std::move(types);
+  }
+  if (auto it = raw.find("max_window_layers");
+      it != raw.end() && !set_keys.contains("max_window_layers") && preset.contains("max_window_layers") &&
+      preset["max_window_layers"] == preset_n)
+    *it = n;
 }
 
 DType model_dtype(const std::string& flag, const std::string& torch_dtype) {
@@ -89,14 +115,10 @@ int run(const Options& o) {
   auto start = std::chrono::steady_clock::now();
   ModelConfig base = make_preset_config(o.arch, o.preset);
   nlohmann::json raw = base.raw;
-  if (o.layers > 0) {
-    raw["num_hidden_layers"] = o.layers;
-    if (raw.contains("max_window_layers")) raw["max_window_layers"] = o.layers;
-    // GPT-OSS lists one attention type per layer: the first ones are kept.
-    if (auto it = raw.find("layer_types"); it != raw.end() && it->is_array() && it->size() > static_cast<size_t>(o.layers))
-      it->erase(it->begin() + o.layers, it->end());
-  }
-  for (const std::string& kv : o.sets) apply_set(raw, kv);
+  if (o.layers > 0) raw["num_hidden_layers"] = o.layers;
+  std::set<std::string> set_keys;
+  for (const std::string& kv : o.sets) set_keys.insert(apply_set(raw, kv));
+  fit_per_layer_keys(raw, base.raw, set_keys);
   if (o.mxfp4) {
     if (raw.value("model_type", "") != "gpt_oss")
       throw UsageError(fmt::format("--mxfp4: only gpt_oss checkpoints have MXFP4 experts (this is {})",
