@@ -61,6 +61,26 @@ TEST(Launch, BadFlagsAreUsageErrors) {
   EXPECT_THROW(parse_launch_args({"--nnodes", "2", "--node-rank", "2", "prog"}), UsageError);
 }
 
+TEST(Launch, ALoadedMachineGetsThreadsForItsFreeCoresAndAWarning) {
+  LaunchHost busy = host(8);
+  busy.busy_cores = 4;
+  LaunchPlan one = plan_launch(parse_launch_args({"--nproc-per-node", "2", "p"}), busy);
+  EXPECT_EQ(one.env["OMP_NUM_THREADS"], "2");  // 4 free cores for 2 ranks, not 8
+  EXPECT_EQ(one.env["TPRUN_BUSY_CORES"], "4");
+  EXPECT_TRUE(one.warning.empty());  // a core per rank is free
+  busy = host(2);
+  busy.busy_cores = 1;
+  LaunchPlan two = plan_launch(parse_launch_args({"--nproc-per-node", "2", "p"}), busy);
+  EXPECT_EQ(two.env["OMP_NUM_THREADS"], "1");
+  EXPECT_NE(two.warning.find("keep 1 of this machine's 2 cores busy"), std::string::npos) << two.warning;
+  EXPECT_NE(two.warning.find("--nproc-per-node 1"), std::string::npos) << two.warning;
+  busy.busy_cores = 2;  // every core: still one thread per rank, never 0
+  EXPECT_EQ(plan_launch(parse_launch_args({"--nproc-per-node", "1", "p"}), busy).env["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(plan_launch(parse_launch_args({"--nproc-per-node", "1", "p"}), host(4, false, "3")).env["OMP_NUM_THREADS"],
+            "3");  // the user's setting wins
+  EXPECT_TRUE(plan_launch(parse_launch_args({"--nproc-per-node", "2", "p"}), host(2)).warning.empty());
+}
+
 TEST(Launch, RootOversubscriptionThreadsAndTrampoline) {
   auto o = parse_launch_args({"--nproc-per-node", "4", "prog", "a"});
   LaunchPlan p = plan_launch(o, host(2, true));

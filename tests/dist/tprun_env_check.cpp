@@ -3,6 +3,7 @@
 // world and one over a group split along nodes (NODE_RANK: a multi-node job).
 //   tprun_env_check [--exit CODE]   (the last rank exits with CODE: exit-code forwarding)
 //   tprun_env_check --fail          (the last rank throws while the others wait in an all-reduce)
+#include <algorithm>
 #include <sched.h>
 
 #include <cstdio>
@@ -43,7 +44,9 @@ int main(int argc, char** argv) {
   } else {
     cpu_set_t set;
     sched_getaffinity(0, sizeof(set), &set);
-    int per_rank = CPU_COUNT(&set) / std::atoi(env("LOCAL_WORLD_SIZE").c_str());
+    // The cores other processes left free when tprun started (it says how many it found busy).
+    const int free_cores = std::max(1, CPU_COUNT(&set) - std::atoi(env("TPRUN_BUSY_CORES").c_str()));
+    int per_rank = free_cores / std::atoi(env("LOCAL_WORLD_SIZE").c_str());
     expect_env("OMP_NUM_THREADS", std::to_string(per_rank < 1 ? 1 : per_rank));
   }
   if (const char* master = std::getenv("TP_EXPECT_MASTER")) {  // "ADDR:PORT"

@@ -1,10 +1,14 @@
 // `tp`: one executable, one subcommand per file (cmd_*.cpp).
 // Exit codes: 0 ok, 1 runtime error, 2 usage error.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 
+#include <omp.h>
+
 #include "tp/cli/command.h"
+#include "tp/dist/launch.h"
 #include "tp/dist/process_group.h"
 #include "tp/tensor/error.h"
 #include "tp/version.h"
@@ -30,6 +34,18 @@ namespace {
 // ranks may be blocked in a collective waiting for this one.
 [[noreturn]] void die(const std::string& message, int code) { tp::dist::abort_job(message, code); }
 
+// Without OMP_NUM_THREADS (tprun sets it), OpenMP would start a thread per core;
+// on cores that other processes keep busy those threads wait at every barrier
+// for the one the kernel descheduled (2 threads decoded 30x slower than 1 with
+// one competing process on 2 cores). Use the cores left free.
+void size_threads_for_the_free_cores() {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  const int cores = omp_get_num_procs();
+  if (cores <= 1) return;
+  const int busy = tp::dist::busy_cores(cores);
+  if (busy > 0) omp_set_num_threads(std::max(1, cores - busy));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,6 +62,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  size_threads_for_the_free_cores();
   try {
     for (auto& [sub, run] : runs)
       if (sub->parsed()) return run();

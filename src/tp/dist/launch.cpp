@@ -1,6 +1,9 @@
 #include "tp/dist/launch.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <type_traits>
 
 #include "tp/tensor/error.h"
@@ -38,11 +41,39 @@ constexpr const char* kNodeHostPrefix = "tprun-node-";
 
 }  // namespace
 
+// Whole cores that other processes keep busy: /proc/stat's busy time over
+// 50 ms (tprun itself sleeps through it), rounded down, so a core half used by a
+// short-lived process does not count. 0 where /proc/stat cannot be read.
+int busy_cores(int cores) {
+  auto sample = [](long long& busy, long long& total) {
+    std::FILE* f = std::fopen("/proc/stat", "r");
+    if (!f) return false;
+    long long v[8] = {};
+    const int n = std::fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4],
+                              &v[5], &v[6], &v[7]);
+    std::fclose(f);
+    if (n < 5) return false;
+    total = 0;
+    for (long long x : v) total += x;
+    busy = total - v[3] - v[4];  // all but idle and iowait
+    return true;
+  };
+  long long b0 = 0, t0 = 0, b1 = 0, t1 = 0;
+  if (!sample(b0, t0)) return 0;
+  usleep(50 * 1000);
+  if (!sample(b1, t1) || t1 <= t0) return 0;
+  // /proc/stat counts every online CPU; tprun may be limited to `cores` of them.
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const double busy = static_cast<double>(b1 - b0) / static_cast<double>(t1 - t0) * static_cast<double>(online);
+  return std::clamp(static_cast<int>(busy + 0.25), 0, cores);  // 0.75 of a core counts as busy
+}
+
 std::string launch_usage() {
   return "usage: tprun --nproc-per-node N [--nnodes M --node-rank R --master-addr A [--master-port P]\n"
          "             [--join-timeout S] | --hostfile F] PROGRAM ARGS...\n"
          "  Starts N ranks per node under mpirun, exports RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
-         "  NODE_RANK (and GROUP_RANK), MASTER_ADDR and MASTER_PORT, OMP_NUM_THREADS (cores / N unless set)\n"
+         "  NODE_RANK (and GROUP_RANK), MASTER_ADDR and MASTER_PORT, OMP_NUM_THREADS (unless set: the cores\n"
+         "  other processes leave free, / N; a job with more ranks than free cores gets a warning)\n"
          "  and GLIBC_TUNABLES=glibc.malloc.hugetlb=1, and exits with the job's exit code.\n"
          "  Several nodes: run tprun on every node with the same --nnodes, --nproc-per-node, --master-addr\n"
          "  (node 0's address) and --master-port (default 29500), each with its --node-rank; they form one\n"
@@ -123,8 +154,12 @@ std::map<std::string, std::string> node_environment(const LaunchOptions& o, cons
   std::map<std::string, std::string> env;
   // Large collectives collapse from page faults without huge pages in malloc.
   env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1";
+  // Threads for the cores other processes leave free: on a busy core a rank's
+  // threads would wait at every barrier for the one the kernel descheduled.
+  const int free_cores = std::max(1, host.cores - host.busy_cores);
   env["OMP_NUM_THREADS"] =
-      host.omp_threads_env.empty() ? std::to_string(std::max(1, host.cores / o.nproc_per_node)) : host.omp_threads_env;
+      host.omp_threads_env.empty() ? std::to_string(std::max(1, free_cores / o.nproc_per_node)) : host.omp_threads_env;
+  env["TPRUN_BUSY_CORES"] = std::to_string(host.busy_cores);
   env["NODE_RANK"] = env["GROUP_RANK"] = std::to_string(o.node_rank);
   if (!o.master_addr.empty()) {
     env["MASTER_ADDR"] = o.master_addr;
@@ -171,6 +206,13 @@ LaunchPlan plan_launch(const LaunchOptions& o, const LaunchHost& host) {
   }
   TP_CHECK(!o.rendezvous() || !host.rundir.empty(), "tprun: a multi-node launch needs a run directory");
   plan.env = node_environment(o, host);
+  if (host.busy_cores > 0 && o.nproc_per_node > host.cores - host.busy_cores)
+    plan.warning = fmt::format(
+        "tprun: warning: other processes keep {} of this machine's {} cores busy, so {} ranks will share cores "
+        "with them; a collective waits for the slowest rank (its ranks sleep while they wait, but expect "
+        "less than {}x). Fewer ranks (--nproc-per-node {}) may be faster until the machine is free.",
+        host.busy_cores, host.cores, o.nproc_per_node, o.nproc_per_node,
+        std::max(1, host.cores - host.busy_cores));
   if (o.rendezvous() && o.node_rank > 0) return plan;  // node 0's mpirun sends this node its daemon
   plan.argv = {host.mpirun};
   if (host.root) plan.argv.push_back("--allow-run-as-root");

@@ -41,6 +41,10 @@ struct LaunchHost {
   std::string mpirun = "mpirun";
   std::string self;             // tprun's own path (trampoline and remote-shell agent)
   int cores = 1;
+  // Cores other processes kept busy when tprun started (from /proc/stat); the
+  // ranks' default threads fill only the cores left, and a job that cannot get a
+  // core per rank is told so.
+  int busy_cores = 0;
   bool root = false;
   std::string omp_threads_env;  // the caller's OMP_NUM_THREADS, or empty
   std::string rundir;           // rendezvous: this node's private directory (hostfile, sockets, MPI session files)
@@ -53,9 +57,15 @@ struct LaunchPlan {
                                            // several, each node's ranks inherit their own node's values)
   std::string hostfile_path, hostfile;     // rendezvous node 0: the hostfile argv names, and its text
   std::string note;                        // when non-empty: print it and exit 0 instead (--hostfile, other nodes)
+  std::string warning;                     // when non-empty: print it to stderr and go on (a loaded machine)
 };
 
 LaunchPlan plan_launch(const LaunchOptions& options, const LaunchHost& host);
+
+// How many of this process's `cores` other processes keep busy (whole cores,
+// from /proc/stat over 50 ms; 0 where it cannot be read). tprun sizes the ranks'
+// threads by it, and tp its own threads when started without tprun.
+int busy_cores(int cores);
 
 // The hosts node 0's mpirun is given for a rendezvous: "localhost" for node 0
 // (its own daemon), "tprun-node-R" for the others, which only the agent reads.

@@ -74,8 +74,10 @@ int main(int argc, char** argv) {
     tp::dist::LaunchHost host{.mpirun = mpirun ? mpirun : "mpirun",
                               .self = std::filesystem::read_symlink("/proc/self/exe").string(),
                               .cores = cpu_count(),
+                              .busy_cores = 0,
                               .root = geteuid() == 0,
                               .omp_threads_env = omp ? omp : ""};
+    if (!std::getenv("TPRUN_IGNORE_LOAD")) host.busy_cores = tp::dist::busy_cores(host.cores);
     std::optional<tp::dist::RunDir> rundir;
     if (options.rendezvous()) host.rundir = rundir.emplace().path();
     tp::dist::LaunchPlan plan = tp::dist::plan_launch(options, host);
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
       std::printf("%s\n", plan.note.c_str());
       return 0;
     }
+    if (!plan.warning.empty()) std::fprintf(stderr, "%s\n", plan.warning.c_str());
     for (const auto& [name, value] : plan.env) setenv(name.c_str(), value.c_str(), 1);
     // The ranks' output reaches the terminal through mpirun's pipes, so they
     // cannot see it is one: progress bars (tp train) ask this instead.
