@@ -75,7 +75,7 @@ void fit_per_layer_keys(nlohmann::json& raw, const nlohmann::json& preset, const
   const nlohmann::json& n_json = raw["num_hidden_layers"];
   if (!n_json.is_number_integer() || n_json.get<int64_t>() < 1) return;  // the config's parser names the value
   const auto n = static_cast<size_t>(n_json.get<int64_t>());
-  const nlohmann::json& preset_n = preset["num_hidden_layers"];
+  const nlohmann::json preset_n = preset.value("num_hidden_layers", nlohmann::json());
   if (auto it = raw.find("layer_types"); it != raw.end() && it->is_array() && it->size() != n) {
     if (set_keys.contains("layer_types") || it->empty())
       throw UsageError(fmt::format("--set layer_types: {} types for {} layers (num_hidden_layers); list one per layer",
@@ -85,8 +85,8 @@ void fit_per_layer_keys(nlohmann::json& raw, const nlohmann::json& preset, const
     *it = std::move(types);
   }
   if (auto it = raw.find("max_window_layers");
-      it != raw.end() && !set_keys.contains("max_window_layers") && preset.contains("max_window_layers") &&
-      preset["max_window_layers"] == preset_n)
+      it != raw.end() && !set_keys.contains("max_window_layers") &&
+      preset.value("max_window_layers", nlohmann::json()) == preset_n)
     *it = n;
 }
 

@@ -36,8 +36,9 @@ namespace {
 
 // Without OMP_NUM_THREADS (tprun sets it), OpenMP would start a thread per core;
 // on cores that other processes keep busy those threads wait at every barrier
-// for the one the kernel descheduled (2 threads decoded 30x slower than 1 with
-// one competing process on 2 cores). Use the cores left free.
+// for the one the kernel descheduled (with one competing process on 2 cores, 2
+// threads decoded 0.98 tok/s against 1 thread's 23.7 in the same run:
+// bench/models/run_contention_bench.py, bench/RESULTS.md). Use the cores left free.
 void size_threads_for_the_free_cores() {
   if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
   const int cores = omp_get_num_procs();

@@ -24,11 +24,9 @@
 namespace tp {
 
 LlamaVariant gpt_oss_variant(const ModelConfig& config) {
-  LlamaVariant v = mistral_variant(config);
-  v.sliding_window = sliding_window_key(config, 128);  // GptOssConfig's default; the "sliding_attention" layers'
-
-  v.attention_sinks = true;
-  v.default_plan = llama_base_tp_plan();
+  // GptOssConfig's default window is 128; the "sliding_attention" layers use it.
+  LlamaVariant v{.sliding_window = sliding_window_key(config, 128), .attention_sinks = true,
+                 .default_plan = llama_base_tp_plan()};
   v.default_plan.resize(4);  // the attention entries; the experts replace the dense MLP's
   // The attention runs on local tensors (its sinks are this rank's heads' own, not a gathered whole).
   v.default_plan.push_back({"layers.*.self_attn", "local_params"});

@@ -95,7 +95,7 @@ class LlamaMLP : public nn::Module {
   Tensor forward(const std::vector<Tensor>& inputs) override;  // down(silu(gate(x)) * up(x))
 
  private:
-  LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate, bool bias = false);  // the sizes resolved
+  LlamaMLP(const std::string& name, int64_t hidden, int64_t intermediate, bool bias);  // the sizes resolved
   nn::FusedLinears gate_up_;
 };
 

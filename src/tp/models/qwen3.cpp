@@ -21,11 +21,15 @@ void qwen_sliding_window(const ModelConfig& config, LlamaVariant& v, bool from_m
   v.full_attention_layers = it->get<int64_t>();
 }
 
-LlamaVariant qwen3_variant(const ModelConfig& config) {
+LlamaVariant qwen3_decoder_variant() {
   parallel::Plan plan = llama_base_tp_plan();
   plan.insert(plan.begin() + 3, {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"});
   plan.insert(plan.begin() + 4, {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"});
-  LlamaVariant v{.qk_norm = true, .default_plan = plan};
+  return {.qk_norm = true, .default_plan = plan};
+}
+
+LlamaVariant qwen3_variant(const ModelConfig& config) {
+  LlamaVariant v = qwen3_decoder_variant();
   // Qwen3Config: layers from max_window_layers on are "sliding_attention" (unless layer_types says otherwise).
   qwen_sliding_window(config, v, true);
   return v;

@@ -14,6 +14,8 @@ LlamaVariant gpt_oss_variant(const ModelConfig& config);    // gpt_oss.cpp
 // config.json's sliding_window: `absent` when the key is missing (the
 // architecture's Transformers default), 0 when null.
 int64_t sliding_window_key(const ModelConfig& config, int64_t absent);  // mistral.cpp
+// Qwen3's decoder (q_norm / k_norm and their plan entries), without a window.
+LlamaVariant qwen3_decoder_variant();  // qwen3.cpp
 // Qwen3 and Qwen3-MoE: the window only under use_sliding_window; with
 // `from_max_window_layers`, the layers below max_window_layers keep full attention.
 void qwen_sliding_window(const ModelConfig& config, LlamaVariant& v, bool from_max_window_layers);  // qwen3.cpp
