@@ -134,3 +134,13 @@ expect 1 "would run out of memory. Options: --gradient-checkpointing" -- "$tp" t
 grep -q "predicted peak per rank" "$dir/err.txt" || fail "no predicted-peak line before the error"
 [ ! -e "$dir/too-big" ] || fail "a run that cannot fit wrote its output directory"
 expect 2 "parallelism sizes must be >= 1" -- "$tp" train --model "$dir/m" --dp-shard-size 0 --estimate-memory
+
+echo "training-only noise keys: refused by name, not ignored"
+tok=(--tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json")
+"$tp" make-model --arch llama --preset tiny --set attention_dropout=0.1 "${tok[@]}" --out "$dir/dropout" >/dev/null
+expect 1 "'attention_dropout' is 0.1: tp's Trainer applies no attention dropout" -- "$tp" train \
+  --model "$dir/dropout" --data "$dir/train.txt" --seq-len 16 --max-steps 1 --output-dir "$dir/dropout-out"
+"$tp" make-model --arch mixtral --preset tiny --set router_jitter_noise=0.01 "${tok[@]}" --out "$dir/jitter" \
+  >/dev/null
+expect 1 "'router_jitter_noise' is 0.01" -- "$tp" train --model "$dir/jitter" --data "$dir/train.txt" --seq-len 16 \
+  --max-steps 1 --output-dir "$dir/jitter-out"

@@ -122,6 +122,14 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
              c.max_position_embeddings, model_.source_dir().string());
   }
   TP_CHECK(args_.eval_strategy == "no" || eval_ != nullptr, "eval_strategy 'steps' needs eval data");
+  // Noise Transformers adds in training only (model.train()): refused by name rather than left out.
+  for (const char* key : {"attention_dropout", "router_jitter_noise"}) {
+    auto it = c.raw.find(key);
+    TP_CHECK(it == c.raw.end() || it->is_null() || (it->is_number() && it->get<double>() == 0.0),
+             "{}: '{}' is {}: tp's Trainer applies no {} (inference ignores it, as Transformers' eval mode does); "
+             "set it to 0.0 to train", c.source, key, it == c.raw.end() ? "" : it->dump(),
+             std::string(key) == "attention_dropout" ? "attention dropout" : "router jitter noise");
+  }
   schedule_ = parse_schedule(args_.lr_scheduler_type);
   const dist::DeviceMesh& mesh = model_.mesh();
   job_ = &mesh.root_group();
