@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "dist_test_util.h"
@@ -164,29 +165,56 @@ TEST(ProcessGroup, BroadcastFromLastRank) {
   EXPECT_THROW(g.broadcast(t, g.size()), Error);
 }
 
-// A rank waiting in broadcast_idle for a root that takes its time sleeps
-// rather than spinning: it uses a small part of a core while it waits.
-TEST(ProcessGroup, BroadcastIdleWaitsWithoutSpinning) {
+// Runs `collective` on every rank after rank 0 has slept 300 ms, and checks that
+// the others slept too while they waited: under a third of a core.
+void waits_without_spinning(const std::string& what, const std::function<void()>& collective) {
   ProcessGroup& g = world();
   auto thread_cpu_s = [] {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
   };
+  if (g.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_s();
+  collective();
+  const double cpu = thread_cpu_s() - cpu0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  if (g.rank() == 0) return;
+  // Rank 0 came 300 ms late, so every other rank waited for it.
+  EXPECT_GT(wall, 0.2) << what << ": rank " << g.rank() << " did not wait for the late root";
+  EXPECT_LT(cpu, 0.3 * wall) << what << ": rank " << g.rank() << " used " << cpu << " s of CPU in a " << wall
+                             << " s wait";
+}
+
+// A rank waiting in broadcast_idle for a root that takes its time sleeps
+// rather than spinning: it uses a small part of a core while it waits.
+TEST(ProcessGroup, BroadcastIdleWaitsWithoutSpinning) {
+  ProcessGroup& g = world();
   for (DType d : kDtypes) {
     Tensor t = rank_input({3, 7}, g.rank(), d);
-    if (g.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const auto wall0 = std::chrono::steady_clock::now();
-    const double cpu0 = thread_cpu_s();
-    g.broadcast_idle(t, 0);
-    const double cpu = thread_cpu_s() - cpu0;
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    waits_without_spinning(label("broadcast_idle", d), [&] { g.broadcast_idle(t, 0); });
     expect_close(t, rank_input({3, 7}, 0, d), 0, label("broadcast_idle", d));
-    if (g.rank() != 0 && wall > 0.2)
-      EXPECT_LT(cpu, 0.3 * wall) << "rank " << g.rank() << " used " << cpu << " s of CPU in a " << wall << " s wait";
   }
   Tensor t = Tensor::zeros({1});
   EXPECT_THROW(g.broadcast_idle(t, g.size()), Error);
+}
+
+// Decode's small all-reduces and all-gathers wait the same way for a peer the
+// kernel has descheduled (another process wanted its core), instead of holding
+// this rank's core through the peer's time slice.
+TEST(ProcessGroup, SmallAllReduceAndAllGatherWaitWithoutSpinning) {
+  ProcessGroup& g = world();
+  if (g.size() == 1) return;
+  for (DType d : {DType::F32, DType::BF16}) {
+    Tensor t = rank_input({4, 1024}, g.rank(), d);
+    waits_without_spinning(label("all_reduce", d), [&] { g.all_reduce(t, ReduceOp::Sum); });
+    expect_close(t, reduced_reference({4, 1024}, d, ReduceOp::Sum, g.size()), tolerance(d), label("sum", d));
+    const Tensor mine = rank_input({2, 512}, g.rank(), d);
+    Tensor gathered;
+    waits_without_spinning(label("all_gather", d), [&] { gathered = g.all_gather(mine, 0); });
+    EXPECT_EQ(gathered.shape(), (Shape{2 * g.size(), 512}));
+  }
 }
 
 TEST(ProcessGroup, AllToAllUnevenSplitAndConcat) {
