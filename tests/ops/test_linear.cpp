@@ -77,6 +77,21 @@ TEST(Linear, OneRowBf16MatchesRoundedMathAndBatchRows) {
   EXPECT_EQ(ops::PackedLinear(Tensor::randn({10, 100}, 1).to(DType::BF16)).packed_copies(), 1u);
 }
 
+// A CPU whose oneDNN has no bf16 matmul (AVX2 only), or TP_BF16_GEMM=widen (the
+// test_ops_bf16_widened run): bf16 products are f32 GEMMs of the widened values.
+TEST(Linear, WithoutBf16MatmulsBf16IsTheF32ProductOfTheWidenedValues) {
+  if (ops::detail::bf16_matmul_available()) GTEST_SKIP() << "oneDNN has bf16 matmuls here (test_ops_bf16_widened)";
+  EXPECT_FALSE(ops::detail::bf16_gemm_native());
+  Tensor w = Tensor::randn({24, 40}, 50).to(DType::BF16), x = Tensor::randn({5, 40}, 51), b = Tensor::randn({24}, 52);
+  Tensor want = ops::linear(x.to(DType::BF16).to(DType::F32), w.to(DType::F32), b);
+  EXPECT_TRUE(equal(ops::linear(x, w, b), want));
+  for (bool keep : {true, false}) {
+    ops::PackedLinear packed(w, keep);
+    EXPECT_TRUE(equal(ops::linear(x, packed, b), want)) << "keep_weight " << keep;
+    EXPECT_TRUE(equal(ops::linear(x.to(DType::BF16), packed, b), want)) << "bf16 input, keep_weight " << keep;
+  }
+}
+
 TEST(Linear, Bf16WeightsTrackF32) {
   Tensor x = Tensor::randn({19, 64}, 7), w = Tensor::randn({48, 64}, 8, 0.f, 0.1f);
   Tensor wb = w.to(DType::BF16);

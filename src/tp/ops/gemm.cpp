@@ -101,30 +101,48 @@ double probe_gflops(DType dtype) {
   return best;
 }
 
-}  // namespace
-
-namespace {
-
-// TP_BF16_GEMM, read once: 1 "native", 0 "f32", -1 unset (probe).
+// TP_BF16_GEMM, read once: 1 "native", 0 "f32", 2 "widen", -1 unset (probe).
 int bf16_gemm_env() {
   static const int choice = [] {
     const char* env = std::getenv("TP_BF16_GEMM");
     if (env == nullptr || *env == 0) return -1;
     const std::string v(env);
-    TP_CHECK(v == "native" || v == "f32", "TP_BF16_GEMM='{}' is not one of native, f32", v);
-    return v == "native" ? 1 : 0;
+    TP_CHECK(v == "native" || v == "f32" || v == "widen", "TP_BF16_GEMM='{}' is not one of native, f32, widen", v);
+    return v == "native" ? 1 : v == "f32" ? 0 : 2;
   }();
   return choice;
 }
 
 }  // namespace
 
+bool bf16_matmul_available() {
+  static const bool available = [] {
+    if (bf16_gemm_env() == 2) return false;
+    using dnnl::memory;
+    const memory::desc ab({2, 2}, memory::data_type::bf16, memory::format_tag::ab);
+    const memory::desc c({2, 2}, memory::data_type::f32, memory::format_tag::ab);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ab, ab, memory::desc(), c), dnnl_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 bool bf16_gemm_native() {
   Bf16Choice& c = bf16_choice();
   std::lock_guard<std::mutex> lock(c.mutex);
   if (c.native < 0) {
     const int env = bf16_gemm_env();
-    c.native = env >= 0 ? env : probe_gflops(DType::BF16) >= probe_gflops(DType::F32) ? 1 : 0;
+    TP_CHECK(env != 1 || bf16_matmul_available(),
+             "TP_BF16_GEMM=native: oneDNN has no bf16 matmul for this CPU (it needs AVX-512); use f32 or leave it "
+             "unset");
+    c.native = !bf16_matmul_available() ? 0
+               : env >= 0               ? env == 1
+               : probe_gflops(DType::BF16) >= probe_gflops(DType::F32) ? 1
+                                                                        : 0;
   }
   return c.native == 1;
 }
@@ -162,6 +180,8 @@ void round_to_bf16_parallel(const float* src, float* dst, size_t n) {
   }
 }
 
+
+
 bf16* bf16_scratch(size_t n) {
   // Storage rather than std::vector: 64-byte aligned rows for the GEMM's loads.
   thread_local std::shared_ptr<Storage> buffer;
@@ -191,6 +211,26 @@ const void* padded_copy(const void* b, int64_t rows, int64_t cols, int64_t ld, s
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(dst + static_cast<size_t>(r * out_ld) * esize, src + static_cast<size_t>(r * ld) * esize,
                 static_cast<size_t>(cols) * esize);
+  return dst;
+}
+
+// A bf16 operand of `rows` stored rows of `cols` values (`ld` apart; 0: dense)
+// widened to f32 with the same layout, in this thread's scratch buffer `slot`.
+const float* widened_copy(const void* src, int64_t rows, int64_t cols, int64_t ld, int slot) {
+  if (ld == 0) ld = cols;
+  const size_t n = static_cast<size_t>((rows - 1) * ld + cols);
+  thread_local std::shared_ptr<Storage> buffers[2];
+  std::shared_ptr<Storage>& buffer = buffers[slot];
+  if (!buffer || buffer->bytes() < n * sizeof(float)) buffer = Storage::allocate(n * sizeof(float));
+  float* dst = static_cast<float*>(buffer->data());
+  constexpr size_t kBlock = size_t{1} << 16;
+  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+  const bf16* from = static_cast<const bf16*>(src);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t start = static_cast<size_t>(b) * kBlock;
+    convert_bf16_to_f32(from + start, dst + start, std::min(kBlock, n - start));
+  }
   return dst;
 }
 
@@ -228,6 +268,13 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
       b = b_converted.data();
       s.b_dtype = DType::BF16;
     }
+  }
+  if (s.a_dtype == DType::BF16 && !bf16_matmul_available()) {
+    // The same products as f32 GEMMs: a bf16 value widens exactly, and so does
+    // the product of two.
+    a = widened_copy(a, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda, 0);
+    b = widened_copy(b, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb, 1);
+    s.a_dtype = s.b_dtype = DType::F32;
   }
   const size_t b_size = dtype_size(s.b_dtype);
   const int64_t ldb = s.ldb ? s.ldb : s.n;

@@ -36,10 +36,16 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
 // that need every rank to agree (a trainer) make it so with set_bf16_gemm_native.
 // A packed inference weight (PackedLinear) reads it too, to choose its paired-f32
 // form, which gives native bf16's bits exactly (bf16_pairs.h).
+// TP_BF16_GEMM=widen: every bf16 product as an f32 GEMM of the widened operands,
+// what a CPU whose oneDNN has no bf16 matmul gets (this build's needs AVX-512).
 bool bf16_gemm_native();
 void set_bf16_gemm_native(bool native);
 // TP_BF16_GEMM=native: oneDNN's bf16 kernels everywhere (no paired or one-row forms).
 bool bf16_gemm_forced_native();
+// Whether oneDNN has a bf16 matmul for this CPU (probed once; false under
+// TP_BF16_GEMM=widen). Without one, gemm() widens bf16 operands to f32 and a
+// bf16 PackedLinear packs its weight widened (twice the bytes it reads).
+bool bf16_matmul_available();
 
 // Primitives created so far (a repeated call must not add one).
 size_t gemm_primitives_created();

@@ -259,7 +259,7 @@ struct PackedLinear::State {
   memory::data_type dt() const;
   Tensor weight;  // undefined once released
   int64_t n = 0, k = 0;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;  // the packed copy's: f32 for a bf16 weight where oneDNN has no bf16 matmul
 
   size_t variant_for(const memory::desc& md) {
     for (size_t i = 0; i < variants.size(); ++i)
@@ -276,8 +276,10 @@ struct PackedLinear::State {
   void pack(Variant& v) {
     memory src;
     if (weight.defined()) {
-      // The user weight [N, K] row-major is the [K, N] matrix with strides {1, K}.
-      src = memory(memory::desc({k, n}, dt(), memory::format_tag::ba), detail::dnnl_engine(), weight.raw_data());
+      // The user weight [N, K] row-major is the [K, N] matrix with strides {1, K};
+      // a bf16 weight without bf16 matmuls is packed widened (State::dtype f32).
+      const Tensor w = weight.dtype() == dtype ? weight : weight.to(dtype);
+      src = memory(memory::desc({k, n}, dt(), memory::format_tag::ba), detail::dnnl_engine(), w.raw_data());
     } else {
       src = variants.front().w_mem;  // original released: convert between packed layouts
     }
@@ -328,7 +330,7 @@ PackedLinear::PackedLinear(const Tensor& w, bool keep_weight) {
   state_->weight = w;
   state_->n = w.size(0);
   state_->k = w.size(1);
-  state_->dtype = w.dtype();
+  state_->dtype = w.dtype() == DType::BF16 && !detail::bf16_matmul_available() ? DType::F32 : w.dtype();
   if (w.numel() > 0) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->prim_for(1, false);  // packs now, so the first forward pays nothing
@@ -539,6 +541,12 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
     bf16* buf = detail::bf16_scratch(static_cast<size_t>(m * k));
     detail::to_bf16_parallel(x.data<float>(), buf, static_cast<size_t>(m * k));
     src = buf;
+  }
+  Tensor widened;  // bf16 compute on a widened weight: x as bf16 values in f32
+  if (w.dtype_ == DType::BF16 && s.dtype == DType::F32) {
+    widened = Tensor::empty({m, k});
+    convert_bf16_to_f32(static_cast<const bf16*>(src), widened.data<float>(), static_cast<size_t>(m * k));
+    src = widened.raw_data();
   }
   const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
   if (const int64_t chunk = m == 1 ? gemv_chunk_for(s, path) : 0; chunk > 0) {
