@@ -102,6 +102,16 @@ TEST(Launch, RootOversubscriptionThreadsAndTrampoline) {
   EXPECT_FALSE(contains(p.argv, "--hostfile"));
 }
 
+// Concurrent jobs must not share Open MPI's session directory: one job's
+// cleanup removes it under another one starting (open-mpi/ompi#8510).
+TEST(Launch, EachJobHasItsOwnMpiSessionDirectory) {
+  auto o = parse_launch_args({"--nproc-per-node", "2", "prog"});
+  LaunchPlan p = plan_launch(o, host(2, false, "", "/dev/shm/tprun-a"));
+  EXPECT_EQ(p.env["OMPI_MCA_orte_tmpdir_base"], "/dev/shm/tprun-a");
+  EXPECT_TRUE(contains(p.argv, "OMPI_MCA_orte_tmpdir_base"));
+  EXPECT_EQ(p.env.count("OMPI_MCA_btl_vader_backing_directory"), 0u);  // one node: the default is private enough
+}
+
 TEST(Launch, MultiNodeRunsFromNodeZeroWithAHostfile) {
   auto o = parse_launch_args({"--nproc-per-node", "2", "--nnodes", "3", "--hostfile", "hosts", "prog"});
   LaunchPlan p = plan_launch(o, host(8));

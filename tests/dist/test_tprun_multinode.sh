@@ -93,7 +93,7 @@ limit=60
 # ---- (1) one world of 4 ranks over both nodes: ranks 0-3, all-reduce of the rank numbers, a group per node
 on_two_nodes collectives "$env_check"
 expect_ok collectives
-grep -qF "tprun_env_check: 4 ranks ok (world sum 6, 2 per node)" "$dir/collectives.node0.out" ||
+grep -qF "tprun_env_check: 4 ranks ok (world sum 6, 2 per node," "$dir/collectives.node0.out" ||
   { show collectives; fail "no '4 ranks ok' from rank 0"; }
 echo "2 nodes x 2 ranks: one world of 4 (RANK, LOCAL_RANK, NODE_RANK, MASTER_*), all-reduce 6, per-node groups" \
   "(${elapsed_ms} ms)"

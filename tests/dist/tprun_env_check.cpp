@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,13 @@ int main(int argc, char** argv) {
     int per_rank = free_cores / std::atoi(env("LOCAL_WORLD_SIZE").c_str());
     expect_env("OMP_NUM_THREADS", std::to_string(per_rank < 1 ? 1 : per_rank));
   }
+  // The job's own MPI session directory, which tprun removes when the job ends.
+  const std::string session = env("OMPI_MCA_orte_tmpdir_base");
+  if (session.find("/tprun-") == std::string::npos || !std::filesystem::is_directory(session)) {
+    std::fprintf(stderr, "[%s] OMPI_MCA_orte_tmpdir_base is '%s', not an existing tprun directory\n",
+                 env("RANK").c_str(), session.c_str());
+    ++failures;
+  }
   if (const char* master = std::getenv("TP_EXPECT_MASTER")) {  // "ADDR:PORT"
     std::string m = master;
     expect_env("MASTER_ADDR", m.substr(0, m.rfind(':')));
@@ -82,7 +90,7 @@ int main(int argc, char** argv) {
     g.all_reduce(t);  // waits for the last rank forever unless its failure ends the job
   }
   if (g.rank() == 0 && failures == 0)
-    std::printf("tprun_env_check: %d ranks ok (world sum %lld, %d per node)\n", g.size(),
-                static_cast<long long>(t.item()), local_size);
+    std::printf("tprun_env_check: %d ranks ok (world sum %lld, %d per node, session directory %s)\n", g.size(),
+                static_cast<long long>(t.item()), local_size, session.c_str());
   return failures == 0 ? 0 : 1;
 }

@@ -165,12 +165,15 @@ std::map<std::string, std::string> node_environment(const LaunchOptions& o, cons
     env["MASTER_ADDR"] = o.master_addr;
     env["MASTER_PORT"] = std::to_string(o.master_port);
   }
+  // Each job its own session directory: in the one Open MPI shares between a
+  // user's jobs, one job's cleanup can remove it while another job creates its
+  // files there ("orte_session_dir failed", open-mpi/ompi#8510).
+  if (!host.rundir.empty()) env["OMPI_MCA_orte_tmpdir_base"] = host.rundir;
   if (o.rendezvous() && o.node_rank > 0) {
-    // This node's ranks must not share MPI's shared-memory segments and
-    // session files with another node's on the same machine (a loopback job):
-    // their names only hold the host name, the job id and the local rank.
+    // This node's ranks must not share MPI's shared-memory segments with
+    // another node's on the same machine (a loopback job): their names only
+    // hold the host name, the job id and the local rank.
     env["OMPI_MCA_btl_vader_backing_directory"] = host.rundir;
-    env["OMPI_MCA_orte_tmpdir_base"] = host.rundir;
   }
   return env;
 }

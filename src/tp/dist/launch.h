@@ -47,7 +47,8 @@ struct LaunchHost {
   int busy_cores = 0;
   bool root = false;
   std::string omp_threads_env;  // the caller's OMP_NUM_THREADS, or empty
-  std::string rundir;           // rendezvous: this node's private directory (hostfile, sockets, MPI session files)
+  std::string rundir;           // the job's private directory on this node: MPI's session files (and, in a
+                                // rendezvous, the hostfile and sockets); removed when the job ends
 };
 
 struct LaunchPlan {

@@ -149,6 +149,19 @@ RunDir::~RunDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+int run_single_node(const LaunchPlan& plan) {
+  catch_signals();
+  // A Ctrl-C at the terminal reaches mpirun too (one process group): sending
+  // it again would make mpirun skip its orderly abort.
+  const bool terminal_sends_to_all = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+  Child mpirun(plan.argv, false, SIGTERM);
+  while (!mpirun.exited()) {
+    if (int sig = take_signal(); sig && !(sig == SIGINT && terminal_sends_to_all)) mpirun.stop(sig, 10);
+    poll(nullptr, 0, 50);
+  }
+  return mpirun.status();
+}
+
 int run_node0(const LaunchOptions& o, const LaunchPlan& plan) {
   catch_signals();
   std::vector<Channel> nodes;

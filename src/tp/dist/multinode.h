@@ -32,6 +32,10 @@ class RunDir {
   std::string path_;
 };
 
+// One node: runs plan.argv (mpirun) and waits for it, passing INT/TERM/HUP on
+// to it, so that the caller's RunDir (MPI's session files) goes when the job
+// ends. plan.env must already be in the environment.
+int run_single_node(const LaunchPlan& plan);
 // Node 0: waits for the other nodes, runs plan.argv (mpirun) and relays the
 // daemon launches of its agent to them. plan.env must already be in the environment.
 int run_node0(const LaunchOptions& options, const LaunchPlan& plan);

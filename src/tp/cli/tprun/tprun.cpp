@@ -1,9 +1,10 @@
 // tprun: a torchrun-like launcher on top of OpenMPI's mpirun (see tp/dist/launch.h).
-//   tprun --nproc-per-node N [...] PROGRAM ARGS...   -> exec mpirun ... tprun --exec-rank PROGRAM ARGS...
+//   tprun --nproc-per-node N [...] PROGRAM ARGS...   -> runs mpirun ... tprun --exec-rank PROGRAM ARGS...
 //   tprun --exec-rank PROGRAM ARGS...                 -> (in each rank) export RANK etc., exec PROGRAM
-// Both steps exec, so the job's exit code is tprun's. With several nodes
-// (tp/dist/multinode.h) tprun stays to supervise mpirun (node 0) or OpenMPI's
-// daemon (other nodes), and `tprun --rsh-agent HOST COMMAND` is mpirun's remote shell.
+// tprun waits for mpirun, exits with the job's exit code and then removes the
+// job's private directory (MPI's session files). With several nodes
+// (tp/dist/multinode.h) tprun supervises mpirun (node 0) or OpenMPI's daemon
+// (other nodes), and `tprun --rsh-agent HOST COMMAND` is mpirun's remote shell.
 #include <sched.h>
 #include <unistd.h>
 
@@ -12,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 
 #include "tp/dist/launch.h"
 #include "tp/dist/multinode.h"
@@ -71,15 +71,15 @@ int main(int argc, char** argv) {
     tp::dist::LaunchOptions options = tp::dist::parse_launch_args(args);
     const char* omp = std::getenv("OMP_NUM_THREADS");
     const char* mpirun = std::getenv("TP_MPIRUN");
+    const int cores = cpu_count();
     tp::dist::LaunchHost host{.mpirun = mpirun ? mpirun : "mpirun",
                               .self = std::filesystem::read_symlink("/proc/self/exe").string(),
-                              .cores = cpu_count(),
-                              .busy_cores = 0,
+                              .cores = cores,
+                              .busy_cores = tp::dist::busy_cores(cores),
                               .root = geteuid() == 0,
                               .omp_threads_env = omp ? omp : ""};
-    if (!std::getenv("TPRUN_IGNORE_LOAD")) host.busy_cores = tp::dist::busy_cores(host.cores);
-    std::optional<tp::dist::RunDir> rundir;
-    if (options.rendezvous()) host.rundir = rundir.emplace().path();
+    const tp::dist::RunDir rundir;
+    host.rundir = rundir.path();
     tp::dist::LaunchPlan plan = tp::dist::plan_launch(options, host);
     if (!plan.note.empty()) {
       std::printf("%s\n", plan.note.c_str());
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     // The ranks' output reaches the terminal through mpirun's pipes, so they
     // cannot see it is one: progress bars (tp train) ask this instead.
     if (isatty(STDERR_FILENO)) setenv("TP_STDERR_IS_TTY", "1", 1);
-    if (!options.rendezvous()) exec(plan.argv);
+    if (!options.rendezvous()) return tp::dist::run_single_node(plan);
     return options.node_rank == 0 ? tp::dist::run_node0(options, plan) : tp::dist::run_node(options);
   } catch (const tp::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
