@@ -160,26 +160,29 @@ size_t gemm_primitives_created() {
   return cache.size();
 }
 
-void to_bf16_parallel(const float* src, bf16* dst, size_t n) {
+namespace {
+
+// convert(src, dst, count) over blocks of 64 Ki elements, split over OpenMP threads.
+template <class From, class To, class Convert>
+void convert_parallel(const From* src, To* dst, size_t n, Convert convert) {
   constexpr size_t kBlock = size_t{1} << 16;
   int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     size_t start = static_cast<size_t>(b) * kBlock;
-    convert_f32_to_bf16(src + start, dst + start, std::min(kBlock, n - start));
+    convert(src + start, dst + start, std::min(kBlock, n - start));
   }
 }
+
+}  // namespace
+
+void to_bf16_parallel(const float* src, bf16* dst, size_t n) { convert_parallel(src, dst, n, convert_f32_to_bf16); }
 
 void round_to_bf16_parallel(const float* src, float* dst, size_t n) {
-  constexpr size_t kBlock = size_t{1} << 16;
-  int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    size_t start = static_cast<size_t>(b) * kBlock;
-    round_f32_to_bf16(src + start, dst + start, std::min(kBlock, n - start));
-  }
+  convert_parallel(src, dst, n, round_f32_to_bf16);
 }
 
+void to_f32_parallel(const bf16* src, float* dst, size_t n) { convert_parallel(src, dst, n, convert_bf16_to_f32); }
 
 
 bf16* bf16_scratch(size_t n) {
@@ -214,23 +217,20 @@ const void* padded_copy(const void* b, int64_t rows, int64_t cols, int64_t ld, s
   return dst;
 }
 
-// A bf16 operand of `rows` stored rows of `cols` values (`ld` apart; 0: dense)
-// widened to f32 with the same layout, in this thread's scratch buffer `slot`.
-const float* widened_copy(const void* src, int64_t rows, int64_t cols, int64_t ld, int slot) {
+// An operand of `rows` stored rows of `cols` values (`ld` apart; 0: dense) as
+// bf16 values in f32, with the same layout, in this thread's scratch buffer
+// `slot`: a bf16 one widened (exact), an f32 one rounded to bf16.
+const float* bf16_valued_f32(const void* src, DType dtype, int64_t rows, int64_t cols, int64_t ld, int slot) {
   if (ld == 0) ld = cols;
   const size_t n = static_cast<size_t>((rows - 1) * ld + cols);
   thread_local std::shared_ptr<Storage> buffers[2];
   std::shared_ptr<Storage>& buffer = buffers[slot];
   if (!buffer || buffer->bytes() < n * sizeof(float)) buffer = Storage::allocate(n * sizeof(float));
   float* dst = static_cast<float*>(buffer->data());
-  constexpr size_t kBlock = size_t{1} << 16;
-  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-  const bf16* from = static_cast<const bf16*>(src);
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const size_t start = static_cast<size_t>(b) * kBlock;
-    convert_bf16_to_f32(from + start, dst + start, std::min(kBlock, n - start));
-  }
+  if (dtype == DType::BF16)
+    to_f32_parallel(static_cast<const bf16*>(src), dst, n);
+  else
+    round_to_bf16_parallel(static_cast<const float*>(src), dst, n);
   return dst;
 }
 
@@ -253,8 +253,15 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
   TP_CHECK(s.b_dtype == DType::F32 || s.b_dtype == DType::BF16, "gemm: B must be f32 or bf16, not {}",
            dtype_name(s.b_dtype));
   std::vector<bf16> b_converted;
-  if (s.a_dtype != s.b_dtype) {
+  if (s.a_dtype != s.b_dtype)
     TP_CHECK(s.lda == 0 && s.ldb == 0, "gemm: mixed f32/bf16 operands must be dense");
+  if ((s.a_dtype == DType::BF16 || s.b_dtype == DType::BF16) && !bf16_matmul_available()) {
+    // The same products as an f32 GEMM of bf16 values: a bf16 value widens
+    // exactly, and so does the product of two.
+    a = bf16_valued_f32(a, s.a_dtype, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda, 0);
+    b = bf16_valued_f32(b, s.b_dtype, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb, 1);
+    s.a_dtype = s.b_dtype = DType::F32;
+  } else if (s.a_dtype != s.b_dtype) {
     // Mixed: compute in bf16 (the weight's precision), converting the f32 side.
     size_t a_n = static_cast<size_t>(s.m * s.k), b_n = static_cast<size_t>(s.k * s.n);
     if (s.a_dtype == DType::F32) {
@@ -268,13 +275,6 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
       b = b_converted.data();
       s.b_dtype = DType::BF16;
     }
-  }
-  if (s.a_dtype == DType::BF16 && !bf16_matmul_available()) {
-    // The same products as f32 GEMMs: a bf16 value widens exactly, and so does
-    // the product of two.
-    a = widened_copy(a, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda, 0);
-    b = widened_copy(b, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb, 1);
-    s.a_dtype = s.b_dtype = DType::F32;
   }
   const size_t b_size = dtype_size(s.b_dtype);
   const int64_t ldb = s.ldb ? s.ldb : s.n;

@@ -55,6 +55,8 @@ void to_bf16_parallel(const float* src, bf16* dst, size_t n);
 // f32 -> f32 holding the nearest bf16 values, split over OpenMP threads when large
 // (the rounded-f32 form of bf16 arithmetic).
 void round_to_bf16_parallel(const float* src, float* dst, size_t n);
+// bf16 values widened to f32 (exact), over OpenMP threads for large n.
+void to_f32_parallel(const bf16* src, float* dst, size_t n);
 
 // A per-thread scratch buffer for converting activations to bf16 (grows, never shrinks).
 bf16* bf16_scratch(size_t n);

@@ -537,16 +537,20 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
     return Bf16Kernel::Paired;
   }
   const void* src = x.raw_data();
-  if (w.dtype_ == DType::BF16 && x.dtype() == DType::F32) {
-    bf16* buf = detail::bf16_scratch(static_cast<size_t>(m * k));
-    detail::to_bf16_parallel(x.data<float>(), buf, static_cast<size_t>(m * k));
-    src = buf;
-  }
-  Tensor widened;  // bf16 compute on a widened weight: x as bf16 values in f32
+  const size_t x_n = static_cast<size_t>(m * k);
   if (w.dtype_ == DType::BF16 && s.dtype == DType::F32) {
-    widened = Tensor::empty({m, k});
-    convert_bf16_to_f32(static_cast<const bf16*>(src), widened.data<float>(), static_cast<size_t>(m * k));
-    src = widened.raw_data();
+    // A weight packed widened (no bf16 matmul here): x as bf16 values in f32, in the
+    // paired form's row buffer (that form never runs on a widened weight).
+    float* buf = detail::paired_scratch(0, x_n);
+    if (x.dtype() == DType::BF16)
+      detail::to_f32_parallel(x.data<bf16>(), buf, x_n);
+    else
+      detail::round_to_bf16_parallel(x.data<float>(), buf, x_n);
+    src = buf;
+  } else if (w.dtype_ == DType::BF16 && x.dtype() == DType::F32) {
+    bf16* buf = detail::bf16_scratch(x_n);
+    detail::to_bf16_parallel(x.data<float>(), buf, x_n);
+    src = buf;
   }
   const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
   if (const int64_t chunk = m == 1 ? gemv_chunk_for(s, path) : 0; chunk > 0) {
