@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
 #include "tp/tensor/storage.h"
 
@@ -74,6 +75,10 @@ void bm_tp_linear(benchmark::State& state, Shape3 s, DType dt) {
 // oneDNN allocates (4 KiB pages) or, with huge_pages, into a huge-page Storage as
 // PackedLinear does (this VM pays heavily for TLB misses when decode streams weights).
 void bm_onednn(benchmark::State& state, Shape3 s, DType dt, bool huge_pages) {
+  if (dt == DType::BF16 && !ops::detail::bf16_matmul_available()) {
+    state.SkipWithError("oneDNN has no bf16 matmul on this CPU (AVX2 only): the baseline is BM_onednn_f32");
+    return;
+  }
   using dnnl::memory;
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
