@@ -57,7 +57,7 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 TEST(OrderedGemm, EveryOutputIsTheDocumentedSequence) {
   for (DType dtype : {DType::F32, DType::BF16})
     for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {1, 13, 7}, {2, 25, 8}, {3, 12, 33},
-                           {7, 50, 1000}, {16, 100, 72}})
+                           {7, 50, 1000}, {16, 100, 72}, {5, 13, 3001}})
       for (bool with_bias : {false, true}) {
         Problem p = problem(m, n, k, dtype, 10 + m + n);
         std::vector<float> c = window(p, 0, m, 0, n, with_bias);
