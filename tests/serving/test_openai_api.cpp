@@ -60,6 +60,23 @@ TEST(OpenAiApi, ParsesChatMessages) {
   EXPECT_EQ(r.max_tokens, 7);
 }
 
+TEST(OpenAiApi, AcceptsEveryOpenAiRoleAndTheNeutralFieldValues) {
+  CompletionRequest r = parse_request(
+      R"({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "2+2?", "name": "u"},
+                       {"role": "assistant", "content": ""}, {"role": "tool", "content": "4", "tool_call_id": "c1"}],
+          "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "logprobs": false})",
+      Endpoint::ChatCompletions);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "developer");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.messages[3].role, "tool");
+  EXPECT_EQ(r.messages[3].content, "4");
+  ApiError e = rejected(R"({"messages": [{"role": "wizard", "content": "x"}]})", Endpoint::ChatCompletions);
+  EXPECT_EQ(e.code, "invalid_value");
+  e = rejected(R"({"messages": [{"role": "user"}]})", Endpoint::ChatCompletions);
+  EXPECT_EQ(e.code, "missing_required_parameter");
+}
+
 TEST(OpenAiApi, BadRequestsNameTheField) {
   struct Case {
     std::string body, param, says;
@@ -91,6 +108,32 @@ TEST(OpenAiApi, BadRequestsNameTheField) {
       {R"({"messages": [{"content": "x"}]})", "messages[0].role", "must be a string", Endpoint::ChatCompletions},
       {R"({"messages": [{"role": "user", "content": 3}]})", "messages[0].content", "string or a list",
        Endpoint::ChatCompletions},
+      // OpenAI's request rules: its roles only, content where it is required, text parts only.
+      {R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role", "'wizard'. Supported values",
+       Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": "a"}, {"role": "user"}]})", "messages[1].content",
+       "Missing required parameter: 'messages[1].content'", Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "assistant", "content": null}]})", "messages[0].content", "Missing required",
+       Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "tool", "content": "42"}]})", "messages[0].tool_call_id", "tool_call_id",
+       Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "c"}]}]})",
+       "messages[0].tool_calls", "no tool calling", Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]})",
+       "messages[0].content[0]", "is a 'image_url' part", Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0]",
+       "'messages[0].content[0].text' must be a string", Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools",
+       "no tool calling", Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", "tool_choice", "\"none\"",
+       Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       "response_format", "JSON modes", Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs", "not supported",
+       Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "not supported",
+       Endpoint::ChatCompletions},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format", "JSON modes"},
   };
   for (const Case& c : cases) {
     ApiError e = rejected(c.body, c.endpoint);

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace tp::serving {
@@ -95,6 +97,33 @@ void read_prompt(const json& body, CompletionRequest& r) {
   r.prompt_is_ids = true;
 }
 
+// The roles of OpenAI's chat messages (the deprecated "function" role aside); the
+// content each needs: every role but an assistant's turn that carries tool calls.
+constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+
+// A message's content: a string, or text parts (a text model reads no other part type).
+std::string message_content(const json& c, const std::string& where) {
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array())
+    bad(where + ".content",
+        fmt::format("'{}.content' must be a string or a list of text parts, got {}", where, type_name(c)));
+  std::string out;
+  for (size_t j = 0; j < c.size(); ++j) {
+    const json& part = c[j];
+    const std::string at = fmt::format("{}.content[{}]", where, j);
+    const json* type = part.is_object() ? field(part, "type") : nullptr;
+    if (type == nullptr || !type->is_string())
+      bad(at, fmt::format("'{}' must be an object with a 'type' (\"text\")", at));
+    if (*type != "text")
+      bad(at, fmt::format("'{}' is a '{}' part: this model reads text only (parts of type 'text')", at,
+                          type->get<std::string>()));
+    const json* text = field(part, "text");
+    if (text == nullptr || !text->is_string()) bad(at, fmt::format("'{}.text' must be a string", at));
+    out += text->get<std::string>();
+  }
+  return out;
+}
+
 void read_messages(const json& body, CompletionRequest& r) {
   const json* m = field(body, "messages");
   if (m == nullptr) bad("messages", "'messages' is required (a list of {\"role\", \"content\"} objects)");
@@ -106,24 +135,48 @@ void read_messages(const json& body, CompletionRequest& r) {
     if (!msg.is_object()) bad(where, fmt::format("'{}' must be an object, got {}", where, type_name(msg)));
     const json* role = field(msg, "role");
     if (role == nullptr || !role->is_string()) bad(where + ".role", fmt::format("'{}.role' must be a string", where));
-    ChatMessage out{role->get<std::string>(), ""};
-    if (const json* c = field(msg, "content")) {
-      if (c->is_string()) {
-        out.content = c->get<std::string>();
-      } else if (c->is_array()) {  // content parts: only text parts can reach a text model
-        for (const json& part : *c) {
-          const json* type = part.is_object() ? field(part, "type") : nullptr;
-          const json* text = part.is_object() ? field(part, "text") : nullptr;
-          if (type == nullptr || *type != "text" || text == nullptr || !text->is_string())
-            bad(where + ".content", fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": ...}}", where));
-          out.content += text->get<std::string>();
-        }
-      } else {
-        bad(where + ".content", fmt::format("'{}.content' must be a string or a list of text parts, got {}", where, type_name(*c)));
-      }
+    const std::string name = role->get<std::string>();
+    if (std::find(std::begin(kRoles), std::end(kRoles), name) == std::end(kRoles))
+      throw ApiError(400,
+                     fmt::format("Invalid value for '{}.role': '{}'. Supported values are: 'system', 'developer', "
+                                 "'user', 'assistant' and 'tool'",
+                                 where, name),
+                     where + ".role", "invalid_request_error", "invalid_value");
+    if (field(msg, "tool_calls") != nullptr || field(msg, "function_call") != nullptr)
+      bad(where + ".tool_calls", fmt::format("'{}.tool_calls' is not supported: tp serve has no tool calling", where));
+    if (name == "tool") {
+      const json* id = field(msg, "tool_call_id");
+      if (id == nullptr || !id->is_string())
+        throw ApiError(400, fmt::format("Missing required parameter: '{}.tool_call_id' (a string)", where),
+                       where + ".tool_call_id", "invalid_request_error", "missing_required_parameter");
     }
-    r.messages.push_back(std::move(out));
+    const json* c = field(msg, "content");
+    if (c == nullptr)
+      throw ApiError(400, fmt::format("Missing required parameter: '{}.content' (a {} message needs its text)", where,
+                                      name),
+                     where + ".content", "invalid_request_error", "missing_required_parameter");
+    r.messages.push_back(ChatMessage{name, message_content(*c, where)});
   }
+}
+
+// Request fields of OpenAI's API that tp serve does not implement: refused, naming them,
+// rather than ignored (a client relying on one would get something it did not ask for).
+void refuse_unsupported(const json& body, Endpoint endpoint) {
+  if (const json* t = field(body, "tools"); t != nullptr && !(t->is_array() && t->empty()))
+    bad("tools", "'tools' is not supported: tp serve has no tool calling");
+  if (const json* t = field(body, "functions"); t != nullptr)
+    bad("functions", "'functions' is not supported: tp serve has no tool calling");
+  if (const json* t = field(body, "tool_choice"); t != nullptr && *t != "none")
+    bad("tool_choice", "'tool_choice' can only be \"none\": tp serve has no tool calling");
+  if (const json* f = field(body, "response_format")) {
+    const json* type = f->is_object() ? field(*f, "type") : nullptr;
+    if (type == nullptr || *type != "text")
+      bad("response_format",
+          "'response_format' can only be {\"type\": \"text\"}: JSON modes and schemas are not supported");
+  }
+  if (field(body, "top_logprobs") != nullptr) bad("top_logprobs", "'top_logprobs' is not supported");
+  if (endpoint == Endpoint::ChatCompletions && field(body, "audio") != nullptr)
+    bad("audio", "'audio' is not supported: this model reads and writes text");
 }
 
 }  // namespace
@@ -150,6 +203,7 @@ CompletionRequest parse_request(const std::string& body_text, Endpoint endpoint)
   } else {
     read_messages(body, r);
   }
+  refuse_unsupported(body, endpoint);
   // max_completion_tokens is the chat API's newer name for max_tokens.
   r.max_tokens = integer(body, "max_tokens");
   if (!r.max_tokens && endpoint == Endpoint::ChatCompletions) r.max_tokens = integer(body, "max_completion_tokens");
