@@ -16,13 +16,20 @@ namespace {
 
 struct Problem {
   int64_t m, n, k;
-  DType dtype;
-  Tensor a, w, bias;  // a [m, k] f32, w [n, k], bias [n]
+  DType dtype;        // W's
+  Tensor a, w, bias;  // a [m, k] f32 or bf16, w [n, k], bias [n]
 };
 
-Problem problem(int64_t m, int64_t n, int64_t k, DType dtype, uint64_t seed) {
-  return {m, n, k, dtype, Tensor::randn({m, k}, seed), Tensor::randn({n, k}, seed + 1, 0.f, 0.1f, dtype),
-          Tensor::randn({n}, seed + 2)};
+Problem problem(int64_t m, int64_t n, int64_t k, DType dtype, uint64_t seed, DType a_dtype = DType::F32) {
+  return {m, n, k, dtype, Tensor::randn({m, k}, seed, 0.f, 1.f, a_dtype),
+          Tensor::randn({n, k}, seed + 1, 0.f, 0.1f, dtype), Tensor::randn({n}, seed + 2)};
+}
+
+// A's value as the product reads it: bf16 arithmetic when either operand is bf16.
+float a_value(const Problem& p, int64_t i, int64_t q) {
+  if (p.a.dtype() == DType::BF16) return to_f32(p.a.data<bf16>()[i * p.k + q]);
+  const float v = p.a.data<float>()[i * p.k + q];
+  return p.dtype == DType::BF16 ? to_f32(to_bf16(v)) : v;
 }
 
 float w_value(const Problem& p, int64_t j, int64_t q) {
@@ -31,20 +38,19 @@ float w_value(const Problem& p, int64_t j, int64_t q) {
 
 // The order ordered_gemm.h documents, one output at a time, written out plainly.
 float documented(const Problem& p, int64_t i, int64_t j, bool with_bias) {
-  const float* a = p.a.data<float>() + i * p.k;
   float s[8] = {};
   const int64_t k8 = p.k / 8 * 8;
-  for (int64_t q = 0; q < k8; ++q) s[q % 8] = std::fma(a[q], w_value(p, j, q), s[q % 8]);
+  for (int64_t q = 0; q < k8; ++q) s[q % 8] = std::fma(a_value(p, i, q), w_value(p, j, q), s[q % 8]);
   float total = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-  for (int64_t q = k8; q < p.k; ++q) total = std::fma(a[q], w_value(p, j, q), total);
+  for (int64_t q = k8; q < p.k; ++q) total = std::fma(a_value(p, i, q), w_value(p, j, q), total);
   return with_bias ? total + p.bias.data<float>()[j] : total;
 }
 
 // C for rows [i0, i0 + m) and columns [j0, j0 + n) of the problem, computed on their own.
 std::vector<float> window(const Problem& p, int64_t i0, int64_t m, int64_t j0, int64_t n, bool with_bias) {
   std::vector<float> c(static_cast<size_t>(m * n), NAN);
-  const size_t w_size = dtype_size(p.dtype);
-  ops::detail::ordered_gemm(m, n, p.k, p.a.data<float>() + i0 * p.k, p.k,
+  const size_t w_size = dtype_size(p.dtype), a_size = dtype_size(p.a.dtype());
+  ops::detail::ordered_gemm(m, n, p.k, static_cast<const char*>(p.a.raw_data()) + i0 * p.k * a_size, p.a.dtype(), p.k,
                             static_cast<const char*>(p.w.raw_data()) + j0 * p.k * w_size, p.dtype, p.k,
                             with_bias ? p.bias.data<float>() + j0 : nullptr, c.data(), n);
   return c;
@@ -55,16 +61,17 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 }  // namespace
 
 TEST(OrderedGemm, EveryOutputIsTheDocumentedSequence) {
-  for (DType dtype : {DType::F32, DType::BF16})
+  for (auto [dtype, a_dtype] : {std::pair{DType::F32, DType::F32}, {DType::BF16, DType::F32},
+                                {DType::F32, DType::BF16}, {DType::BF16, DType::BF16}})
     for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {1, 13, 7}, {2, 25, 8}, {3, 12, 33},
                            {7, 50, 1000}, {16, 100, 72}, {5, 13, 3001}})
       for (bool with_bias : {false, true}) {
-        Problem p = problem(m, n, k, dtype, 10 + m + n);
+        Problem p = problem(m, n, k, dtype, 10 + m + n, a_dtype);
         std::vector<float> c = window(p, 0, m, 0, n, with_bias);
         int wrong = 0;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) wrong += !same_bits(c[i * n + j], documented(p, i, j, with_bias));
-        EXPECT_EQ(wrong, 0) << dtype_name(dtype) << " m " << m << " n " << n << " k " << k << " bias " << with_bias;
+        EXPECT_EQ(wrong, 0) << "W " << dtype_name(dtype) << " A " << dtype_name(a_dtype) << " m " << m << " n " << n << " k " << k << " bias " << with_bias;
       }
 }
 
@@ -95,7 +102,7 @@ TEST(OrderedGemm, CloseToTheExactProduct) {
     for (int64_t j = 0; j < p.n; ++j) {
       double exact = p.bias.data<float>()[j], mag = std::fabs(exact);
       for (int64_t q = 0; q < p.k; ++q) {
-        const double t = static_cast<double>(p.a.data<float>()[i * p.k + q]) * w_value(p, j, q);
+        const double t = static_cast<double>(a_value(p, i, q)) * w_value(p, j, q);
         exact += t;
         mag += std::fabs(t);
       }

@@ -217,9 +217,9 @@ const void* padded_copy(const void* b, int64_t rows, int64_t cols, int64_t ld, s
   return dst;
 }
 
-// An operand of `rows` stored rows of `cols` values (`ld` apart; 0: dense) as
-// bf16 values in f32, with the same layout, in this thread's scratch buffer
-// `slot`: a bf16 one widened (exact), an f32 one rounded to bf16.
+
+}  // namespace
+
 const float* bf16_valued_f32(const void* src, DType dtype, int64_t rows, int64_t cols, int64_t ld, int slot) {
   if (ld == 0) ld = cols;
   const size_t n = static_cast<size_t>((rows - 1) * ld + cols);
@@ -233,8 +233,6 @@ const float* bf16_valued_f32(const void* src, DType dtype, int64_t rows, int64_t
     round_to_bf16_parallel(static_cast<const float*>(src), dst, n);
   return dst;
 }
-
-}  // namespace
 
 void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias, float* c) {
   GemmSpec s = spec;

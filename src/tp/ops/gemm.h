@@ -58,6 +58,11 @@ void round_to_bf16_parallel(const float* src, float* dst, size_t n);
 // bf16 values widened to f32 (exact), over OpenMP threads for large n.
 void to_f32_parallel(const bf16* src, float* dst, size_t n);
 
+// An operand of `rows` stored rows of `cols` values (`ld` apart; 0: dense) as
+// bf16 values in f32, with the same layout, in this thread's scratch buffer
+// `slot` (0 or 1): a bf16 one widened (exact), an f32 one rounded to bf16.
+const float* bf16_valued_f32(const void* src, DType dtype, int64_t rows, int64_t cols, int64_t ld, int slot);
+
 // A per-thread scratch buffer for converting activations to bf16 (grows, never shrinks).
 bf16* bf16_scratch(size_t n);
 

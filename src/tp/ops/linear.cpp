@@ -186,13 +186,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, std::optional<D
     const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
     if (detail::ordered_gemm_wanted() && !autograd::needs_grad({x, w, b})) {
       // Inference (a router, an unpacked head): a row's bits must not depend on the batch.
-      const float* a = x_values.data<float>();
-      if (w.dtype() == DType::BF16) {
-        float* buf = detail::paired_scratch(0, static_cast<size_t>(m * k));
-        detail::round_to_bf16_parallel(a, buf, static_cast<size_t>(m * k));
-        a = buf;
-      }
-      detail::ordered_gemm(m, n, k, a, k, w.raw_data(), w.dtype(), k, bias_ptr, y.data<float>(), n);
+      detail::ordered_gemm(m, n, k, x_values.raw_data(), DType::F32, k, w.raw_data(), w.dtype(), k, bias_ptr,
+                           y.data<float>(), n);
     } else {
       detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x_values.raw_data(), w.raw_data(), bias_ptr,
                    y.data<float>());
@@ -514,25 +509,6 @@ bool paired_f32_exact() {
   return exact;
 }
 
-// out = x · weight^T (+ bias) by ordered_gemm, x as f32 (bf16 values for a bf16 weight).
-void ordered_linear_into(Tensor& out, const Tensor& x, PackedLinear::State& s, const Tensor& bias, int64_t m) {
-  const float* a = nullptr;
-  const size_t x_n = static_cast<size_t>(m * s.k);
-  if (x.dtype() == DType::BF16) {
-    float* buf = detail::paired_scratch(0, x_n);
-    detail::to_f32_parallel(x.data<bf16>(), buf, x_n);
-    a = buf;
-  } else if (s.dtype == DType::BF16) {
-    float* buf = detail::paired_scratch(0, x_n);
-    detail::round_to_bf16_parallel(x.data<float>(), buf, x_n);
-    a = buf;
-  } else {
-    a = x.data<float>();
-  }
-  detail::ordered_gemm(m, s.n, s.k, a, s.k, s.weight.raw_data(), s.dtype, s.k,
-                       bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), s.n);
-}
-
 bool paired_applies(const PackedLinear::State& s, int64_t m, Bf16Path path) {
   if (path == Bf16Path::Native || s.panels == nullptr) return false;
   if (path == Bf16Path::Paired) return true;
@@ -570,7 +546,8 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
   Tensor bias = f32_bias(b);
   PackedLinear::State& s = *w.state_;
   if (s.ordered) {
-    ordered_linear_into(out, x, s, bias, m);
+    detail::ordered_gemm(m, n, k, x.raw_data(), x.dtype(), k, s.weight.raw_data(), s.dtype, k,
+                         bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), n);
     return Bf16Kernel::Ordered;
   }
   if (paired_applies(s, m, path)) {

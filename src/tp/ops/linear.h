@@ -57,7 +57,8 @@ class PackedLinear {
   int64_t out_features() const { return shape_.size() == 2 ? shape_[0] : 0; }
   DType dtype() const { return dtype_; }
   bool defined() const { return state_ != nullptr; }
-  // Packed copies held (1 unless oneDNN asked for another layout for some row count).
+  // Packed copies held (1 unless oneDNN asked for another layout for some row count;
+  // 1 under ordered_gemm, whose one copy is the weight itself, unpacked).
   size_t packed_copies() const;
 
   struct State;  // oneDNN primitives and packed weights, per row count

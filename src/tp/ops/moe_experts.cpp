@@ -56,20 +56,14 @@ void expert_rows(const float* a, const Tensor& b_all, int64_t b_offset_elems, in
   const DType dt = b_all.dtype();
   const size_t size = dtype_size(dt);
   const char* b = static_cast<const char*>(b_all.raw_data()) + b_offset_elems * size;
-  thread_local std::vector<float> a_rounded;
   thread_local std::vector<char> b_rows;
-  if (dt == DType::BF16) {  // bf16 arithmetic: A as bf16 values, as gemm() rounds it
-    a_rounded.resize(static_cast<size_t>(m * k));
-    detail::round_to_bf16_parallel(a, a_rounded.data(), a_rounded.size());
-    a = a_rounded.data();
-  }
   if (!trans_b) {  // B stored [k, n]: ordered_gemm reads W [n, k]
     b_rows.resize(static_cast<size_t>(n * k) * size);
     for (int64_t r = 0; r < k; ++r)
       for (int64_t j = 0; j < n; ++j) std::memcpy(&b_rows[(j * k + r) * size], b + (r * n + j) * size, size);
     b = b_rows.data();
   }
-  detail::ordered_gemm(m, n, k, a, k, b, dt, k, bias, c, n);
+  detail::ordered_gemm(m, n, k, a, DType::F32, k, b, dt, k, bias, c, n);
 }
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }

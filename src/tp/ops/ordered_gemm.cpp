@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "tp/ops/dnnl_context.h"
+#include "tp/ops/gemm.h"
 #include "tp/tensor/error.h"
 
 namespace tp::ops::detail {
@@ -145,16 +146,18 @@ bool ordered_gemm_wanted() {
   return wanted;
 }
 
-void ordered_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* w, DType w_dtype,
-                  int64_t ldw, const float* bias, float* c, int64_t ldc) {
-  TP_CHECK(w_dtype == DType::F32 || w_dtype == DType::BF16, "ordered_gemm: W must be f32 or bf16, not {}",
-           dtype_name(w_dtype));
+void ordered_gemm(int64_t m, int64_t n, int64_t k, const void* a, DType a_dtype, int64_t lda, const void* w,
+                  DType w_dtype, int64_t ldw, const float* bias, float* c, int64_t ldc) {
+  TP_CHECK((a_dtype == DType::F32 || a_dtype == DType::BF16) && (w_dtype == DType::F32 || w_dtype == DType::BF16),
+           "ordered_gemm: A and W must be f32 or bf16, not {} and {}", dtype_name(a_dtype), dtype_name(w_dtype));
   if (m <= 0 || n <= 0) return;
+  const float* af = static_cast<const float*>(a);
+  if (k > 0 && (a_dtype == DType::BF16 || w_dtype == DType::BF16)) af = bf16_valued_f32(a, a_dtype, m, k, lda, 0);
   const char* wb = static_cast<const char*>(w);
   if (w_dtype == DType::BF16)
-    run<true>(m, n, k, a, lda, wb, ldw, bias, c, ldc);
+    run<true>(m, n, k, af, lda, wb, ldw, bias, c, ldc);
   else
-    run<false>(m, n, k, a, lda, wb, ldw, bias, c, ldc);
+    run<false>(m, n, k, af, lda, wb, ldw, bias, c, ldc);
 }
 
 }  // namespace tp::ops::detail

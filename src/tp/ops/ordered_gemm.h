@@ -26,10 +26,12 @@ namespace tp::ops::detail {
 // TP_GEMM=ordered; TP_GEMM=onednn keeps oneDNN.
 bool ordered_gemm_wanted();
 
-// C [m, n] (row stride ldc) = A [m, k] (f32, row stride lda) · W^T (+ bias [n]),
-// W stored [n, k] (row stride ldw) in f32 or bf16, the Hugging Face weight layout.
+// C [m, n] (row stride ldc) = A [m, k] (row stride lda) · W^T (+ bias [n]), W stored
+// [n, k] (row stride ldw), the Hugging Face weight layout; A and W each f32 or bf16.
+// With a bf16 operand the arithmetic is bf16's, as gemm() does it: A's values are
+// rounded to bf16 (a bf16 A is widened, exactly) and the products summed in f32.
 // Column blocks are split over OpenMP threads (outside a parallel region).
-void ordered_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* w, DType w_dtype,
-                  int64_t ldw, const float* bias, float* c, int64_t ldc);
+void ordered_gemm(int64_t m, int64_t n, int64_t k, const void* a, DType a_dtype, int64_t lda, const void* w,
+                  DType w_dtype, int64_t ldw, const float* bias, float* c, int64_t ldc);
 
 }  // namespace tp::ops::detail
