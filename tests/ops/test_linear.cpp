@@ -8,6 +8,7 @@
 #include "tp/ops/elementwise.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
+#include "tp/ops/ordered_gemm.h"
 #include "tp/tensor/convert.h"
 
 using namespace tp;
@@ -93,6 +94,28 @@ TEST(Linear, WithoutBf16MatmulsBf16IsTheF32ProductOfTheWidenedValues) {
     EXPECT_TRUE(equal(ops::linear(x, packed, b), want_packed)) << "keep_weight " << keep;
     EXPECT_TRUE(equal(ops::linear(x.to(DType::BF16), packed, b), want_packed))
         << "bf16 input, keep_weight " << keep;
+  }
+}
+
+// Where inference runs ordered_gemm, a PackedLinear runs it (not oneDNN) for f32 and
+// bf16 weights (and a bf16 weight's bf16 input), and each row has its bits alone.
+TEST(Linear, PackedRunsOrderedGemmWhereWanted) {
+  if (!ops::detail::ordered_gemm_wanted()) GTEST_SKIP() << "oneDNN's brgemm runs here (test_ops_ordered forces it)";
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Tensor w = Tensor::randn({37, 50}, 60, 0.f, 0.1f, dtype), b = Tensor::randn({37}, 61);
+    ops::PackedLinear packed(w, /*keep_weight=*/false);
+    for (DType x_dtype : {DType::F32, DType::BF16}) {
+      if (x_dtype == DType::BF16 && dtype != DType::BF16) continue;  // a bf16 input is for bf16 weights only
+      Tensor x = Tensor::randn({5, 50}, 62, 0.f, 1.f, x_dtype), out = Tensor::empty({5, 37});
+      EXPECT_EQ(ops::detail::linear_into_path(out, x, packed, b, ops::detail::Bf16Path::Auto),
+                ops::detail::Bf16Kernel::Ordered);
+      std::vector<float> want(5 * 37);
+      ops::detail::ordered_gemm(5, 37, 50, x.raw_data(), x_dtype, 50, w.raw_data(), dtype, 50, b.data<float>(),
+                                want.data(), 37);
+      EXPECT_EQ(std::memcmp(out.raw_data(), want.data(), out.nbytes()), 0) << dtype_name(dtype);
+      for (int64_t r = 0; r < 5; ++r)
+        EXPECT_TRUE(equal(ops::linear(x.narrow(0, r, 1), packed, b), out.narrow(0, r, 1))) << "row " << r;
+    }
   }
 }
 

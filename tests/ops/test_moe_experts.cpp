@@ -4,9 +4,11 @@
 // SwiGLU), the softmax top-k and top-k softmax routers, row gather and combine.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "ops/op_test_util.h"
 #include "tp/ops/moe_experts.h"
+#include "tp/ops/ordered_gemm.h"
 
 namespace tp::test {
 namespace {
@@ -142,6 +144,30 @@ TEST(MoeExperts, GptOssGradientsMatchCentralDifferences) {
       },
       {param({5, 6}, 11), param({5, 2}, 12), param({4, 6, 8}, 13, 0.4f), param({4, 4, 6}, 14, 0.5f),
        param({4, 8}, 15, 0.3f), param({4, 6}, 16, 0.5f)});
+}
+
+// Where inference runs ordered_gemm (an AVX2-only CPU, or TP_GEMM=ordered: the
+// test_ops_ordered run), a token's output is the same bits whatever other tokens
+// chose its experts: what batched decode and serving rely on.
+TEST(MoeExperts, ATokenGetsItsBitsAloneWhereOrderedGemmRuns) {
+  if (!ops::detail::ordered_gemm_wanted()) GTEST_SKIP() << "oneDNN's brgemm runs here (test_ops_ordered forces it)";
+  const int64_t N = 9, H = 72, I = 40, E = 4;
+  std::vector<int64_t> route;
+  for (int64_t n = 0; n < N; ++n) route.insert(route.end(), {n % E, (n * 3 + 1) % E});
+  Tensor x = Tensor::randn({N, H}, 1), w = Tensor::rand({N, 2}, 2), ids = Tensor::from_ints(route, {N, 2});
+  for (DType dtype : {DType::F32, DType::BF16})
+    for (bool gpt_oss : {false, true}) {
+      Tensor gu = Tensor::randn(gpt_oss ? Shape{E, H, 2 * I} : Shape{E, 2 * I, H}, 3, 0.f, 0.2f).to(dtype);
+      Tensor dn = Tensor::randn(gpt_oss ? Shape{E, I, H} : Shape{E, H, I}, 4, 0.f, 0.2f).to(dtype);
+      const ops::ExpertOptions o = gpt_oss ? gpt_oss_options(Tensor::randn({E, 2 * I}, 5), Tensor::randn({E, H}, 6), 7.f)
+                                           : ops::ExpertOptions{};
+      Tensor all = ops::moe_experts(x, ids, w, gu, dn, o);
+      for (int64_t n = 0; n < N; ++n) {
+        Tensor alone = ops::moe_experts(x.narrow(0, n, 1), ids.narrow(0, n, 1), w.narrow(0, n, 1), gu, dn, o);
+        EXPECT_EQ(std::memcmp(alone.raw_data(), all.narrow(0, n, 1).raw_data(), alone.nbytes()), 0)
+            << dtype_name(dtype) << (gpt_oss ? " gpt-oss layout" : "") << " token " << n;
+      }
+    }
 }
 
 TEST(TopKSoftmax, PicksTheLargestLogitsThenTakesTheSoftmaxOfThem) {
