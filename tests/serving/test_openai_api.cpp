@@ -117,6 +117,8 @@ TEST(OpenAiApi, BadRequestsNameTheField) {
        Endpoint::ChatCompletions},
       {R"({"messages": [{"role": "tool", "content": "42"}]})", "messages[0].tool_call_id", "tool_call_id",
        Endpoint::ChatCompletions},
+      {R"({"messages": [{"role": "assistant", "content": "", "function_call": {"name": "f"}}]})",
+       "messages[0].function_call", "no tool calling", Endpoint::ChatCompletions},
       {R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "c"}]}]})",
        "messages[0].tool_calls", "no tool calling", Endpoint::ChatCompletions},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]})",

@@ -13,7 +13,10 @@ using json = nlohmann::json;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+// A 400 naming the field; `code` as OpenAI's (invalid_value, missing_required_parameter) where it gives one.
+[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "") {
+  throw ApiError(400, message, param, "invalid_request_error", code);
+}
 
 const char* type_name(const json& v) {
   if (v.is_string()) return "a string";
@@ -97,8 +100,8 @@ void read_prompt(const json& body, CompletionRequest& r) {
   r.prompt_is_ids = true;
 }
 
-// The roles of OpenAI's chat messages (the deprecated "function" role aside); the
-// content each needs: every role but an assistant's turn that carries tool calls.
+// The roles of OpenAI's chat messages (the deprecated "function" role aside). Each
+// needs its content: OpenAI exempts only an assistant turn with tool calls, refused here.
 constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
 
 // A message's content: a string, or text parts (a text model reads no other part type).
@@ -137,24 +140,26 @@ void read_messages(const json& body, CompletionRequest& r) {
     if (role == nullptr || !role->is_string()) bad(where + ".role", fmt::format("'{}.role' must be a string", where));
     const std::string name = role->get<std::string>();
     if (std::find(std::begin(kRoles), std::end(kRoles), name) == std::end(kRoles))
-      throw ApiError(400,
-                     fmt::format("Invalid value for '{}.role': '{}'. Supported values are: 'system', 'developer', "
-                                 "'user', 'assistant' and 'tool'",
-                                 where, name),
-                     where + ".role", "invalid_request_error", "invalid_value");
-    if (field(msg, "tool_calls") != nullptr || field(msg, "function_call") != nullptr)
-      bad(where + ".tool_calls", fmt::format("'{}.tool_calls' is not supported: tp serve has no tool calling", where));
+      bad(where + ".role",
+          fmt::format("Invalid value for '{}.role': '{}'. Supported values are: 'system', 'developer', 'user', "
+                      "'assistant' and 'tool'",
+                      where, name),
+          "invalid_value");
+    for (const char* calls : {"tool_calls", "function_call"})
+      if (field(msg, calls) != nullptr)
+        bad(fmt::format("{}.{}", where, calls),
+            fmt::format("'{}.{}' is not supported: tp serve has no tool calling", where, calls));
     if (name == "tool") {
       const json* id = field(msg, "tool_call_id");
       if (id == nullptr || !id->is_string())
-        throw ApiError(400, fmt::format("Missing required parameter: '{}.tool_call_id' (a string)", where),
-                       where + ".tool_call_id", "invalid_request_error", "missing_required_parameter");
+        bad(where + ".tool_call_id", fmt::format("Missing required parameter: '{}.tool_call_id' (a string)", where),
+            "missing_required_parameter");
     }
     const json* c = field(msg, "content");
     if (c == nullptr)
-      throw ApiError(400, fmt::format("Missing required parameter: '{}.content' (a {} message needs its text)", where,
-                                      name),
-                     where + ".content", "invalid_request_error", "missing_required_parameter");
+      bad(where + ".content",
+          fmt::format("Missing required parameter: '{}.content' (a {} message needs its text)", where, name),
+          "missing_required_parameter");
     r.messages.push_back(ChatMessage{name, message_content(*c, where)});
   }
 }
