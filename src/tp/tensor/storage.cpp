@@ -59,30 +59,63 @@ void* system_allocate(size_t capacity) {
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   auto s = std::shared_ptr<Storage>(new Storage());
-  size_t capacity = round_capacity(bytes == 0 ? 64 : bytes);
+  s->bytes_ = bytes;
+  s->take_block();
+  return s;
+}
+
+// A cached block of at least bytes_ (at most twice it), else a new one from the OS.
+void Storage::take_block() {
+  size_t capacity = round_capacity(bytes_ == 0 ? 64 : bytes_);
   BlockCache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     auto it = c.free_blocks.lower_bound(capacity);
     if (it != c.free_blocks.end() && it->first <= 2 * capacity) {
-      s->data_ = it->second;
-      s->capacity_ = it->first;
+      data_ = it->second;
+      capacity_ = it->first;
       c.stats.cached_bytes -= it->first;
       c.free_blocks.erase(it);
     }
   }
-  if (s->data_ == nullptr) {
-    s->data_ = system_allocate(capacity);
-    s->capacity_ = capacity;
+  if (data_ == nullptr) {
+    data_ = system_allocate(capacity);
+    capacity_ = capacity;
     std::lock_guard<std::mutex> lock(c.mutex);
     ++c.stats.system_allocations;
     c.stats.system_allocated_bytes += capacity;
   }
-  s->bytes_ = bytes;
   std::lock_guard<std::mutex> lock(c.mutex);
-  c.stats.live_bytes += s->capacity_;
-  add_tensor_bytes(c.stats, bytes);
-  return s;
+  c.stats.live_bytes += capacity_;
+  add_tensor_bytes(c.stats, bytes_);
+}
+
+void Storage::give_back_block() {
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.stats.live_bytes -= capacity_;
+  c.stats.tensor_bytes -= bytes_;
+  if (c.stats.cached_bytes + capacity_ > max_cached_bytes()) {
+    std::free(data_);
+  } else {
+    c.free_blocks.emplace(capacity_, data_);
+    c.stats.cached_bytes += capacity_;
+  }
+  data_ = nullptr;
+  capacity_ = 0;
+}
+
+void Storage::release() {
+  TP_CHECK(exact_ == 0 && (capacity_ != 0 || released_), "Storage::release: only allocate()'s buffers can be released");
+  if (released_) return;
+  give_back_block();
+  released_ = true;
+}
+
+void Storage::restore() {
+  if (!released_) return;
+  take_block();
+  released_ = false;
 }
 
 namespace {
@@ -161,17 +194,8 @@ Storage::~Storage() {
     c.stats.tensor_bytes -= bytes_;
     return;
   }
-  if (capacity_ == 0) return;
-  BlockCache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  c.stats.live_bytes -= capacity_;
-  c.stats.tensor_bytes -= bytes_;
-  if (c.stats.cached_bytes + capacity_ > max_cached_bytes()) {
-    std::free(data_);
-    return;
-  }
-  c.free_blocks.emplace(capacity_, data_);
-  c.stats.cached_bytes += capacity_;
+  if (capacity_ == 0) return;  // external, or released
+  give_back_block();
 }
 
 int64_t physical_memory_bytes() {

@@ -34,6 +34,14 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
 
+  // Gives an allocate() buffer's memory back while the Storage (and every tensor
+  // viewing it) lives on, and takes memory again (uninitialized) for it: FSDP's
+  // gathered weights and gradients exist only around their layer, yet a backward
+  // closure that captured a weight finds it again (torch's storage resize_(0)).
+  void release();
+  void restore();
+  bool released() const { return released_; }
+
  private:
   Storage() = default;
   void* data_ = nullptr;
@@ -41,6 +49,9 @@ class Storage {
   size_t capacity_ = 0;  // allocated size of a cached block (0: external)
   size_t exact_ = 0;     // bytes an allocate_exact piece takes of its slab (owner_)
   std::shared_ptr<void> owner_;
+  bool released_ = false;
+  void take_block();
+  void give_back_block();
 };
 
 // Bytes held by the allocation cache (free, ready for reuse) and in use.

@@ -100,6 +100,9 @@ DType Tensor::dtype() const { return checked(impl_).dtype; }
 int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim())]; }
 void* Tensor::raw_data() const {
   const TensorImpl& i = checked(impl_);
+  if (i.storage->released()) [[unlikely]]
+    fail("a tensor of shape {} reads a released buffer (a parameter of a fully sharded unit that is not gathered)",
+         shape_str(i.shape));
   return static_cast<char*>(i.storage->data()) + i.offset;
 }
 const std::shared_ptr<Storage>& Tensor::storage() const { return checked(impl_).storage; }
