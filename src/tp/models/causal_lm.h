@@ -9,6 +9,7 @@
 
 #include "tp/models/config.h"
 #include "tp/models/gradient_checkpointing.h"
+#include "tp/models/unit_hooks.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/module.h"
 #include "tp/ops/attention.h"
@@ -67,6 +68,8 @@ class CausalLM : public nn::Module {
   // Activation checkpointing of the decoder layers in training (off by default).
   void set_gradient_checkpointing(const GradientCheckpointing& c) { checkpointing_ = c; }
   const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
+  // Hooks the decoder calls around its parameter units (FSDP); null: none.
+  void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
 
   // Fresh KV caches for `batch` sequences of up to `max_len` tokens.
   virtual KVState make_kv_state(int64_t batch, int64_t max_len) const = 0;
@@ -90,6 +93,7 @@ class CausalLM : public nn::Module {
   }
   ModelConfig config_;
   GradientCheckpointing checkpointing_;  // the decoder reads it (DecoderModel::checkpointing)
+  UnitHooks* unit_hooks_ = nullptr;      // and this (DecoderModel::unit_hooks)
 };
 
 // Pieces every architecture's forward_ids and shipped_plan share (causal_lm.cpp).

@@ -10,6 +10,7 @@
 #include "tp/autograd/checkpoint.h"
 #include "tp/models/config.h"
 #include "tp/models/gradient_checkpointing.h"
+#include "tp/models/unit_hooks.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
 
@@ -28,13 +29,20 @@ class DecoderModel : public nn::Module {
   nn::RMSNorm& norm;
   // Which layers run checkpointed (set by the CausalLM that owns this model).
   const GradientCheckpointing* checkpointing = nullptr;
+  // Parameter units' hooks (FSDP), read at each forward from the owner's slot.
+  UnitHooks* const* unit_hooks = nullptr;
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override {  // ids [B, T] -> hidden [B, T, H]
+    UnitHooks* hooks = unit_hooks != nullptr ? *unit_hooks : nullptr;
+    if (hooks != nullptr) hooks->begin_forward();
     Tensor h = embed_tokens(inputs.at(0));
-    for (size_t i = 0; i < layers.size(); ++i)
-      h = checkpointing != nullptr && checkpointing->applies(static_cast<int64_t>(i)) ? checkpointed(*layers[i], h)
-                                                                                     : (*layers[i])(h);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const auto layer = static_cast<int64_t>(i);
+      if (hooks != nullptr) h = hooks->enter_layer(layer, h);
+      h = checkpointing != nullptr && checkpointing->applies(layer) ? checkpointed(*layers[i], h) : (*layers[i])(h);
+      if (hooks != nullptr) h = hooks->leave_layer(layer, h);
+    }
     return norm(h);
   }
 

@@ -178,6 +178,7 @@ DeepseekV2ForCausalLM::DeepseekV2ForCausalLM(const ModelConfig& config)
     layer->self_attn.rope = &rope_;
   }
   model.checkpointing = &checkpointing_;
+  model.unit_hooks = &unit_hooks_;
 }
 
 parallel::Plan DeepseekV2ForCausalLM::shipped_plan() const {

@@ -266,6 +266,7 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant varia
            config.hidden_act);
   for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
   model.checkpointing = &checkpointing_;
+  model.unit_hooks = &unit_hooks_;
 }
 
 parallel::Plan LlamaForCausalLM::shipped_ep_plan() const {
