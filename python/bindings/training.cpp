@@ -50,6 +50,14 @@ void bind_training(py::module_& m) {
             const std::string text = py::module_::import("json").attr("dumps")(kwargs).cast<std::string>();
             args.gradient_checkpointing_kwargs = nlohmann::json::parse(text);
           })
+      // Transformers' fsdp ("full_shard", "shard_grad_op", ...) and fsdp_config (a dict).
+      .def_readwrite("fsdp", &TrainingArguments::fsdp)
+      .def_property(
+          "fsdp_config", [](const TrainingArguments& args) { return json_to_python(args.fsdp_config); },
+          [](TrainingArguments& args, const py::object& config) {
+            const std::string text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
+            args.fsdp_config = nlohmann::json::parse(text);
+          })
       .def("validate", &TrainingArguments::validate)
       .def("to_dict", [](const TrainingArguments& args) { return json_to_python(args.to_json()); });
 

@@ -139,6 +139,21 @@ EOF
   fail "dp 2 x tp 2 across nodes does not log tp 4's losses for the same global batch"
 echo "dp 2 x tp 2 with dp groups across the nodes: the losses of 1 node, and of tp 4 (${elapsed_ms} ms)"
 
+# ---- (2c) FSDP over dp_shard 2 x tp 2: each layer's shards gathered across the nodes, gradients
+# reduce-scattered back; the losses of dp_replicate 2 x tp 2 with the same global batch (1e-5)
+fsdp_train=(train --model "$dir/m" --data "$dir/train.txt" --seq-len 16 --batch-size 2 --lr 3e-3 --max-steps 4
+  --logging-steps 1 --save-steps 1000 --dp-shard-size 2 --tp-size 2 --fsdp)
+on_two_nodes fsdp2 "$tp" "${fsdp_train[@]}" --output-dir "$dir/fsdp-two"
+expect_ok fsdp2
+/usr/bin/python3 - "$dir/fsdp-two/log_history.jsonl" "$dir/dp-one/log_history.jsonl" <<'EOF' ||
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:])
+print("losses", a, "and", b)
+sys.exit(0 if len(a) == len(b) == 4 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b)) else 1)
+EOF
+  fail "FSDP over dp_shard 2 x tp 2 across nodes does not log dp_replicate 2 x tp 2's losses"
+echo "FSDP dp_shard 2 x tp 2 across the nodes: the losses of dp_replicate 2 x tp 2 (${elapsed_ms} ms)"
+
 # ---- (3) a node that fails ends the job: every tprun exits non-zero within seconds
 limit=30
 on_two_nodes fail "$env_check" --fail  # rank 3 (node 1) throws while the others wait in an all-reduce

@@ -256,6 +256,31 @@ class Training(unittest.TestCase):
             tp.TrainingArguments(output_dir=OUT, gradient_checkpointing=True,
                                  gradient_checkpointing_kwargs={"policy": "op"})
 
+    def test_fsdp_trains_as_dp_replicate(self):
+        tok = tp.AutoTokenizer.from_pretrained(TEXT_MODEL)
+        data = tp.TokenBlocks.from_files(DATA, tok, seq_len=16)
+
+        def run(name, parallelism, **extra):
+            model = tp.AutoModelForCausalLM.from_pretrained(TEXT_MODEL, parallelism_config=parallelism,
+                                                            training=True, verbose=False)
+            args = tp.TrainingArguments(output_dir=os.path.join(OUT, name), max_steps=3,
+                                        per_device_train_batch_size=2, learning_rate=3e-3, logging_steps=1,
+                                        save_strategy="no", disable_tqdm=True, **extra)
+            trainer = tp.Trainer(model=model, args=args, train_dataset=data)
+            trainer.train()
+            return [e["loss"] for e in trainer.state["log_history"] if "loss" in e]
+
+        if RANKS == 1:
+            with self.assertRaisesRegex(tp.TpError, "dp_shard dim"):
+                run("fsdp-alone", tp.ParallelismConfig(tp_size=1), fsdp="full_shard")
+            return
+        fsdp = run("fsdp", tp.ParallelismConfig(dp_shard_size=RANKS, tp_size=1), fsdp="full_shard",
+                   fsdp_config={"reshard_after_forward": True})
+        ddp = run("ddp", tp.ParallelismConfig(dp_replicate_size=RANKS, tp_size=1))
+        self.assertEqual(len(fsdp), 3)
+        for a, b in zip(fsdp, ddp):
+            self.assertAlmostEqual(a, b, delta=1e-5 * abs(b))
+
     def test_unknown_training_argument(self):
         with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'learning_rat'"):
             tp.TrainingArguments(output_dir=OUT, learning_rat=1e-3)

@@ -209,10 +209,7 @@ TEST(DataParallelLora, DropoutAdaptersTrainAsOneRankWithTheWholeBatch) {
   config.lora_alpha = 8;
   config.lora_dropout = 0.2;
   config.target_modules = {"q_proj", "v_proj", "down_proj"};
-  auto init = [](const nn::Parameter& p) {  // a non-zero B, so A's gradients are not zero from the start
-    if (p.name.find("lora_B") != std::string::npos) return Tensor::randn(p.global_shape, p.name.size(), 0.f, 0.05f);
-    return peft_init(3)(p);
-  };
+  const auto init = tp::testing::nonzero_lora_init(3);
   PretrainedModel solo = load("llama", solo_mesh()), par = load("llama", mesh_for({"dp2_tp2", 2, 1, 2}));
   LoraModel solo_lora = apply_lora(solo, config, init), par_lora = apply_lora(par, config, init);
   Trainer one(solo, args_for(out_dir("lora", true), 2), data(), nullptr, adapter_training(solo, solo_lora));

@@ -13,6 +13,7 @@
 
 #include "models/model_test_util.h"
 #include "training/training_test_util.h"
+#include "tp/dist/parallelism_config.h"
 #include "tp/models/auto.h"
 #include "tp/training/memory_estimate.h"
 #include "tp/training/trainer.h"
@@ -29,13 +30,15 @@ struct Point {
   bool bf16;
   std::string policy;  // off, full, selective
   bool sequence_parallel = false;
+  bool fsdp = false;  // at np 2: FSDP over dp_shard 2 x tp 1
 };
 
 std::string point_name(const ::testing::TestParamInfo<Point>& info) {
   const Point& p = info.param;
   std::string m = p.model;
   std::replace(m.begin(), m.end(), '-', '_');
-  return m + "_T" + std::to_string(p.seq) + (p.bf16 ? "_bf16_" : "_f32_") + p.policy + (p.sequence_parallel ? "_sp" : "");
+  return m + "_T" + std::to_string(p.seq) + (p.bf16 ? "_bf16_" : "_f32_") + p.policy + (p.sequence_parallel ? "_sp" : "") +
+         (p.fsdp ? "_fsdp" : "");
 }
 
 class MemoryEstimateGrid : public ::testing::TestWithParam<Point> {};
@@ -45,8 +48,10 @@ class MemoryEstimateGrid : public ::testing::TestWithParam<Point> {};
 TEST_P(MemoryEstimateGrid, PredictsTheMeasuredPeakWithin15Percent) {
   const Point& p = GetParam();
   if (p.sequence_parallel && dist::world_size() == 1) GTEST_SKIP() << "sequence parallelism needs tp > 1";
+  if (p.fsdp && dist::world_size() != 2) GTEST_SKIP() << "FSDP points run at dp_shard 2";
   LoadOptions o = LoadOptions::for_training();
   o.verbose = false;
+  if (p.fsdp) o.mesh = dist::ParallelismConfig{1, 2, 1}.build_device_mesh();
   o.distributed_config.enable_sequence_parallel = p.sequence_parallel;
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir(p.model), o);
   auto data = tp::testing::synthetic_data(model.config().vocab_size, 4, p.seq);
@@ -59,6 +64,7 @@ TEST_P(MemoryEstimateGrid, PredictsTheMeasuredPeakWithin15Percent) {
   a.bf16 = p.bf16;
   a.gradient_checkpointing = p.policy != "off";
   if (a.gradient_checkpointing) a.gradient_checkpointing_kwargs = {{"policy", p.policy}};
+  if (p.fsdp) a.fsdp = "full_shard";
   Trainer trainer(model, a, data);
   int64_t peak = 0;
   for (int64_t step = 0; step < 2; ++step) {
@@ -71,6 +77,8 @@ TEST_P(MemoryEstimateGrid, PredictsTheMeasuredPeakWithin15Percent) {
   in.config = model.config();
   in.distributed.tp_size = model.tp_size();
   in.distributed.enable_sequence_parallel = p.sequence_parallel;
+  in.dp_shard_size = p.fsdp ? 2 : 1;
+  in.fsdp = p.fsdp;
   in.seq_len = p.seq;
   in.batch_size = 1;
   in.bf16 = p.bf16;
@@ -95,7 +103,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Point{"qwen3-mem", 512, true, "selective"}, Point{"qwen3-mem", 512, false, "selective"},
                       Point{"llama-mem", 512, true, "off"}, Point{"llama-mem", 512, true, "full"},
                       Point{"llama-mem", 64, true, "selective"}, Point{"qwen3-mem", 512, true, "off", true},
-                      Point{"qwen3-mem", 512, true, "full", true}),
+                      Point{"qwen3-mem", 512, true, "full", true}, Point{"qwen3-mem", 512, true, "full", false, true},
+                      Point{"qwen3-mem", 512, false, "off", false, true},
+                      Point{"llama-mem", 512, true, "selective", false, true}),
     point_name);
 
 TEST(MemoryEstimate, NamesWhatItCannotEstimate) {

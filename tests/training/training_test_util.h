@@ -9,6 +9,7 @@
 
 #include "tp/dist/process_group.h"
 #include "tp/training/data.h"
+#include "tp/training/lora.h"
 
 namespace tp::testing {
 
@@ -27,6 +28,14 @@ inline void expect_close_rel(const Tensor& got, const Tensor& want, double tol, 
   const double scale = std::max(max_abs(want), 1e-30);
   EXPECT_LE(max_abs_diff(got, want), tol * scale) << what << " at tp " << dist::world_size() << " (max |want| "
                                                   << scale << ")";
+}
+
+// PEFT's init with a non-zero B, so that A's gradients are not zero from the first step.
+inline std::function<Tensor(const nn::Parameter&)> nonzero_lora_init(uint64_t seed) {
+  return [seed](const nn::Parameter& p) {
+    if (p.name.find("lora_B") != std::string::npos) return Tensor::randn(p.global_shape, p.name.size(), 0.f, 0.05f);
+    return training::peft_init(seed)(p);
+  };
 }
 
 inline void expect_near_rel(double got, double want, double tol, const std::string& what) {

@@ -38,6 +38,7 @@ struct TrainFlags {
   std::optional<int64_t> dp_replicate_size, dp_shard_size;
   std::optional<double> ddp_bucket_cap_mb;
   std::string gradient_checkpointing_kwargs;
+  std::string fsdp_config;
   bool estimate_memory = false;
   // LoRA: on when any --lora-* flag is given; PEFT's defaults for the rest.
   std::optional<int64_t> lora_r;
@@ -96,6 +97,8 @@ std::optional<training::MemoryEstimate> estimate_memory(const TrainFlags& f, con
   mem.distributed.tp_plan = f.model.tp_plan;
   mem.distributed.enable_sequence_parallel = f.model.sequence_parallel;
   mem.dp_shard_size = f.dp_shard_size.value_or(1);
+  mem.fsdp = a.fsdp_options().enabled;
+  mem.fsdp_reshard_after_forward = a.fsdp_options().reshard_after_forward;
   mem.seq_len = seq_len;
   mem.batch_size = a.per_device_train_batch_size;
   mem.bf16 = a.bf16;
@@ -127,6 +130,13 @@ int run_train(TrainFlags& f) {
     } catch (const nlohmann::json::exception& e) {
       throw UsageError(fmt::format("--gradient-checkpointing-kwargs is not JSON ({}): {}",
                                    f.gradient_checkpointing_kwargs, e.what()));
+    }
+  }
+  if (!f.fsdp_config.empty()) {
+    try {
+      a.fsdp_config = nlohmann::json::parse(f.fsdp_config);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(fmt::format("--fsdp-config is not JSON ({}): {}", f.fsdp_config, e.what()));
     }
   }
   if (!f.eval_data.empty()) a.eval_strategy = "steps";
@@ -229,7 +239,8 @@ int run_train(TrainFlags& f) {
                lora ? fmt::format("LoRA (r={} on {}) ", lora->config().r,
                                   fmt::join(lora->config().targets_for(model.config().model_type), ","))
                     : std::string(),
-               dist::world_size(), layout, train->size(), train->seq_len(), train->documents(),
+               dist::world_size(),
+               trainer.fsdp() != nullptr ? fmt::format("{}, fsdp={}", layout, a.fsdp) : layout, train->size(), train->seq_len(), train->documents(),
                train->dropped_tokens(), trainer.state().max_steps, a.bf16 ? "bf16 (f32 master weights)" : "f32",
                trainer.loss_parallel() ? "vocab-parallel" : "gathered-logits",
                trainer.optimizer().state_bytes() >> 20);
@@ -318,7 +329,13 @@ Registrar reg("train", "Train (fine-tune) a model on text files with tensor para
   app.add_option("--dp-replicate-size", f->dp_replicate_size,
                  "data-parallel replicas (default: ranks / (tp-size x dp-shard-size))");
   app.add_option("--dp-shard-size", f->dp_shard_size,
-                 "data-parallel ranks that shard the optimizer state between them (ZeRO/FSDP-like; default 1)");
+                 "data-parallel ranks that shard the optimizer state between them (ZeRO-1/2; with --fsdp, "
+                 "also the parameters and gradients; default 1)");
+  app.add_option("--fsdp", a.fsdp, "shard parameters, gradients and optimizer state over --dp-shard-size: "
+                 "full_shard (free a layer's weights after its forward) or shard_grad_op (keep them to the backward)")
+      ->expected(0, 1)
+      ->default_str("full_shard");
+  app.add_option("--fsdp-config", f->fsdp_config, "JSON: {\"reshard_after_forward\": true | false}");
   app.add_option("--ddp-bucket-cap-mb", f->ddp_bucket_cap_mb, "data parallelism: gradient bucket size (default 25)");
   app.add_flag("--gradient-checkpointing", a.gradient_checkpointing,
                "recompute each decoder layer's forward in the backward instead of keeping its activations");

@@ -1,6 +1,7 @@
 #include "tp/training/arguments.h"
 
 #include <cmath>
+#include <sstream>
 
 #include "tp/tensor/error.h"
 #include "tp/training/schedule.h"
@@ -42,6 +43,43 @@ void TrainingArguments::validate() const {
   TP_CHECK(!save_total_limit || *save_total_limit >= 1, "save_total_limit must be >= 1, got {}",
            save_total_limit.value_or(0));
   checkpointing();
+  fsdp_options();
+}
+
+TrainingArguments::Fsdp TrainingArguments::fsdp_options() const {
+  Fsdp f;
+  std::istringstream words(fsdp);
+  bool any = false;
+  for (std::string w; words >> w; any = true) {
+    if (w == "full_shard" || w == "hybrid_shard") {
+      f.enabled = true;
+    } else if (w == "shard_grad_op" || w == "hybrid_shard_zero2") {
+      f.enabled = true;
+      f.reshard_after_forward = false;
+    } else if (w != "auto_wrap") {
+      fail("fsdp option '{}' is not supported; supported: full_shard, shard_grad_op, hybrid_shard, "
+           "hybrid_shard_zero2, auto_wrap (offload is not: the parameters live in host memory already)", w);
+    }
+  }
+  TP_CHECK(!any || f.enabled, "fsdp '{}' names no sharding strategy; add full_shard or shard_grad_op", fsdp);
+  const json& config = fsdp_config;
+  TP_CHECK(config.is_object() || config.is_null(), "fsdp_config must be a JSON object, got {}", config.dump());
+  if (config.is_null()) return f;
+  for (const auto& [raw_key, value] : config.items()) {
+    const std::string key = raw_key.rfind("fsdp_", 0) == 0 ? raw_key.substr(5) : raw_key;
+    if (key == "reshard_after_forward") {
+      TP_CHECK(value.is_boolean(), "fsdp_config: {} must be true or false, got {}", raw_key, value.dump());
+      f.reshard_after_forward = value.get<bool>();
+    } else if (key == "version") {
+      TP_CHECK(value == 2, "fsdp_config: {} {} is not supported; supported: 2 (per-parameter sharding, FSDP2)",
+               raw_key, value.dump());
+    } else {
+      fail("fsdp_config: '{}' is not supported; supported: reshard_after_forward, fsdp_version", raw_key);
+    }
+  }
+  TP_CHECK(f.enabled || config.empty(), "fsdp_config {} was given without fsdp (set fsdp to full_shard, or drop it)",
+           config.dump());
+  return f;
 }
 
 GradientCheckpointing TrainingArguments::checkpointing() const {
@@ -101,7 +139,9 @@ json TrainingArguments::to_json() const {
             {"bf16", bf16},
             {"loss_parallel", loss_parallel},
             {"gradient_checkpointing", gradient_checkpointing},
-            {"gradient_checkpointing_kwargs", gradient_checkpointing_kwargs}};
+            {"gradient_checkpointing_kwargs", gradient_checkpointing_kwargs},
+            {"fsdp", fsdp},
+            {"fsdp_config", fsdp_config}};
   j["eval_steps"] = eval_steps ? json(*eval_steps) : json(nullptr);
   j["save_total_limit"] = save_total_limit ? json(*save_total_limit) : json(nullptr);
   j["data_seed"] = data_seed ? json(*data_seed) : json(nullptr);

@@ -51,8 +51,25 @@ struct TrainingArguments {
   bool gradient_checkpointing = false;
   nlohmann::json gradient_checkpointing_kwargs = nlohmann::json::object();
 
+  // FSDP over the dp_shard dim (Transformers' fsdp, space-separated options):
+  // "full_shard" (parameters, gradients and optimizer state sharded; a layer's
+  // weights are freed after its forward and gathered again for its backward),
+  // "shard_grad_op" (the same, but kept from the forward to the backward),
+  // "hybrid_shard" / "hybrid_shard_zero2" (the same two; replicas over
+  // dp_replicate), "auto_wrap" (accepted: a unit is always one decoder layer).
+  // fsdp_config: {"reshard_after_forward": bool (FSDP2's name; overrides the
+  // choice above), "fsdp_version": 2}; keys may carry Transformers' "fsdp_" prefix.
+  std::string fsdp;
+  nlohmann::json fsdp_config = nlohmann::json::object();
+
   // The parsed checkpointing (disabled unless gradient_checkpointing); errors name the key.
   GradientCheckpointing checkpointing() const;
+  // Whether fsdp is on, and its reshard_after_forward; errors name the option or key.
+  struct Fsdp {
+    bool enabled = false;
+    bool reshard_after_forward = true;
+  };
+  Fsdp fsdp_options() const;
 
   // Checks every value; errors name the argument and the value.
   void validate() const;

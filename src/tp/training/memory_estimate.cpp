@@ -75,12 +75,18 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
   const int64_t tp = in.distributed.tp_size.value_or(1);
   const PlanReport plan = make_plan_report(c, in.distributed, DType::F32);
   double params = 0, matrices = 0;
+  double layer_params = 0, layer_matrices = 0;  // of all the decoder layers
   int64_t vocab_local = c.vocab_size;
   for (const PlanParamRow& row : plan.parameters) {
     if (!row.tied_to.empty()) continue;
     const double n = static_cast<double>(numel(row.local_shapes.at(0)));
+    const bool matrix = row.local_shapes.at(0).size() >= 2;
     params += n;
-    if (row.local_shapes.at(0).size() >= 2) matrices += n;
+    if (matrix) matrices += n;
+    if (row.name.rfind("model.layers.", 0) == 0) {
+      layer_params += n;
+      if (matrix) layer_matrices += n;
+    }
     if (row.name == "lm_head.weight" || (row.name == "model.embed_tokens.weight" && c.tie_word_embeddings))
       vocab_local = row.local_shapes.at(0).at(0);
   }
@@ -92,6 +98,20 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
   const double compute_copy = in.bf16 ? matrices * (in.bf16_native ? 2 : 4) : 0;
   e.weights = static_cast<int64_t>(4 * master_elements + compute_copy);
   e.gradients = static_cast<int64_t>(4 * params);
+  if (in.fsdp) {
+    // Masters and gradients in chunks of 1 / dp_shard; gathered: the root unit's
+    // compute weights and whole gradient, and one decoder layer's (training/fsdp.h),
+    // or, kept from the forward to the backward, every layer's weights.
+    const double L = static_cast<double>(std::max<int64_t>(c.num_hidden_layers, 1));
+    const double root = params - layer_params, root_matrices = matrices - layer_matrices;
+    auto compute_bytes = [&](double all, double mats) {
+      return (all - mats) * 4 + mats * (in.bf16 && in.bf16_native ? 2 : 4);
+    };
+    const double gathered_layers = in.fsdp_reshard_after_forward ? 1 : L;
+    e.weights = static_cast<int64_t>(4 * params / d + compute_bytes(root, root_matrices) +
+                                     compute_bytes(layer_params / L, layer_matrices / L) * gathered_layers);
+    e.gradients = static_cast<int64_t>(4 * params / d + 4 * (root + layer_params / L));
+  }
   const bool sgd = in.optim == "sgd";
   e.optimizer = static_cast<int64_t>((sgd ? (in.sgd_momentum > 0 ? 4 : 0) : 8) * params / d);
 

@@ -9,6 +9,8 @@
 //                only this rank's chunks of the matrices) and, under bf16, the compute
 //                copy of the matrices (2 bytes, or 4 where bf16 is run as f32 GEMMs);
 //   gradients    the f32 gradient slab (4 bytes per local parameter);
+//   (under fsdp, masters and gradients / dp_shard, plus the root unit's and one
+//   layer's gathered compute weights and whole gradient);
 //   optimizer    AdamW's two moments (8 bytes; / dp_shard), SGD's momentum (4 or 0);
 //   activations  what each decoder layer saves for its backward (per layer: the
 //                residual stream at the norms, bf16 copies of the projections'
@@ -37,6 +39,8 @@ struct MemoryEstimateInputs {
   ModelConfig config;
   parallel::DistributedConfig distributed;  // tp_size, plan, sequence parallelism
   int64_t dp_shard_size = 1;
+  bool fsdp = false;  // fully sharded over dp_shard (TrainingArguments.fsdp)
+  bool fsdp_reshard_after_forward = true;  // else every layer stays gathered from its forward to its backward
   int64_t seq_len = 1024;
   int64_t batch_size = 1;  // per device
   bool bf16 = false;

@@ -13,23 +13,24 @@ namespace {
 // Elements per task: the update of one block and its bf16 rounding stay in cache.
 constexpr int64_t kBlock = 4096;
 
-// Runs `update(p, w, begin, end, state)` over the elements this rank owns of
+// Runs `update(p, w, g, begin, end, state)` over the elements this rank owns of
 // every parameter (all of them unless the updates are sharded), in blocks split
-// over threads: elements [begin, end) of p, whose masters start at w and
-// optimizer state at `state`; then rounds the block's new masters into the bf16
-// compute copy.
+// over threads: elements [begin, end) of p, whose masters start at w, gradients
+// at g and optimizer state at `state`; then rounds the block's new masters into
+// the bf16 compute copy (fully sharded: the next gather does).
 template <class Update>
 void for_each_block(ModelParameters& params, Update update) {
   for (TrainableParam& p : params.params()) {
     for (const OwnedSegment& seg : p.owned) {
       float* masters = params.owned_master(p, seg);
+      const float* grads = params.owned_grad(p, seg);
       const int64_t n = seg.end - seg.begin, blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (blocks > 16)
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t begin = seg.begin + b * kBlock, end = std::min(seg.end, begin + kBlock);
         float* w = masters + (begin - seg.begin);
-        update(p, w, begin, end, seg.state + (begin - seg.begin));
-        round_into_compute_copy(p, w, begin, end);
+        update(p, w, grads + (begin - seg.begin), begin, end, seg.state + (begin - seg.begin));
+        if (!params.fully_sharded()) round_into_compute_copy(p, w, begin, end);
       }
     }
   }
@@ -138,10 +139,10 @@ void AdamW::step(double lr, float grad_scale) {
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
   const AdamWKernel kernel = adamw_kernel();
-  for_each_block(params_, [&](TrainableParam& p, float* w, int64_t begin, int64_t end, int64_t state) {
+  for_each_block(params_, [&](TrainableParam& p, float* w, const float* g, int64_t begin, int64_t end, int64_t state) {
     AdamWScalars pc = c;
     pc.keep = static_cast<float>(1 - lr * (p.decay ? o_.weight_decay : 0.0));
-    kernel(pc, w, p.grad.data<float>() + begin, m + state, v + state, end - begin);
+    kernel(pc, w, g, m + state, v + state, end - begin);
   });
 }
 
@@ -166,9 +167,8 @@ void SGD::step(double lr, float grad_scale) {
   ++steps_;
   const float rate = static_cast<float>(lr), mu = static_cast<float>(o_.momentum);
   float* buf = momentum_buffer_.defined() ? momentum_buffer_.data<float>() : nullptr;
-  for_each_block(params_, [&](TrainableParam& p, float* w, int64_t begin, int64_t end, int64_t state) {
+  for_each_block(params_, [&](TrainableParam& p, float* w, const float* g, int64_t begin, int64_t end, int64_t state) {
     const float lambda = static_cast<float>(p.decay ? o_.weight_decay : 0.0);
-    const float* g = p.grad.data<float>() + begin;
     float* b = buf ? buf + state : nullptr;
 #pragma omp simd
     for (int64_t i = 0; i < end - begin; ++i) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <regex>
+#include <tuple>
 
 #include <immintrin.h>
 
@@ -54,6 +55,9 @@ double sum_squares(const float* g, int64_t n) {
   return avx512 ? sum_squares_avx512(g, n) : sum_squares_scalar(g, n);
 }
 
+// Under bf16 compute a matrix computes on a bf16 copy; vectors always on f32 masters.
+bool computes_in_bf16(bool bf16, const Tensor& loaded) { return bf16 && loaded.dim() >= 2; }
+
 Tensor view(const Tensor& slab, int64_t offset, const Shape& shape) {
   return Tensor::wrap(slab.storage(), slab.storage_offset() + static_cast<size_t>(offset) * dtype_size(slab.dtype()),
                       shape, slab.dtype());
@@ -63,9 +67,11 @@ Tensor view(const Tensor& slab, int64_t offset, const Shape& shape) {
 
 ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
                                  const std::function<bool(const std::string&)>& trainable,
-                                 const ExpertParallelGroups& ep)
-    : group_(tp_group), ep_(ep), bf16_(bf16_compute) {
+                                 const ExpertParallelGroups& ep, const FullyShardOptions& fsdp)
+    : group_(tp_group), ep_(ep), bf16_(bf16_compute), fsdp_(fsdp.enabled()) {
   TP_CHECK(!ep_.enabled() || ep_.replicas != nullptr, "ModelParameters: expert parallelism needs the ep_replicas group");
+  TP_CHECK(!fsdp_ || !ep_.enabled(), "FSDP with expert parallelism is not supported: shard over dp_shard, or the "
+           "experts over ep, not both");
   if (bf16_) {
     // Rank 0's measurement decides for all: ranks must run the same arithmetic.
     // Only rank 0 probes: ranks sharing cores would time each other's probes.
@@ -111,6 +117,7 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
       seen[p->data.impl()] = params_.size();
       TrainableParam t;
       t.name = p->name;
+      t.index = static_cast<int64_t>(params_.size());
       t.refs = {p};
       t.global_shape = p->global_shape;
       t.decay = decays(p->name);
@@ -126,6 +133,16 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   }
   std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return !p.expert_sharded; });
   std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return p.replicated; });
+  if (fsdp_) {
+    // Unit by unit (the root first); within one, tp-replicated before tp-sharded
+    // and vectors before matrices: each run is one bucket, of one compute dtype,
+    // and as long on every tp rank as its replicated runs need (sync_replicated_grads).
+    auto key = [&](const TrainableParam& p) {
+      return std::tuple(fsdp.unit_of(p.name), !p.replicated, computes_in_bf16(bf16_, p.refs[0]->data));
+    };
+    std::stable_sort(params_.begin(), params_.end(),
+                     [&](const TrainableParam& a, const TrainableParam& b) { return key(a) < key(b); });
+  }
 
   for (TrainableParam& p : params_) {
     p.offset = numel_;
@@ -136,6 +153,15 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   state_numel_ = numel_;
   for (TrainableParam& p : params_) p.owned = {{0, p.refs[0]->data.numel(), p.offset}};
   master_ = Tensor::zeros({numel_});
+  if (fsdp_) {
+    for (TrainableParam& p : params_) {
+      const Tensor& loaded = p.refs[0]->data;
+      p.master = view(master_, p.offset, loaded.shape());
+      p.master.copy_from(loaded);
+    }
+    fully_shard(fsdp);
+    return;
+  }
   grad_ = Tensor::zeros({numel_});
   if (bf16_) compute_copy_ = Tensor::zeros({numel_}, bf16_native_ ? DType::BF16 : DType::F32);
   for (TrainableParam& p : params_) {
@@ -160,7 +186,15 @@ const TrainableParam& ModelParameters::find(const std::string& name) const {
   fail("no trainable parameter named '{}'", name);
 }
 
-void ModelParameters::zero_grad() { std::memset(grad_.raw_data(), 0, grad_.nbytes()); }
+void ModelParameters::zero_grad() {
+  Tensor& g = fsdp_ ? grad_shard_ : grad_;
+  std::memset(g.raw_data(), 0, g.nbytes());
+}
+
+float* ModelParameters::owned_grad(const TrainableParam& p, const OwnedSegment& seg) const {
+  if (fsdp_) return grad_shard_.data<float>() + seg.state;
+  return p.grad.data<float>() + seg.begin;
+}
 
 void round_into_compute_copy(const TrainableParam& p, const float* src, int64_t begin, int64_t end) {
   if (p.compute.is_same(p.master)) return;
@@ -171,6 +205,10 @@ void round_into_compute_copy(const TrainableParam& p, const float* src, int64_t 
 }
 
 void ModelParameters::refresh_compute_weights() {
+  if (fsdp_) {  // a unit's weights are gathered from the masters when it runs next
+    for (size_t u = 0; u < units_.size(); ++u) release_unit(u);
+    return;
+  }
   TP_CHECK(!masters_sharded_, "refresh_compute_weights: the masters are sharded (use gather_updated_weights)");
   for (TrainableParam& p : params_) {
     const int64_t n = p.master.numel(), block = 1 << 16;
@@ -180,7 +218,16 @@ void ModelParameters::refresh_compute_weights() {
 }
 
 void ModelParameters::sync_replicated_grads() {
-  if (group_.size() == 1 || replicated_end_ == 0) return;
+  if (group_.size() == 1) return;
+  if (fsdp_) {  // each replicated bucket's chunk: the same chunk on every tp rank of this dp coordinate
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (!layout_[b].replicated) continue;
+      Tensor mine = grad_shard_.narrow(0, layout_[b].state, owned_chunk(b).size);
+      group_.broadcast(mine, 0);
+    }
+    return;
+  }
+  if (replicated_end_ == 0) return;
   Tensor replicated = grad_.narrow(0, 0, replicated_end_);
   group_.broadcast(replicated, 0);
 }
@@ -212,7 +259,7 @@ double ModelParameters::global_grad_norm() const {
     double& into = p.expert_sharded ? experts : mine;
     for (const OwnedSegment& seg : p.owned) {
       // Blocks over threads, summed in block order: the same bits for a given thread count.
-      const float* g = p.grad.data<float>() + seg.begin;
+      const float* g = owned_grad(p, seg);
       const int64_t n = seg.end - seg.begin, block = 1 << 16, blocks = (n + block - 1) / block;
       std::vector<double> part(static_cast<size_t>(blocks));
 #pragma omp parallel for schedule(static) if (blocks > 1)
@@ -231,6 +278,11 @@ void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::
   TP_CHECK(shard_group_ == nullptr, "shard_updates: the updates are sharded already");
   shard_group_ = &shard_group;
   buckets_ = buckets;
+  assign_owned();
+  if (bf16_) shard_masters();
+}
+
+void ModelParameters::assign_owned() {
   std::vector<SlabRange> owned;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const ChunkSpan c = owned_chunk(b);
@@ -240,7 +292,7 @@ void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::
   size_t r = 0;
   for (TrainableParam& p : params_) {
     p.owned.clear();
-    const int64_t begin = p.offset, end = p.offset + p.grad.numel();
+    const int64_t begin = p.offset, end = p.offset + p.master.numel();
     while (r < owned.size() && owned[r].end <= begin) {
       state_numel_ += owned[r].end - owned[r].begin;
       ++r;
@@ -254,7 +306,6 @@ void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::
     }
   }
   for (; r < owned.size(); ++r) state_numel_ += owned[r].end - owned[r].begin;
-  if (bf16_) shard_masters();
 }
 
 ChunkSpan ModelParameters::owned_chunk(size_t b) const {
@@ -298,6 +349,10 @@ float* ModelParameters::owned_master(const TrainableParam& p, const OwnedSegment
 
 void ModelParameters::gather_updated_weights() {
   if (shard_group_ == nullptr) return;
+  if (fsdp_) {  // the units gather the new masters when they run next
+    refresh_compute_weights();
+    return;
+  }
   if (!masters_sharded_) {
     for (const SlabRange& b : buckets_) shard_group_->all_gather_in_place(master_.narrow(0, b.begin, b.end - b.begin));
     refresh_compute_weights();
@@ -317,6 +372,127 @@ void ModelParameters::gather_updated_weights() {
   }
   shard_group_->all_reduce(sum);
   vector_slab_.copy_from(sum);
+}
+
+// ---------------------------------------------------------------- FSDP
+
+void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
+  shard_group_ = fsdp.group;
+  // Units and their buckets: runs of one unit, one tp placement, one compute dtype.
+  std::vector<size_t> bucket_of(params_.size());
+  size_t at_byte = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const TrainableParam& p = params_[i];
+    const int64_t unit = fsdp.unit_of(p.name);
+    const bool matrix = computes_in_bf16(bf16_, p.master);
+    const DType dtype = matrix && bf16_native_ ? DType::BF16 : DType::F32;
+    const int64_t end = i + 1 < params_.size() ? params_[i + 1].offset : numel_;
+    if (units_.empty() || units_.back().id != unit) {
+      TP_CHECK(units_.empty() || units_.back().id < unit, "FSDP: parameter '{}' of unit {} out of unit order", p.name,
+               unit);
+      units_.push_back({unit, p.offset, p.offset, {}, nullptr, nullptr});
+      at_byte = 0;
+    }
+    ParamUnit& u = units_.back();
+    const bool fresh = u.buckets.empty() || layout_[u.buckets.back()].replicated != p.replicated ||
+                       computes_in_bf16(bf16_, params_[i - 1].master) != matrix;
+    if (fresh) {
+      at_byte = (at_byte + 63) / 64 * 64;
+      u.buckets.push_back(buckets_.size());
+      buckets_.push_back({p.offset, p.offset});
+      layout_.push_back({dtype, at_byte, 0, p.replicated, units_.size() - 1});
+    }
+    buckets_.back().end = end;
+    at_byte += static_cast<size_t>(end - p.offset) * dtype_size(dtype);
+    u.end = end;
+    bucket_of[i] = buckets_.size() - 1;
+    if (i + 1 == params_.size() || fsdp.unit_of(params_[i + 1].name) != unit) {
+      u.compute = Storage::allocate(at_byte);
+      u.grad = Storage::allocate(static_cast<size_t>(u.end - u.begin) * sizeof(float));
+    }
+  }
+  assign_owned();
+  int64_t state = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    layout_[b].state = state;
+    state += owned_chunk(b).size;
+  }
+  // The masters shrink to this rank's chunks; the model's tensors become views of the unit buffers.
+  master_shard_ = Tensor::zeros({std::max<int64_t>(state_numel_, 1)});
+  grad_shard_ = Tensor::zeros({std::max<int64_t>(state_numel_, 1)});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TrainableParam& p = params_[i];
+    const BucketLayout& b = layout_[bucket_of[i]];
+    const ParamUnit& u = units_[b.unit];
+    for (const OwnedSegment& seg : p.owned)
+      std::memcpy(master_shard_.data<float>() + seg.state, p.master.data<float>() + seg.begin,
+                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+    const Shape shape = p.master.shape();
+    p.grad = Tensor::wrap(u.grad, static_cast<size_t>(p.offset - u.begin) * sizeof(float), shape, DType::F32);
+    p.compute = Tensor::wrap(u.compute, b.compute_byte + static_cast<size_t>(p.offset - buckets_[bucket_of[i]].begin) *
+                                                             dtype_size(b.compute),
+                             shape, b.compute);
+    p.master = Tensor();
+    p.compute.set_requires_grad(true);
+    p.compute.set_grad(p.grad);
+    for (nn::Parameter* ref : p.refs) ref->data = p.compute;
+  }
+  master_ = Tensor();
+  masters_sharded_ = true;
+  for (ParamUnit& u : units_) {
+    u.compute->release();
+    u.grad->release();
+  }
+}
+
+void ModelParameters::gather_unit(size_t u) {
+  ParamUnit& unit = units_[u];
+  unit.compute->restore();
+  // This rank's chunks, from its masters (rounded where the weight computes in bf16) ...
+  for (size_t b : unit.buckets)
+    for (TrainableParam& p : params_) {
+      if (p.offset < buckets_[b].begin || p.offset >= buckets_[b].end) continue;
+      for (const OwnedSegment& seg : p.owned) {
+        const float* src = master_shard_.data<float>() + seg.state;
+        const auto n = static_cast<size_t>(seg.end - seg.begin);
+        if (p.compute.dtype() == DType::BF16)
+          convert_f32_to_bf16(src, p.compute.data<bf16>() + seg.begin, n);
+        else if (computes_in_bf16(bf16_, p.compute))
+          round_f32_to_bf16(src, p.compute.data<float>() + seg.begin, n);
+        else
+          std::memcpy(p.compute.data<float>() + seg.begin, src, n * sizeof(float));
+      }
+    }
+  // ... and everyone's, bucket by bucket.
+  for (size_t b : unit.buckets) {
+    const BucketLayout& l = layout_[b];
+    shard_group_->all_gather_in_place(
+        Tensor::wrap(unit.compute, l.compute_byte, {buckets_[b].end - buckets_[b].begin}, l.compute));
+  }
+}
+
+void ModelParameters::begin_unit_grads(size_t u) {
+  ParamUnit& unit = units_[u];
+  unit.grad->restore();
+  std::memset(unit.grad->data(), 0, unit.grad->bytes());
+}
+
+void ModelParameters::reduce_unit_grads(size_t u, dist::ProcessGroup& replicate) {
+  ParamUnit& unit = units_[u];
+  for (size_t b : unit.buckets) {
+    // The reduce-scatter, as an all-reduce of which this rank keeps its chunk
+    // (the faster of the two on CPU ranks: data_parallel.h).
+    Tensor g = Tensor::wrap(unit.grad, static_cast<size_t>(buckets_[b].begin - unit.begin) * sizeof(float),
+                            {buckets_[b].end - buckets_[b].begin}, DType::F32);
+    shard_group_->all_reduce(g);
+    const ChunkSpan c = owned_chunk(b);
+    Tensor mine = g.narrow(0, c.offset, c.size);
+    if (replicate.size() > 1) replicate.all_reduce(mine);
+    const float* src = mine.data<float>();
+    float* dst = grad_shard_.data<float>() + layout_[b].state;
+    for (int64_t i = 0; i < c.size; ++i) dst[i] += src[i];
+  }
+  unit.grad->release();
 }
 
 Tensor ModelParameters::local_view(const Tensor& slab, const TrainableParam& p) {
@@ -344,6 +520,14 @@ void ModelParameters::load_masters(const Tensor& full) {
   TP_CHECK(full.numel() == numel_, "load_masters: a slab of {} elements, the parameters hold {}", full.numel(), numel_);
   if (!masters_sharded_) {
     if (!full.is_same(master_)) master_.copy_from(full);
+    refresh_compute_weights();
+    return;
+  }
+  if (fsdp_) {
+    for (TrainableParam& p : params_)
+      for (const OwnedSegment& seg : p.owned)
+        std::memcpy(owned_master(p, seg), full.data<float>() + p.offset + seg.begin,
+                    static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
     refresh_compute_weights();
     return;
   }

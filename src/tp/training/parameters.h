@@ -25,7 +25,16 @@
 // so they stay whole); after an update the chunks are all-gathered back into
 // every rank's compute weights. The gradient slab stays whole: the backward
 // accumulates into it, and the reduce-scatter leaves each rank its chunk.
+//
+// Fully sharded over dp_shard (FullyShardOptions, FSDP / ZeRO-3): the parameters
+// are grouped into units (a decoder layer each, and the root: embeddings, final
+// norm, lm_head) and the slabs ordered by unit. Each rank keeps only its chunks'
+// f32 masters, gradients and optimizer state; a unit's compute weights and its
+// whole gradient are buffers that exist only while training/fsdp.h has the unit
+// gathered (Storage::release), so every rank holds about 16 bytes per parameter
+// / (tp x dp_shard) plus the units gathered at the time.
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +55,7 @@ struct OwnedSegment {
 
 struct TrainableParam {
   std::string name;                  // the checkpoint name (the first of tied names)
+  int64_t index = 0;                 // its place among the trained parameters, in the model's order
   std::vector<nn::Parameter*> refs;  // every module parameter that shares it
   Shape global_shape;
   std::vector<parallel::ParamShard> shards;  // every tp rank's slice
@@ -82,6 +92,23 @@ struct ExpertParallelGroups {
   bool enabled() const { return ep != nullptr; }
 };
 
+// FSDP over `group` (the dp_shard group): unit_of gives a parameter's unit, the
+// index of its decoder layer or -1 for the root (everything outside the layers).
+struct FullyShardOptions {
+  dist::ProcessGroup* group = nullptr;
+  std::function<int64_t(const std::string&)> unit_of;
+  bool enabled() const { return group != nullptr; }
+};
+
+// One fully sharded unit: its parameters' slab range, and the buffers of its
+// gathered compute weights and of its whole gradient (released when not in use).
+struct ParamUnit {
+  int64_t id = -1;                 // decoder layer index, -1 for the root
+  int64_t begin = 0, end = 0;      // slab elements
+  std::vector<size_t> buckets;     // its buckets (ModelParameters::buckets()), in order
+  std::shared_ptr<Storage> compute, grad;
+};
+
 class ModelParameters {
  public:
   // Takes over `model`'s parameters: their values move into the slabs and the
@@ -92,7 +119,7 @@ class ModelParameters {
   // the ep group when `ep` is enabled.
   ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
                   const std::function<bool(const std::string&)>& trainable = {},
-                  const ExpertParallelGroups& ep = {});
+                  const ExpertParallelGroups& ep = {}, const FullyShardOptions& fsdp = {});
   ModelParameters(const ModelParameters&) = delete;
   ModelParameters& operator=(const ModelParameters&) = delete;
 
@@ -116,6 +143,7 @@ class ModelParameters {
   bool masters_sharded() const { return masters_sharded_; }
   // Bytes of f32 master weights this rank holds.
   int64_t master_bytes() const {
+    if (fsdp_) return static_cast<int64_t>(master_shard_.nbytes());
     return static_cast<int64_t>(masters_sharded_ ? master_shard_.nbytes() + vector_slab_.nbytes() : master_.nbytes());
   }
   const std::vector<SlabRange>& buckets() const { return buckets_; }
@@ -145,6 +173,25 @@ class ModelParameters {
   // The group p's shards are over: the ep group for expert-sharded parameters, else the tp group.
   dist::ProcessGroup& group_of(const TrainableParam& p) const { return p.expert_sharded ? *ep_.ep : group_; }
   const ExpertParallelGroups& expert_parallel() const { return ep_; }
+
+  // ---- fully sharded (FSDP) only
+  bool fully_sharded() const { return fsdp_; }
+  dist::ProcessGroup* shard_group() const { return shard_group_; }
+  const std::vector<ParamUnit>& units() const { return units_; }
+  // Takes memory for unit u's compute weights and all-gathers them from every
+  // rank's masters (rounded to the compute precision). Collective over dp_shard.
+  void gather_unit(size_t u);
+  void release_unit(size_t u) { units_[u].compute->release(); }
+  bool unit_gathered(size_t u) const { return !units_[u].compute->released(); }
+  // Takes memory for unit u's whole gradient, zeroed, for a backward to accumulate into.
+  void begin_unit_grads(size_t u);
+  bool unit_grads_live(size_t u) const { return !units_[u].grad->released(); }
+  // Sums unit u's gradient over dp_shard and then dp_replicate, adds this rank's
+  // chunks into its gradient shard and releases the whole gradient. Collective.
+  void reduce_unit_grads(size_t u, dist::ProcessGroup& replicate);
+  // This rank's gradient of element seg.begin of p (the segment follows it):
+  // in the gradient shard when fully sharded, else in the slab.
+  float* owned_grad(const TrainableParam& p, const OwnedSegment& seg) const;
 
   void zero_grad();
   // After the masters changed (an optimizer step, a resume): rounds them into
@@ -183,6 +230,21 @@ class ModelParameters {
   Tensor master_shard_;  // sharded masters: the owned elements', laid out like the optimizer state
   Tensor vector_slab_;   // sharded masters: vectors (which compute in f32 on their masters), whole
   void shard_masters();
+  // The owned segments and the optimizer state's layout for buckets_ (the chunk rule).
+  void assign_owned();
+  // FSDP: the slabs as units and buckets, their buffers, and the masters cut to this rank's chunks.
+  void fully_shard(const FullyShardOptions& fsdp);
+  bool fsdp_ = false;
+  std::vector<ParamUnit> units_;
+  struct BucketLayout {
+    DType compute = DType::F32;  // the compute weights' dtype (one per bucket)
+    size_t compute_byte = 0;     // where they start in the unit's compute buffer
+    int64_t state = 0;           // where this rank's chunk starts in the state layout
+    bool replicated = false;     // over tp: synced from tp rank 0
+    size_t unit = 0;
+  };
+  std::vector<BucketLayout> layout_;
+  Tensor grad_shard_;  // FSDP: this rank's chunks of the gradient, laid out like the optimizer state
   // Every rank's owned parts in slab layout, `source` giving a segment's first value. Collective.
   Tensor gather_owned(const std::function<const float*(const TrainableParam&, const OwnedSegment&)>& source) const;
 };

@@ -2,10 +2,13 @@
 
 #include <xmmintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "tp/autograd/tape.h"
@@ -17,6 +20,7 @@
 #include "tp/nn/layers.h"
 #include "tp/training/checkpoint.h"
 #include "tp/training/data_parallel.h"
+#include "tp/training/fsdp.h"
 #include "tp/training/loss.h"
 #include "tp/training/router_aux_loss.h"
 #include "tp/ops/elementwise.h"
@@ -164,7 +168,22 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
              "with one of them", mesh.size("ep"), dp_size_);
     ep = {&mesh.group("ep"), &mesh.group("ep_replicas")};
   }
-  params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable, ep);
+  const TrainingArguments::Fsdp fsdp = args_.fsdp_options();
+  FullyShardOptions shard;
+  if (fsdp.enabled) {
+    TP_CHECK(mesh.has_dim("dp_shard") && mesh.size("dp_shard") > 1,
+             "fsdp '{}' shards over the dp_shard dim, which this run does not have (size {}); give it 2 or more "
+             "ranks (--dp-shard-size N, ParallelismConfig(dp_shard_size=N))", args_.fsdp,
+             mesh.has_dim("dp_shard") ? mesh.size("dp_shard") : 1);
+    // A parameter's unit: its decoder layer, or the root.
+    static const std::regex layer(R"((?:^|\.)layers\.(\d+)\.)");
+    shard = {&mesh.group("dp_shard"), [](const std::string& name) -> int64_t {
+               std::smatch m;
+               return std::regex_search(name, m, layer) ? std::stoll(m[1].str()) : -1;
+             }};
+  }
+  params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable, ep,
+                                              shard);
   for (nn::Module* m : model_.lm().modules())
     if (auto* router = dynamic_cast<const nn::TopKRouter*>(m)) routers_.push_back(router);
   if (!routers_.empty()) {
@@ -172,7 +191,11 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
     if (moe.output_router_logits) router_aux_loss_coef_ = moe.router_aux_loss_coef;
   }
   TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
-  if (dp_ != nullptr) {
+  if (fsdp.enabled) {
+    fsdp_ = std::make_unique<FullyShardedDataParallel>(*params_, mesh.group("dp_replicate"),
+                                                       fsdp.reshard_after_forward);
+    model_.lm().set_unit_hooks(fsdp_.get());
+  } else if (dp_ != nullptr) {
     const double mib = args_.ddp_bucket_cap_mb.value_or(25.0);
     reducer_ = std::make_unique<GradientReducer>(*params_, mesh.group("dp_replicate"), mesh.group("dp_shard"),
                                                  static_cast<int64_t>(mib * 1024 * 1024));
@@ -202,6 +225,20 @@ Trainer::~Trainer() {
   // The model outlives the trainer: give it back its planned lm_head.
   if (model_.sharded_logits()) model_.set_sharded_logits(false);
   model_.lm().set_gradient_checkpointing({});
+  if (fsdp_) {
+    // And whole weights: every unit gathered for good (collective; not while an
+    // error unwinds one rank alone).
+    model_.lm().set_unit_hooks(nullptr);
+    if (std::uncaught_exceptions() == 0)
+      for (size_t u = 0; u < params_->units().size(); ++u)
+        if (!params_->unit_gathered(u)) params_->gather_unit(u);
+  }
+}
+
+MicroBatch Trainer::idle_micro_batch() const {
+  Tensor ids = train_->batch({0});
+  std::vector<int64_t> ignored(static_cast<size_t>(ids.numel()), -100);
+  return {ids, Tensor::from_ints(ignored, ids.shape())};
 }
 
 double Trainer::lr_at(int64_t step) const {
@@ -286,22 +323,26 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     // The last backward reduces gradient buckets over dp as they complete (DDP's no_sync before it).
     std::unique_ptr<autograd::LeafGradReadyHook> watch;
     if (reducer_ && k + 1 == micro_batches.size()) watch = reducer_->watch_backward();
-    if (!mb.input_ids.defined()) continue;
-    Tensor loss = loss_of(mb.input_ids, mb.labels, static_cast<double>(r.targets), vocab);
+    if (fsdp_) watch = fsdp_->watch_backward();
+    const bool idle = !mb.input_ids.defined();
+    if (idle && !fsdp_) continue;
+    const MicroBatch run = idle ? idle_micro_batch() : mb;  // its loss and gradients are zeros
+    Tensor loss = loss_of(run.input_ids, run.labels, static_cast<double>(r.targets), vocab);
     if (router_aux_loss_coef_) {
       const Tensor aux = router_aux_loss();
-      r.aux_loss += aux.item();
-      ++aux_batches;
-      loss = ops::add(loss, ops::scale(aux, *router_aux_loss_coef_));
+      if (!idle) {
+        r.aux_loss += aux.item();
+        ++aux_batches;
+      }
+      loss = ops::add(loss, ops::scale(aux, idle ? 0.0 : *router_aux_loss_coef_));
     }
     r.loss += loss.item();
     autograd::backward(loss);
   }
   if (aux_batches > 0) r.aux_loss /= static_cast<double>(aux_batches);
-  if (reducer_) {
-    reducer_->finish();
-    r.loss = sum_over_ranks(r.loss, *dp_);
-  }
+  if (reducer_) reducer_->finish();
+  if (fsdp_) fsdp_->finish();
+  if (dp_ != nullptr) r.loss = sum_over_ranks(r.loss, *dp_);
   state_.num_input_tokens_seen += tokens;
   state_.total_flos += flos_per_token_ * static_cast<double>(tokens);
   // Nothing has touched the weights yet: a bad step leaves the model (and the last checkpoint) as they were.
@@ -328,6 +369,10 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   if (reducer_) {
     reducer_->gather_updated_weights();
     r.data_parallel_s = reducer_->take_communication_seconds();
+  }
+  if (fsdp_) {
+    fsdp_->gather_updated_weights();
+    r.data_parallel_s = fsdp_->take_communication_seconds();
   }
   r.optimizer_s = since(t2);
   ++state_.global_step;
@@ -425,6 +470,11 @@ json Trainer::evaluate() {
     loss_sum += loss_of(ids, ids, 1.0, vocab).item();  // normalizer 1: the sum
     targets += count_targets(ids);
   }
+  // FSDP: every dp rank runs as many forwards (each gathers every unit); the short ones run an ignored one.
+  if (fsdp_ && batches % dp_size_ != 0 && dp_rank_ >= batches % dp_size_) {
+    const MicroBatch idle = idle_micro_batch();
+    loss_of(idle.input_ids, idle.labels, 1.0, vocab);
+  }
   if (dp_ != nullptr) {
     loss_sum = sum_over_ranks(loss_sum, *dp_);
     Tensor t = Tensor::from_ints({targets}, {1});
@@ -466,8 +516,15 @@ void Trainer::save_model(const fs::path& dir) {
 }
 
 json Trainer::checkpoint_identity() const {
+  // In the slabs' order without FSDP (replicated, tp-sharded, expert-sharded; each in
+  // the model's order), whatever this run's: checkpoints resume across layouts.
+  std::vector<const TrainableParam*> order;
+  for (const TrainableParam& p : params_->params()) order.push_back(&p);
+  std::sort(order.begin(), order.end(), [](const TrainableParam* a, const TrainableParam* b) {
+    return std::tuple(!a->replicated, a->expert_sharded, a->index) < std::tuple(!b->replicated, b->expert_sharded, b->index);
+  });
   json params = json::array();
-  for (const TrainableParam& p : params_->params()) params.push_back({p.name, p.global_shape});
+  for (const TrainableParam* p : order) params.push_back({p->name, p->global_shape});
   // The plan without the sequence-parallel layout's entries: they split no
   // parameter, so a run may resume with sequence parallelism turned on or off.
   std::set<std::pair<std::string, std::string>> layout;

@@ -54,6 +54,7 @@
 namespace tp::training {
 
 class GradientReducer;
+class FullyShardedDataParallel;
 
 // Hooks around the loop (Transformers' TrainerCallback); called on every rank.
 class TrainerCallback {
@@ -137,7 +138,8 @@ class Trainer {
   const TrainingArguments& args() const { return args_; }
   ModelParameters& parameters() { return *params_; }
   Optimizer& optimizer() { return *optimizer_; }
-  GradientReducer* gradient_reducer() { return reducer_.get(); }  // null without data parallelism
+  GradientReducer* gradient_reducer() { return reducer_.get(); }  // null without data parallelism, or under fsdp
+  FullyShardedDataParallel* fsdp() { return fsdp_.get(); }        // null unless args.fsdp
   PretrainedModel& model() { return model_; }
   bool loss_parallel() const { return model_.sharded_logits(); }
   // The loss is computed from lm_head's input a chunk of tokens at a time (no
@@ -173,6 +175,10 @@ class Trainer {
   int dp_rank_ = 0;
   std::unique_ptr<ModelParameters> params_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<FullyShardedDataParallel> fsdp_;
+  // FSDP: a micro-batch for a dp rank that has none (every rank must run every
+  // unit's collectives): one block whose targets are all ignored.
+  MicroBatch idle_micro_batch() const;
   std::unique_ptr<Optimizer> optimizer_;
   ScheduleType schedule_;
   int64_t steps_per_epoch_ = 1, total_steps_ = 0, warmup_ = 0;

@@ -1,0 +1,72 @@
+#pragma once
+// FSDP (ZeRO-3) over the dp_shard dim: the runtime of ModelParameters' fully
+// sharded units (TrainingArguments.fsdp "full_shard" / "shard_grad_op").
+//
+// The decoder calls it around its units (tp/models/unit_hooks.h):
+//   - begin_forward: the root unit (embeddings, final norm, lm_head) is gathered,
+//     and stays gathered until the step's gradients are reduced (finish), as
+//     torchtitan keeps its root;
+//   - a layer's unit is all-gathered before its forward and, with
+//     reshard_after_forward, released after it; an identity recorded on the
+//     layer's output gathers it again when the backward reaches the layer (its
+//     gradient buffer is taken there), and one recorded on its input, which the
+//     backward reaches once the layer is done, reduce-scatters the gradient into
+//     this rank's chunks and releases the weights and the whole gradient.
+// The collectives are blocking (see data_parallel.h: nothing to overlap with on
+// CPU ranks), so at most one layer is gathered besides the root. A checkpointed
+// layer's recompute runs between those two identities, on the weights the
+// backward gathered: no layer is gathered twice. Every rank runs the same units
+// in the same order; a dp rank with no data in a micro-batch must still run
+// one (the Trainer gives it a batch whose targets are all ignored).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tp/autograd/tape.h"
+#include "tp/models/unit_hooks.h"
+#include "tp/training/parameters.h"
+
+namespace tp::training {
+
+class FullyShardedDataParallel : public UnitHooks {
+ public:
+  // `params` fully sharded over `shard`; `replicate`: this rank's dp_replicate group (HSDP).
+  FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup& replicate, bool reshard_after_forward);
+
+  void begin_forward() override;
+  Tensor enter_layer(int64_t layer, const Tensor& h) override;
+  Tensor leave_layer(int64_t layer, const Tensor& h) override;
+
+  // Arms every backward of a step: the engine then adds each parameter's
+  // gradient into its unit's buffer at the parameter's last use, inside the
+  // unit's window (not at the end of the backward, when the buffer is gone).
+  std::unique_ptr<autograd::LeafGradReadyHook> watch_backward() const;
+  // After the step's last backward: reduces what the backward did not (the
+  // root, and a layer whose input needed no gradient), and releases every unit.
+  void finish();
+  // After the optimizer step: the units gather the new weights when they run next.
+  void gather_updated_weights() { params_.gather_updated_weights(); }
+
+  // All-gathers of units since the last take (one per unit and forward, one more
+  // per layer and backward when resharded after the forward).
+  int64_t take_gathers();
+  // The most decoder layers gathered at once so far (the root not counted).
+  int64_t max_gathered_layers() const { return max_gathered_layers_; }
+  // Seconds spent in its collectives since the last take.
+  double take_communication_seconds();
+
+ private:
+  int64_t unit_of_layer(int64_t layer) const;
+  void gather(size_t u);
+  void reduce(size_t u);
+
+  ModelParameters& params_;
+  dist::ProcessGroup& replicate_;
+  bool reshard_after_forward_;
+  std::vector<int64_t> layer_unit_;  // layer index -> unit, -1 where a layer has nothing trained
+  int64_t root_ = -1;                // the root's unit, -1 if it has nothing trained
+  int64_t gathers_ = 0, max_gathered_layers_ = 0;
+  double comm_clock_ = 0;
+};
+
+}  // namespace tp::training
