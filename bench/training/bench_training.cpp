@@ -106,6 +106,8 @@ int main(int argc, char** argv) {
   app.add_option("--gradient-checkpointing", checkpointing, "off, full or selective")
       ->check(CLI::IsMember({"off", "full", "selective"}));
   app.add_option("--every-n-layers", every_n_layers, "checkpoint layer i when i + 1 is a multiple of N");
+  std::string fsdp;
+  app.add_option("--fsdp", fsdp, "TrainingArguments.fsdp over --dp-shard-size: full_shard or shard_grad_op");
   CLI11_PARSE(app, argc, argv);
 
   auto t_load = Clock::now();
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
   args.save_strategy = "no";
   args.bf16 = dtype == "bf16";
   args.gradient_checkpointing = checkpointing != "off";
+  args.fsdp = fsdp;
   if (args.gradient_checkpointing)
     args.gradient_checkpointing_kwargs = {{"policy", checkpointing}, {"every_n_layers", every_n_layers}};
   std::optional<training::LoraModel> lora;
@@ -148,7 +151,7 @@ int main(int argc, char** argv) {
   std::vector<double> losses;
   std::vector<int64_t> faults, fresh_mb;
   std::vector<double> fb_s, norm_s, opt_s, tp_comm_s, dp_comm_s;
-  int64_t step_peak_tensor_bytes = 0, peak_tensor_bytes = 0;
+  int64_t step_peak_tensor_bytes = 0, peak_tensor_bytes = 0, live_between_steps = 0;
   const int64_t rss_before_steps = bench::current_rss();
   for (int64_t s = 0; s < warmup + steps; ++s) {
     std::vector<int64_t> blocks;  // this replica's slice of the global batch
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
     const double c0 = group.collective_seconds();
     reset_peak_tensor_bytes();
     const size_t live0 = allocator_stats().tensor_bytes;
+    live_between_steps = static_cast<int64_t>(live0);
     auto t0 = Clock::now();
     training::StepResult r = trainer.training_step({{ids, ids}});
     const double tp_comm = group.collective_seconds() - c0;
@@ -206,6 +210,8 @@ int main(int argc, char** argv) {
     mem.distributed.tp_size = model.tp_size();
     mem.distributed.enable_sequence_parallel = sequence_parallel;
     mem.dp_shard_size = *parallelism.resolved(job.size()).dp_shard_size;
+    mem.fsdp = args.fsdp_options().enabled;
+    mem.fsdp_reshard_after_forward = args.fsdp_options().reshard_after_forward;
     mem.seq_len = seq_len;
     mem.batch_size = batch;
     mem.bf16 = args.bf16;
@@ -218,6 +224,10 @@ int main(int argc, char** argv) {
   }
   // What the optimizer holds on each rank (its moments; a dp_shard rank only its chunks').
   Tensor all_opt_job = job.all_gather(Tensor::from_ints({trainer.optimizer().state_bytes()}, {1}), 0);
+  // Between steps: what the run keeps (masters, gradients, optimizer state; under
+  // FSDP no unit is gathered then), and this rank's local parameters (its tp slice, padded).
+  Tensor all_live = job.all_gather(Tensor::from_ints({live_between_steps}, {1}), 0);
+  Tensor all_local = job.all_gather(Tensor::from_ints({trainer.parameters().numel()}, {1}), 0);
   double bf16_gflops = 0, f32_gflops = 0;
   if (!skip_ceilings && job.rank() == 0) {
     bf16_gflops = matmul_gflops(DType::BF16);
@@ -263,6 +273,9 @@ int main(int argc, char** argv) {
     j["lora_r"] = lora_r;
     j["trainable_parameters"] = trainable;
     j["optimizer_state_bytes_per_rank"] = all_opt_job.to_int_vector();
+    j["fsdp"] = fsdp;
+    j["tensor_bytes_between_steps_per_rank"] = all_live.to_int_vector();
+    j["local_parameters_per_rank"] = all_local.to_int_vector();
     j["gradient_bytes_per_rank"] = trainer.parameters().numel() * 4;
     if (!skip_ceilings) {
       j["bf16_matmul_gflops_same_run"] = bf16_gflops;

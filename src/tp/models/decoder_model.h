@@ -37,12 +37,14 @@ class DecoderModel : public nn::Module {
     UnitHooks* hooks = unit_hooks != nullptr ? *unit_hooks : nullptr;
     if (hooks != nullptr) hooks->begin_forward();
     Tensor h = embed_tokens(inputs.at(0));
+    if (hooks != nullptr) h = hooks->leave_embedding(h);
     for (size_t i = 0; i < layers.size(); ++i) {
       const auto layer = static_cast<int64_t>(i);
       if (hooks != nullptr) h = hooks->enter_layer(layer, h);
       h = checkpointing != nullptr && checkpointing->applies(layer) ? checkpointed(*layers[i], h) : (*layers[i])(h);
       if (hooks != nullptr) h = hooks->leave_layer(layer, h);
     }
+    if (hooks != nullptr) h = hooks->enter_head(h);
     return norm(h);
   }
 

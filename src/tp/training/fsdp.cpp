@@ -48,9 +48,37 @@ void FullyShardedDataParallel::reduce(size_t u) {
 }
 
 void FullyShardedDataParallel::begin_forward() {
-  if (root_ < 0) return;
+  if (root_ >= 0) gather(root_);
+}
+
+Tensor FullyShardedDataParallel::leave_embedding(const Tensor& h) {
+  if (root_ < 0) return h;
+  Tensor out = h;
+  if (autograd::needs_grad({h})) {
+    out = alias(h);
+    // The embedding's backward, the last of all, adds into the root's gradient
+    // (it reads no weight); finish() reduces it.
+    autograd::record("fsdp_embedding_pre_backward", {h}, {out}, [this](const std::vector<Tensor>& g) {
+      if (!params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
+      return std::vector<Tensor>{g[0]};
+    });
+  }
+  if (reshard_after_forward_ || !autograd::is_grad_enabled()) params_.release_unit(root_);
+  return out;
+}
+
+Tensor FullyShardedDataParallel::enter_head(const Tensor& h) {
+  if (root_ < 0) return h;
   gather(root_);
-  if (autograd::is_grad_enabled() && !params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
+  if (!autograd::needs_grad({h})) return h;
+  if (!params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
+  Tensor out = alias(h);
+  // Runs once lm_head's and the final norm's backward are done.
+  autograd::record("fsdp_head_post_backward", {h}, {out}, [this](const std::vector<Tensor>& g) {
+    reduce(root_);
+    return std::vector<Tensor>{g[0]};
+  });
+  return out;
 }
 
 Tensor FullyShardedDataParallel::enter_layer(int64_t layer, const Tensor& h) {

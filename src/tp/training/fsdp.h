@@ -3,9 +3,12 @@
 // sharded units (TrainingArguments.fsdp "full_shard" / "shard_grad_op").
 //
 // The decoder calls it around its units (tp/models/unit_hooks.h):
-//   - begin_forward: the root unit (embeddings, final norm, lm_head) is gathered,
-//     and stays gathered until the step's gradients are reduced (finish), as
-//     torchtitan keeps its root;
+//   - the root unit (embeddings, final norm, lm_head) is gathered for embed_tokens
+//     and, with reshard_after_forward, released after it; gathered again before
+//     the final norm, it stays through lm_head, the loss and their backward, after
+//     which its gradient is reduce-scattered and it is released; the embedding's
+//     backward, the last, takes a fresh gradient buffer, which finish() reduces
+//     (a tied lm_head's gradient is reduced in those two parts);
 //   - a layer's unit is all-gathered before its forward and, with
 //     reshard_after_forward, released after it; an identity recorded on the
 //     layer's output gathers it again when the backward reaches the layer (its
@@ -13,7 +16,9 @@
 //     backward reaches once the layer is done, reduce-scatters the gradient into
 //     this rank's chunks and releases the weights and the whole gradient.
 // The collectives are blocking (see data_parallel.h: nothing to overlap with on
-// CPU ranks), so at most one layer is gathered besides the root. A checkpointed
+// CPU ranks), so with reshard_after_forward at most one unit is gathered at a
+// time; without it (shard_grad_op) every unit stays gathered from its forward to
+// its backward. A checkpointed
 // layer's recompute runs between those two identities, on the weights the
 // backward gathered: no layer is gathered twice. Every rank runs the same units
 // in the same order; a dp rank with no data in a micro-batch must still run
@@ -34,6 +39,8 @@ class FullyShardedDataParallel : public UnitHooks {
   FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup& replicate, bool reshard_after_forward);
 
   void begin_forward() override;
+  Tensor leave_embedding(const Tensor& h) override;
+  Tensor enter_head(const Tensor& h) override;
   Tensor enter_layer(int64_t layer, const Tensor& h) override;
   Tensor leave_layer(int64_t layer, const Tensor& h) override;
 
@@ -47,8 +54,9 @@ class FullyShardedDataParallel : public UnitHooks {
   // After the optimizer step: the units gather the new weights when they run next.
   void gather_updated_weights() { params_.gather_updated_weights(); }
 
-  // All-gathers of units since the last take (one per unit and forward, one more
-  // per layer and backward when resharded after the forward).
+  // All-gathers of units since the last take (per micro-batch: each layer once in
+  // the forward and, resharded after it, once more in the backward; the root
+  // once, or twice when resharded).
   int64_t take_gathers();
   // The most decoder layers gathered at once so far (the root not counted).
   int64_t max_gathered_layers() const { return max_gathered_layers_; }

@@ -99,18 +99,21 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
   e.weights = static_cast<int64_t>(4 * master_elements + compute_copy);
   e.gradients = static_cast<int64_t>(4 * params);
   if (in.fsdp) {
-    // Masters and gradients in chunks of 1 / dp_shard; gathered: the root unit's
-    // compute weights and whole gradient, and one decoder layer's (training/fsdp.h),
-    // or, kept from the forward to the backward, every layer's weights.
+    // Masters and gradients in chunks of 1 / dp_shard; gathered, one unit at a time
+    // (training/fsdp.h): the root's compute weights and whole gradient (lm_head and
+    // the loss's backward) or a decoder layer's, the larger; or, kept from the
+    // forward to the backward (shard_grad_op), every layer's weights too.
     const double L = static_cast<double>(std::max<int64_t>(c.num_hidden_layers, 1));
     const double root = params - layer_params, root_matrices = matrices - layer_matrices;
     auto compute_bytes = [&](double all, double mats) {
       return (all - mats) * 4 + mats * (in.bf16 && in.bf16_native ? 2 : 4);
     };
-    const double gathered_layers = in.fsdp_reshard_after_forward ? 1 : L;
-    e.weights = static_cast<int64_t>(4 * params / d + compute_bytes(root, root_matrices) +
-                                     compute_bytes(layer_params / L, layer_matrices / L) * gathered_layers);
-    e.gradients = static_cast<int64_t>(4 * params / d + 4 * (root + layer_params / L));
+    const double layer_compute = compute_bytes(layer_params / L, layer_matrices / L);
+    const double gathered = in.fsdp_reshard_after_forward
+                                ? std::max(compute_bytes(root, root_matrices), layer_compute)
+                                : compute_bytes(root, root_matrices) + layer_compute * L;
+    e.weights = static_cast<int64_t>(4 * params / d + gathered);
+    e.gradients = static_cast<int64_t>(4 * params / d + 4 * std::max(root, layer_params / L));
   }
   const bool sgd = in.optim == "sgd";
   e.optimizer = static_cast<int64_t>((sgd ? (in.sgd_momentum > 0 ? 4 : 0) : 8) * params / d);

@@ -9,8 +9,8 @@
 //                only this rank's chunks of the matrices) and, under bf16, the compute
 //                copy of the matrices (2 bytes, or 4 where bf16 is run as f32 GEMMs);
 //   gradients    the f32 gradient slab (4 bytes per local parameter);
-//   (under fsdp, masters and gradients / dp_shard, plus the root unit's and one
-//   layer's gathered compute weights and whole gradient);
+//   (under fsdp, masters and gradients / dp_shard, plus the gathered compute
+//   weights and whole gradient of the root unit or a layer, the larger);
 //   optimizer    AdamW's two moments (8 bytes; / dp_shard), SGD's momentum (4 or 0);
 //   activations  what each decoder layer saves for its backward (per layer: the
 //                residual stream at the norms, bf16 copies of the projections'
