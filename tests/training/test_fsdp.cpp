@@ -290,3 +290,29 @@ TEST(FsdpErrors, NameTheOptionAndTheSizes) {
   orphan.fsdp_config = {{"reshard_after_forward", false}};
   EXPECT_NE(message({"dpshard4", 1, 4, 1}, orphan).find("without fsdp"), std::string::npos);
 }
+
+// Evaluation under FSDP: ranks with one batch fewer (6 batches over 4 ranks) run
+// an ignored forward, so every rank gathers every unit; the loss is dp_replicate's.
+TEST(FsdpEval, UnevenBatchesGiveDpReplicatesLoss) {
+  if (dist::world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const Layout l{"dpshard4", 1, 4, 1};
+  auto eval = tp::testing::synthetic_data(516, 6, kSeq);
+  TrainingArguments a = args_for("eval"), f = args_for("eval", "full_shard");
+  for (TrainingArguments* x : {&a, &f}) {
+    x->per_device_eval_batch_size = 1;
+    x->max_steps = 2;
+  }
+  PretrainedModel ma = load("qwen3", replicated(l)), mb = load("qwen3", l);
+  Trainer ddp(ma, a, data(), eval);
+  Trainer fsdp(mb, f, data(), eval);
+  for (int round = 0; round < 2; ++round) {  // before and after training
+    if (round == 1) {
+      ddp.train();
+      fsdp.train();
+    }
+    const double want = ddp.evaluate()["eval_loss"].get<double>();
+    const double got = fsdp.evaluate()["eval_loss"].get<double>();
+    expect_near_rel(got, want, 1e-5, "eval loss, round " + std::to_string(round));
+    expect_released(fsdp, "after evaluate, round " + std::to_string(round));
+  }
+}

@@ -123,6 +123,10 @@ void FullyShardedDataParallel::finish() {
     if (u >= 0 && params_.unit_grads_live(u)) reduce(u);
   }
   if (root_ >= 0 && params_.unit_grads_live(root_)) reduce(root_);
+  release();
+}
+
+void FullyShardedDataParallel::release() {
   for (size_t u = 0; u < params_.units().size(); ++u) params_.release_unit(u);
 }
 

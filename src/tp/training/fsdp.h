@@ -51,6 +51,8 @@ class FullyShardedDataParallel : public UnitHooks {
   // After the step's last backward: reduces what the backward did not (the
   // root, and a layer whose input needed no gradient), and releases every unit.
   void finish();
+  // Releases every unit's weights (after an evaluation: the root would stay gathered).
+  void release();
   // After the optimizer step: the units gather the new weights when they run next.
   void gather_updated_weights() { params_.gather_updated_weights(); }
 

@@ -475,6 +475,7 @@ json Trainer::evaluate() {
     const MicroBatch idle = idle_micro_batch();
     loss_of(idle.input_ids, idle.labels, 1.0, vocab);
   }
+  if (fsdp_) fsdp_->release();
   if (dp_ != nullptr) {
     loss_sum = sum_over_ranks(loss_sum, *dp_);
     Tensor t = Tensor::from_ints({targets}, {1});
