@@ -78,6 +78,9 @@ expect 2 "(dp_replicate_size 2 x dp_shard_size 1 x tp_size 2 = 4) does not match
   "$tp" "${dp[@]}" --dp-replicate-size 2 --tp-size 2 --output-dir "$dir/o"
 expect 2 "dp_shard_size is 0; parallelism sizes must be >= 1" -- "$tp" "${dp[@]}" --dp-shard-size 0 \
   --output-dir "$dir/o"
+expect 2 "--fsdp full_shard shards over --dp-shard-size, which is 1" -- "$tp" "${dp[@]}" --fsdp --output-dir "$dir/o"
+expect 2 "fsdp option 'offload' is not supported" -- "$tp" "${dp[@]}" --dp-shard-size 2 --fsdp "full_shard offload" \
+  --output-dir "$dir/o"
 echo "data parallel: dp 2 logs one rank's losses for the same global batch; sizes that do not fit are usage errors"
 
 # ---- bad input: an error before any step

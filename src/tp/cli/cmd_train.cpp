@@ -191,6 +191,9 @@ int run_train(TrainFlags& f) {
   if (ep_size > 1 && (f.dp_replicate_size.value_or(1) > 1 || f.dp_shard_size.value_or(1) > 1))
     throw UsageError("--ep-size with --dp-replicate-size / --dp-shard-size: expert parallelism with data "
                      "parallelism is not supported (use one of them)");
+  if (a.fsdp_options().enabled && f.dp_shard_size.value_or(1) < 2)
+    throw UsageError(fmt::format("--fsdp {} shards over --dp-shard-size, which is {}: give it 2 or more ranks "
+                                 "(--dp-shard-size N)", a.fsdp, f.dp_shard_size.value_or(1)));
   const dist::ParallelismConfig parallelism{f.dp_replicate_size, f.dp_shard_size, f.model.tp_size};
   LoadOptions load = LoadOptions::for_training();
   load.distributed_config.tp_plan = f.model.tp_plan;
