@@ -1,6 +1,7 @@
 #include "tp/training/fsdp.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "tp/autograd/tape.h"
 
@@ -8,8 +9,18 @@ namespace tp::training {
 
 namespace {
 
-// The same values as a tensor of its own, so that an op recorded on it has an output.
-Tensor alias(const Tensor& t) { return Tensor::wrap(t.storage(), t.storage_offset(), t.shape(), t.dtype()); }
+// h itself, through a recorded identity whose backward calls `act` when the
+// backward reaches that point, then passes the gradient on (h unchanged where
+// nothing is recorded).
+Tensor on_backward(const char* name, const Tensor& h, std::function<void()> act) {
+  if (!autograd::needs_grad({h})) return h;
+  Tensor out = Tensor::wrap(h.storage(), h.storage_offset(), h.shape(), h.dtype());
+  autograd::record(name, {h}, {out}, [act = std::move(act)](const std::vector<Tensor>& g) {
+    act();
+    return std::vector<Tensor>{g[0]};
+  });
+  return out;
+}
 
 }  // namespace
 
@@ -53,16 +64,11 @@ void FullyShardedDataParallel::begin_forward() {
 
 Tensor FullyShardedDataParallel::leave_embedding(const Tensor& h) {
   if (root_ < 0) return h;
-  Tensor out = h;
-  if (autograd::needs_grad({h})) {
-    out = alias(h);
-    // The embedding's backward, the last of all, adds into the root's gradient
-    // (it reads no weight); finish() reduces it.
-    autograd::record("fsdp_embedding_pre_backward", {h}, {out}, [this](const std::vector<Tensor>& g) {
-      if (!params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
-      return std::vector<Tensor>{g[0]};
-    });
-  }
+  // The embedding's backward, the last of all, adds into the root's gradient
+  // (it reads no weight); finish() reduces it.
+  Tensor out = on_backward("fsdp_embedding_pre_backward", h, [this] {
+    if (!params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
+  });
   if (reshard_after_forward_ || !autograd::is_grad_enabled()) params_.release_unit(root_);
   return out;
 }
@@ -70,44 +76,28 @@ Tensor FullyShardedDataParallel::leave_embedding(const Tensor& h) {
 Tensor FullyShardedDataParallel::enter_head(const Tensor& h) {
   if (root_ < 0) return h;
   gather(root_);
-  if (!autograd::needs_grad({h})) return h;
-  if (!params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
-  Tensor out = alias(h);
+  if (autograd::needs_grad({h}) && !params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
   // Runs once lm_head's and the final norm's backward are done.
-  autograd::record("fsdp_head_post_backward", {h}, {out}, [this](const std::vector<Tensor>& g) {
-    reduce(root_);
-    return std::vector<Tensor>{g[0]};
-  });
-  return out;
+  return on_backward("fsdp_head_post_backward", h, [this] { reduce(root_); });
 }
 
 Tensor FullyShardedDataParallel::enter_layer(int64_t layer, const Tensor& h) {
   const int64_t u = unit_of_layer(layer);
   if (u < 0) return h;
   gather(u);
-  if (!autograd::needs_grad({h})) return h;  // finish() reduces it
-  Tensor out = alias(h);
-  // Runs once the backward has been through the whole layer: its gradients are complete.
-  autograd::record("fsdp_post_backward", {h}, {out}, [this, u](const std::vector<Tensor>& g) {
-    reduce(u);
-    return std::vector<Tensor>{g[0]};
-  });
-  return out;
+  // Runs once the backward has been through the whole layer: its gradients are
+  // complete (unrecorded when h needs no gradient: finish() reduces it then).
+  return on_backward("fsdp_post_backward", h, [this, u] { reduce(u); });
 }
 
 Tensor FullyShardedDataParallel::leave_layer(int64_t layer, const Tensor& h) {
   const int64_t u = unit_of_layer(layer);
   if (u < 0) return h;
-  Tensor out = h;
-  if (autograd::needs_grad({h})) {
-    out = alias(h);
-    // Runs before anything of the layer's backward.
-    autograd::record("fsdp_pre_backward", {h}, {out}, [this, u](const std::vector<Tensor>& g) {
-      gather(u);
-      if (!params_.unit_grads_live(u)) params_.begin_unit_grads(u);
-      return std::vector<Tensor>{g[0]};
-    });
-  }
+  // Runs before anything of the layer's backward.
+  Tensor out = on_backward("fsdp_pre_backward", h, [this, u] {
+    gather(u);
+    if (!params_.unit_grads_live(u)) params_.begin_unit_grads(u);
+  });
   if (reshard_after_forward_ || !autograd::is_grad_enabled()) params_.release_unit(u);
   return out;
 }

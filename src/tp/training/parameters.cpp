@@ -12,6 +12,7 @@
 
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
+#include "tp/ops/elementwise.h"
 #include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"
 #include "tp/tensor/convert.h"
@@ -134,11 +135,12 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return !p.expert_sharded; });
   std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return p.replicated; });
   if (fsdp_) {
+    for (TrainableParam& p : params_) p.unit = fsdp.unit_of(p.name);
     // Unit by unit (the root first); within one, tp-replicated before tp-sharded
     // and vectors before matrices: each run is one bucket, of one compute dtype,
     // and as long on every tp rank as its replicated runs need (sync_replicated_grads).
     auto key = [&](const TrainableParam& p) {
-      return std::tuple(fsdp.unit_of(p.name), !p.replicated, computes_in_bf16(bf16_, p.refs[0]->data));
+      return std::tuple(p.unit, !p.replicated, computes_in_bf16(bf16_, p.refs[0]->data));
     };
     std::stable_sort(params_.begin(), params_.end(),
                      [&](const TrainableParam& a, const TrainableParam& b) { return key(a) < key(b); });
@@ -383,14 +385,14 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
   size_t at_byte = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const TrainableParam& p = params_[i];
-    const int64_t unit = fsdp.unit_of(p.name);
+    const int64_t unit = p.unit;
     const bool matrix = computes_in_bf16(bf16_, p.master);
     const DType dtype = matrix && bf16_native_ ? DType::BF16 : DType::F32;
     const int64_t end = i + 1 < params_.size() ? params_[i + 1].offset : numel_;
     if (units_.empty() || units_.back().id != unit) {
       TP_CHECK(units_.empty() || units_.back().id < unit, "FSDP: parameter '{}' of unit {} out of unit order", p.name,
                unit);
-      units_.push_back({unit, p.offset, p.offset, {}, nullptr, nullptr});
+      units_.push_back({unit, p.offset, p.offset, {}, i, i, nullptr, nullptr});
       at_byte = 0;
     }
     ParamUnit& u = units_.back();
@@ -405,8 +407,9 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
     buckets_.back().end = end;
     at_byte += static_cast<size_t>(end - p.offset) * dtype_size(dtype);
     u.end = end;
+    u.last = i + 1;
     bucket_of[i] = buckets_.size() - 1;
-    if (i + 1 == params_.size() || fsdp.unit_of(params_[i + 1].name) != unit) {
+    if (i + 1 == params_.size() || params_[i + 1].unit != unit) {
       u.compute = Storage::allocate(at_byte);
       u.grad = Storage::allocate(static_cast<size_t>(u.end - u.begin) * sizeof(float));
     }
@@ -449,20 +452,19 @@ void ModelParameters::gather_unit(size_t u) {
   ParamUnit& unit = units_[u];
   unit.compute->restore();
   // This rank's chunks, from its masters (rounded where the weight computes in bf16) ...
-  for (size_t b : unit.buckets)
-    for (TrainableParam& p : params_) {
-      if (p.offset < buckets_[b].begin || p.offset >= buckets_[b].end) continue;
-      for (const OwnedSegment& seg : p.owned) {
-        const float* src = master_shard_.data<float>() + seg.state;
-        const auto n = static_cast<size_t>(seg.end - seg.begin);
-        if (p.compute.dtype() == DType::BF16)
-          convert_f32_to_bf16(src, p.compute.data<bf16>() + seg.begin, n);
-        else if (computes_in_bf16(bf16_, p.compute))
-          round_f32_to_bf16(src, p.compute.data<float>() + seg.begin, n);
-        else
-          std::memcpy(p.compute.data<float>() + seg.begin, src, n * sizeof(float));
-      }
+  for (size_t i = unit.first; i < unit.last; ++i) {
+    TrainableParam& p = params_[i];
+    for (const OwnedSegment& seg : p.owned) {
+      const float* src = master_shard_.data<float>() + seg.state;
+      const auto n = static_cast<size_t>(seg.end - seg.begin);
+      if (p.compute.dtype() == DType::BF16)
+        convert_f32_to_bf16(src, p.compute.data<bf16>() + seg.begin, n);
+      else if (computes_in_bf16(bf16_, p.compute))
+        round_f32_to_bf16(src, p.compute.data<float>() + seg.begin, n);
+      else
+        std::memcpy(p.compute.data<float>() + seg.begin, src, n * sizeof(float));
     }
+  }
   // ... and everyone's, bucket by bucket.
   for (size_t b : unit.buckets) {
     const BucketLayout& l = layout_[b];
@@ -488,9 +490,8 @@ void ModelParameters::reduce_unit_grads(size_t u, dist::ProcessGroup& replicate)
     const ChunkSpan c = owned_chunk(b);
     Tensor mine = g.narrow(0, c.offset, c.size);
     if (replicate.size() > 1) replicate.all_reduce(mine);
-    const float* src = mine.data<float>();
-    float* dst = grad_shard_.data<float>() + layout_[b].state;
-    for (int64_t i = 0; i < c.size; ++i) dst[i] += src[i];
+    Tensor into = grad_shard_.narrow(0, layout_[b].state, c.size);
+    ops::add_(into, mine);
   }
   unit.grad->release();
 }

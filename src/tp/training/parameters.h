@@ -56,6 +56,7 @@ struct OwnedSegment {
 struct TrainableParam {
   std::string name;                  // the checkpoint name (the first of tied names)
   int64_t index = 0;                 // its place among the trained parameters, in the model's order
+  int64_t unit = -1;                 // FSDP: its unit (decoder layer index, -1 for the root)
   std::vector<nn::Parameter*> refs;  // every module parameter that shares it
   Shape global_shape;
   std::vector<parallel::ParamShard> shards;  // every tp rank's slice
@@ -106,6 +107,7 @@ struct ParamUnit {
   int64_t id = -1;                 // decoder layer index, -1 for the root
   int64_t begin = 0, end = 0;      // slab elements
   std::vector<size_t> buckets;     // its buckets (ModelParameters::buckets()), in order
+  size_t first = 0, last = 0;      // its parameters: params()[first, last)
   std::shared_ptr<Storage> compute, grad;
 };
 
