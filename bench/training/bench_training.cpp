@@ -46,6 +46,7 @@
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/linear.h"
+#include "tp/training/fsdp.h"
 #include "tp/training/lora_training.h"
 #include "tp/training/memory_estimate.h"
 #include "tp/training/trainer.h"
@@ -275,6 +276,9 @@ int main(int argc, char** argv) {
     j["optimizer_state_bytes_per_rank"] = all_opt_job.to_int_vector();
     j["fsdp"] = fsdp;
     j["tensor_bytes_between_steps_per_rank"] = all_live.to_int_vector();
+    // FSDP: the most bytes of whole units (gathered weights, whole gradients, the
+    // root's gradient-block buffer) held at once on rank 0, on top of its chunks.
+    j["fsdp_peak_gathered_bytes"] = trainer.fsdp() != nullptr ? trainer.fsdp()->peak_gathered_bytes() : 0;
     j["local_parameters_per_rank"] = all_local.to_int_vector();
     j["gradient_bytes_per_rank"] = trainer.parameters().numel() * 4;
     if (!skip_ceilings) {

@@ -4,6 +4,7 @@
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/ops.h"
+#include "autograd/collecting_row_sink.h"
 
 using namespace tp;
 
@@ -167,4 +168,32 @@ TEST(Tape, LinearsReadingOneInputSaveOneBf16Copy) {
   EXPECT_GE(after_siblings - allocator_stats().tensor_bytes, bytes_of_h) << "the f32 input stayed alive";
   autograd::backward(ops::sum(ops::add(ops::add(ys[0], ys[1]), ys[2])));
   EXPECT_TRUE(x.grad().defined());
+}
+
+// A leaf with a row sink gets its gradient there, block by block in row order:
+// the embedding's backward makes each block itself (every block, rows no id
+// touched included), and a gradient the engine holds whole (a linear's) is
+// handed over in blocks; the sum is the gradient without a sink.
+TEST(Tape, RowGradSinkTakesTheGradientByBlocksOfRows) {
+  const int64_t V = 11, H = 5;
+  Tensor w0 = Tensor::randn({V, H}, 4);
+  Tensor ids = Tensor::from_ints({3, 0, 3, 10, 7}, {5});
+  Tensor x = Tensor::randn({5, H}, 6);
+  auto run = [&](const std::shared_ptr<tp::testing::CollectingRowSink>& sink) {
+    Tensor w = w0.clone();
+    w.set_requires_grad(true);
+    if (sink) autograd::set_row_grad_sink(w, sink);
+    EXPECT_FALSE(autograd::leaf_grad_buffer(w).defined());
+    Tensor e = ops::embedding(ids, w);
+    Tensor y = ops::linear(ops::mul(e, x), w);  // [5, V]: w again, as lm_head
+    autograd::backward(ops::sum(ops::mul(y, y)));
+    return sink ? Tensor() : w.grad();
+  };
+  const Tensor want = run(nullptr);
+  auto sink = std::make_shared<tp::testing::CollectingRowSink>(V, H, 4);
+  EXPECT_FALSE(run(sink).defined()) << "the leaf kept a gradient of its own";
+  EXPECT_EQ(sink->blocks, 6) << "3 blocks of 4, 4, 3 rows from each backward";
+  std::vector<float> got = sink->whole.to_vector(), expect = want.to_vector();
+  ASSERT_EQ(got.size(), expect.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expect[i], 1e-5 * (1 + std::fabs(expect[i]))) << i;
 }

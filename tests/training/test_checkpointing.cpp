@@ -15,6 +15,7 @@
 
 #include <filesystem>
 
+#include "autograd/collecting_row_sink.h"
 #include "models/model_test_util.h"
 #include "training/training_test_util.h"
 #include "tp/autograd/tape.h"
@@ -184,15 +185,19 @@ TEST_P(FusedLoss, EqualsTheGemmThenTheLoss) {
   for (int64_t i = 0; i < B * T; ++i) label_values.push_back(i % 7 == 3 ? -100 : (i * 5 + 1) % V);
   Tensor labels = Tensor::from_ints(label_values, {B, T});
   const VocabSlice vocab{rows.offset, V, &world};
-  auto run = [&](bool fused, int64_t chunk_bytes) {
+  // sink_rows > 0: lm_head's gradient taken by blocks of that many rows (FSDP's root).
+  auto run = [&](bool fused, int64_t chunk_bytes, int64_t sink_rows = 0) {
     Tensor h = Tensor::randn({B, T, H}, 5);
     h.set_requires_grad(true);
     Tensor wl = w.clone();
     wl.set_requires_grad(true);
+    auto sink = sink_rows > 0 ? std::make_shared<tp::testing::CollectingRowSink>(w.size(0), H, sink_rows) : nullptr;
+    if (sink) autograd::set_row_grad_sink(wl, sink);
     Tensor loss = fused ? causal_lm_loss_from_hidden(h, wl, c.compute, labels, 11.0, vocab, -100, chunk_bytes)
                         : causal_lm_loss(ops::linear(h, wl, Tensor(), c.compute), labels, 11.0, vocab);
     autograd::backward(loss);
-    return std::make_tuple(loss.item(), h.grad(), wl.grad());
+    if (sink) EXPECT_EQ(sink->blocks, (w.size(0) + sink_rows - 1) / sink_rows) << c.name << ": a block each";
+    return std::make_tuple(loss.item(), h.grad(), sink ? sink->whole : wl.grad());
   };
   const auto [loss, dh, dw] = run(false, 0);
   // 4 rows of logits per chunk (4 x 10 floats): 5 chunks, the last one short; and one chunk for everything.
@@ -202,6 +207,14 @@ TEST_P(FusedLoss, EqualsTheGemmThenTheLoss) {
     expect_close_rel(fused_dh, dh, 1e-6, c.name + " hidden's gradient");
     expect_close_rel(fused_dw, dw, 1e-6, c.name + " lm_head's gradient");
   }
+  // lm_head's gradient by blocks of 3 rows (the last one short), over several
+  // token chunks, against the GEMM's whole f32 gradient handed to the same sink
+  // (a bf16 leaf's own gradient is rounded to bf16).
+  const auto [sunk_loss, sunk_dh, sunk_dw] = run(true, 4 * 10 * 4, 3);
+  const Tensor whole_dw = std::get<2>(run(false, 0, 3));
+  tp::testing::expect_near_rel(sunk_loss, loss, 1e-6, c.name + " loss, gradient by rows");
+  expect_close_rel(sunk_dh, dh, 1e-6, c.name + " hidden's gradient, lm_head's by rows");
+  expect_close_rel(sunk_dw, whole_dw, 1e-6, c.name + " lm_head's gradient by rows");
 }
 
 INSTANTIATE_TEST_SUITE_P(Arithmetic, FusedLoss,

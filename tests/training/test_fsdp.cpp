@@ -130,8 +130,30 @@ TEST_P(Fsdp, TrainsAsDpReplicateWithTheSameGlobalBatch) {
     ASSERT_TRUE(fsdp.parameters().fully_sharded());
     const int64_t layers = a.config().num_hidden_layers;
     ASSERT_EQ(static_cast<int64_t>(fsdp.parameters().units().size()), layers + 1) << "a unit per layer and the root";
+    // The root's matrices (embedding, lm_head) take their gradients by blocks of
+    // 37 rows (vocab 516: 14 blocks, or 7 of a tp rank's 258), not into its buffer.
+    const int64_t H = a.config().hidden_size;
+    fsdp.fsdp()->set_row_block_bytes(4 * H * 37);
+    const ParamUnit& root = fsdp.parameters().units().front();
+    ASSERT_LT(root.id, 0);
+    int64_t root_vectors = 0;
+    for (size_t i = root.first; i < root.last; ++i) {
+      const TrainableParam& p = fsdp.parameters().params()[i];
+      EXPECT_EQ(p.grad_by_rows, p.grad.dim() == 2) << what << ": " << p.name;
+      if (!p.grad_by_rows) root_vectors += p.grad.numel();
+    }
+    EXPECT_LE(static_cast<int64_t>(root.grad->bytes()), 4 * root_vectors + 64 * 16)
+        << what << ": the root's gradient buffer holds its vectors only";
     ddp.train();
     fsdp.train();
+    EXPECT_EQ(fsdp.fsdp()->row_buffer_bytes(), 4 * H * 37) << what << ": one block's buffer";
+    if (reshard) {
+      // One unit's weights and gradient at a time, besides the blocks' buffer.
+      int64_t largest = 0;
+      for (const ParamUnit& u : fsdp.parameters().units())
+        largest = std::max<int64_t>(largest, static_cast<int64_t>(u.compute->bytes() + u.grad->bytes()));
+      EXPECT_LE(fsdp.fsdp()->peak_gathered_bytes(), largest + fsdp.fsdp()->row_buffer_bytes()) << what;
+    }
     // 14 blocks in global micro-batches of 4: at dp 4 the second step of every
     // epoch leaves two ranks without data, which still run every unit.
     expect_same_curve(fsdp, ddp, what, 1e-5);

@@ -6,6 +6,8 @@
 
 namespace tp::autograd {
 
+class RowGradSink;  // tape.h
+
 // How to make a tensor's values again instead of keeping them (an all-gathered
 // sequence: gather the shard again). An op that saves such an input for its
 // backward keeps this instead; the first backward that asks makes the values
@@ -24,6 +26,7 @@ struct TensorGradState {
   bool is_leaf = true;  // created by the user, not by a recorded op
   Tensor grad;          // accumulated gradient (leaves only)
   std::shared_ptr<Rebuild> rebuild;  // set by the op that made the tensor, when it can make it again
+  std::shared_ptr<RowGradSink> row_sink;  // a leaf's gradient taken by rows (tape.h)
 };
 
 }  // namespace tp::autograd

@@ -95,11 +95,34 @@ void clear_tape();
 void truncate_tape(size_t size);
 
 // The f32 buffer a leaf's gradient accumulates into, when it has one (see
-// Tensor::set_grad), else undefined. A backward closure may add its gradient for
+// Tensor::set_grad) and no row sink, else undefined. A backward closure may add its gradient for
 // that input straight into the buffer (e.g. a GEMM that accumulates) and return
 // an undefined gradient for it: no temporary of the parameter's size, no extra
 // pass over it. Only for leaves: anything else flows through the engine.
 Tensor leaf_grad_buffer(const Tensor& t);
+
+// A leaf whose gradient is taken a block of rows at a time instead of into a
+// buffer of its size (FSDP's vocabulary-sized root weights: their whole f32
+// gradient is never held). A backward that can make its gradient for such a
+// leaf by rows fills the sink's blocks in order and returns no gradient for it
+// (ops/embedding, the fused loss); any other gradient the engine delivers to the
+// leaf is handed to the sink block by block. Every block, in row order, on
+// every rank that shares the leaf's sink (its collectives run in end_block).
+class RowGradSink {
+ public:
+  virtual ~RowGradSink() = default;
+  virtual int64_t block_rows() const = 0;
+  // A zeroed f32 [rows, columns] buffer for the gradient of rows [row0, row0 + rows) ...
+  virtual Tensor begin_block(int64_t row0, int64_t rows) = 0;
+  // ... which the caller has filled: it is added into the leaf's gradient.
+  virtual void end_block() = 0;
+};
+// Sets (null: clears) the sink of a leaf that requires grad.
+void set_row_grad_sink(const Tensor& leaf, std::shared_ptr<RowGradSink> sink);
+// The leaf's sink, or null (also for a non-leaf).
+RowGradSink* row_grad_sink(const Tensor& t);
+// Hands a whole gradient g [rows, ...] of a leaf to its sink, block by block.
+void add_rows_to_sink(RowGradSink& sink, const Tensor& g);
 
 // Marks `out` (an op's output, already recorded) as one `make` can produce again
 // (see Rebuild in grad_state.h); rebuild_of returns it, or null.

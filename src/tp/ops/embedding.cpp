@@ -33,23 +33,37 @@ Tensor embedding(const Tensor& ids, const Tensor& w, int64_t vocab_start) {
   }
   if (autograd::needs_grad({w})) {
     autograd::record("embedding", {ids, w}, {out}, [id, w, vocab_start](const std::vector<Tensor>& g) {
-      int64_t v = w.size(0), h = w.size(1);
+      const int64_t v = w.size(0), h = w.size(1);
+      const float* gs = g[0].data<float>();
+      // Adds the rows [r0, r0 + rows) of the gradient into d (those rows).
+      auto scatter = [&](float* d, int64_t r0, int64_t rows) {
+        // Columns split over threads, so rows hit by repeated ids never race.
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(id.size()) * h > 65536)
+        for (int64_t c0 = 0; c0 < h; c0 += 64) {
+          const int64_t c1 = std::min(h, c0 + 64);
+          for (size_t i = 0; i < id.size(); ++i) {
+            const int64_t r = id[i] - vocab_start - r0;
+            if (r < 0 || r >= rows) continue;
+            for (int64_t c = c0; c < c1; ++c) d[r * h + c] += gs[i * h + c];
+          }
+        }
+      };
+      // A weight taking its gradient by rows gets every block, touched or not
+      // (its sink's collectives run on every rank).
+      if (autograd::RowGradSink* sink = autograd::row_grad_sink(w)) {
+        const int64_t step = std::max<int64_t>(sink->block_rows(), 1);
+        for (int64_t r0 = 0; r0 < v; r0 += step) {
+          Tensor block = sink->begin_block(r0, std::min(step, v - r0));
+          scatter(block.data<float>(), r0, block.size(0));
+          sink->end_block();
+        }
+        return std::vector<Tensor>{Tensor(), Tensor()};
+      }
       // Scatter-added straight into the weight's gradient buffer when it has one
       // (a vocabulary-sized table: no zeroed temporary, no pass to add it).
       Tensor buffer = autograd::leaf_grad_buffer(w);
       Tensor dw = buffer.defined() ? Tensor() : Tensor::zeros(w.shape());
-      float* d = buffer.defined() ? buffer.data<float>() : dw.data<float>();
-      const float* gs = g[0].data<float>();
-      // Columns split over threads, so rows hit by repeated ids never race.
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(id.size()) * h > 65536)
-      for (int64_t c0 = 0; c0 < h; c0 += 64) {
-        int64_t c1 = std::min(h, c0 + 64);
-        for (size_t i = 0; i < id.size(); ++i) {
-          int64_t r = id[i] - vocab_start;
-          if (r < 0 || r >= v) continue;
-          for (int64_t c = c0; c < c1; ++c) d[r * h + c] += gs[i * h + c];
-        }
-      }
+      scatter(buffer.defined() ? buffer.data<float>() : dw.data<float>(), 0, v);
       return std::vector<Tensor>{Tensor(), dw};
     });
   }

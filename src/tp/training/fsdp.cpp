@@ -22,6 +22,40 @@ Tensor on_backward(const char* name, const Tensor& h, std::function<void()> act)
   return out;
 }
 
+// The gradient of one root matrix, by blocks of rows: each block is made in the
+// shared buffer and summed into this rank's chunks before the next is begun.
+class RowsIntoShards : public autograd::RowGradSink {
+ public:
+  RowsIntoShards(ModelParameters& params, const TrainableParam& p, dist::ProcessGroup& replicate,
+                 const int64_t& block_bytes, Tensor& buffer)
+      : params_(params), p_(p), replicate_(replicate), block_bytes_(block_bytes), buffer_(buffer),
+        cols_(p.grad.size(1)) {}
+  int64_t block_rows() const override { return std::max<int64_t>(1, block_bytes_ / (4 * std::max<int64_t>(cols_, 1))); }
+  Tensor begin_block(int64_t row0, int64_t rows) override {
+    TP_CHECK(rows >= 1 && rows <= block_rows(), "FSDP: a block of {} rows of '{}' (blocks hold at most {})", rows,
+             p_.name, block_rows());
+    if (!buffer_.defined() || buffer_.numel() < rows * cols_) buffer_ = Tensor::empty({block_rows() * cols_});
+    row0_ = row0;
+    block_ = buffer_.narrow(0, 0, rows * cols_).reshape({rows, cols_});
+    block_.fill(0);
+    return block_;
+  }
+  void end_block() override {
+    params_.add_grad_rows(p_, row0_, block_, replicate_);
+    block_ = Tensor();
+  }
+
+ private:
+  ModelParameters& params_;
+  const TrainableParam& p_;
+  dist::ProcessGroup& replicate_;
+  const int64_t& block_bytes_;
+  Tensor& buffer_;
+  const int64_t cols_;
+  int64_t row0_ = 0;
+  Tensor block_;
+};
+
 }  // namespace
 
 FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup& replicate,
@@ -38,6 +72,21 @@ FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params, dist
     layer_unit_[units[u].id] = static_cast<int64_t>(u);
   }
   comm_clock_ = replicate_.collective_seconds() + params_.shard_group()->collective_seconds();
+  for (const TrainableParam& p : params_.params()) {
+    if (!p.grad_by_rows) continue;
+    autograd::set_row_grad_sink(p.compute, std::make_shared<RowsIntoShards>(params_, p, replicate_, row_block_bytes_, row_block_));
+    sunk_.push_back(p.compute);
+  }
+}
+
+void FullyShardedDataParallel::set_row_block_bytes(int64_t bytes) {
+  TP_CHECK(bytes > 0, "FSDP: the root's gradient blocks need a positive size, got {} bytes", bytes);
+  row_block_bytes_ = bytes;
+  row_block_ = Tensor();
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  for (const Tensor& w : sunk_) autograd::set_row_grad_sink(w, nullptr);
 }
 
 int64_t FullyShardedDataParallel::unit_of_layer(int64_t layer) const {
@@ -51,9 +100,26 @@ void FullyShardedDataParallel::gather(size_t u) {
   int64_t layers = 0;
   for (int64_t v : layer_unit_) layers += v >= 0 && params_.unit_gathered(v) ? 1 : 0;
   max_gathered_layers_ = std::max(max_gathered_layers_, layers);
+  note_gathered_bytes();
+}
+
+void FullyShardedDataParallel::begin_grads(size_t u) {
+  if (params_.unit_grads_live(u)) return;
+  params_.begin_unit_grads(u);
+  note_gathered_bytes();
+}
+
+void FullyShardedDataParallel::note_gathered_bytes() {
+  int64_t bytes = row_buffer_bytes();
+  for (const ParamUnit& unit : params_.units()) {
+    if (!unit.compute->released()) bytes += static_cast<int64_t>(unit.compute->bytes());
+    if (!unit.grad->released()) bytes += static_cast<int64_t>(unit.grad->bytes());
+  }
+  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, bytes);
 }
 
 void FullyShardedDataParallel::reduce(size_t u) {
+  note_gathered_bytes();  // the backward's blocks' buffer has been taken by now
   params_.reduce_unit_grads(u, replicate_);
   params_.release_unit(u);
 }
@@ -67,7 +133,7 @@ Tensor FullyShardedDataParallel::leave_embedding(const Tensor& h) {
   // The embedding's backward, the last of all, adds into the root's gradient
   // (it reads no weight); finish() reduces it.
   Tensor out = on_backward("fsdp_embedding_pre_backward", h, [this] {
-    if (!params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
+    begin_grads(root_);
   });
   if (reshard_after_forward_ || !autograd::is_grad_enabled()) params_.release_unit(root_);
   return out;
@@ -76,7 +142,7 @@ Tensor FullyShardedDataParallel::leave_embedding(const Tensor& h) {
 Tensor FullyShardedDataParallel::enter_head(const Tensor& h) {
   if (root_ < 0) return h;
   gather(root_);
-  if (autograd::needs_grad({h}) && !params_.unit_grads_live(root_)) params_.begin_unit_grads(root_);
+  if (autograd::needs_grad({h})) begin_grads(root_);
   // Runs once lm_head's and the final norm's backward are done.
   return on_backward("fsdp_head_post_backward", h, [this] { reduce(root_); });
 }
@@ -96,7 +162,7 @@ Tensor FullyShardedDataParallel::leave_layer(int64_t layer, const Tensor& h) {
   // Runs before anything of the layer's backward.
   Tensor out = on_backward("fsdp_pre_backward", h, [this, u] {
     gather(u);
-    if (!params_.unit_grads_live(u)) params_.begin_unit_grads(u);
+    begin_grads(u);
   });
   if (reshard_after_forward_ || !autograd::is_grad_enabled()) params_.release_unit(u);
   return out;

@@ -15,6 +15,11 @@
 //     gradient buffer is taken there), and one recorded on its input, which the
 //     backward reaches once the layer is done, reduce-scatters the gradient into
 //     this rank's chunks and releases the weights and the whole gradient.
+// The root's matrices (the vocabulary-sized embedding and lm_head) take their
+// gradient a block of rows at a time (autograd::RowGradSink): the embedding's
+// backward and the fused loss's fill one block of kRowBlockBytes, which is summed
+// over dp_shard (and dp_replicate) into this rank's chunks before the next, so
+// their whole f32 gradient (0.6 GB for Qwen3-0.6B's tied embedding) never exists.
 // The collectives are blocking (see data_parallel.h: nothing to overlap with on
 // CPU ranks), so with reshard_after_forward at most one unit is gathered at a
 // time; without it (shard_grad_op) every unit stays gathered from its forward to
@@ -33,10 +38,16 @@
 
 namespace tp::training {
 
+// The bytes of one block of a root matrix's gradient (a whole number of rows, at least one).
+inline constexpr int64_t kRowBlockBytes = int64_t{16} << 20;
+
 class FullyShardedDataParallel : public UnitHooks {
  public:
   // `params` fully sharded over `shard`; `replicate`: this rank's dp_replicate group (HSDP).
   FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup& replicate, bool reshard_after_forward);
+  ~FullyShardedDataParallel() override;  // takes its row sinks off the model's weights
+  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
+  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
 
   void begin_forward() override;
   Tensor leave_embedding(const Tensor& h) override;
@@ -62,20 +73,34 @@ class FullyShardedDataParallel : public UnitHooks {
   int64_t take_gathers();
   // The most decoder layers gathered at once so far (the root not counted).
   int64_t max_gathered_layers() const { return max_gathered_layers_; }
+  // The most bytes of whole units held at once so far: gathered weights, whole
+  // gradients, and the buffer of the root's gradient blocks (all besides the
+  // chunks every rank keeps).
+  int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
   // Seconds spent in its collectives since the last take.
   double take_communication_seconds();
+  // Blocks of the root's gradients of about `bytes` (kRowBlockBytes by default;
+  // tests take a few rows at a time).
+  void set_row_block_bytes(int64_t bytes);
+  // Bytes of the buffer the root's gradient blocks are made in (0 before the first backward).
+  int64_t row_buffer_bytes() const { return row_block_.defined() ? static_cast<int64_t>(row_block_.nbytes()) : 0; }
 
  private:
   int64_t unit_of_layer(int64_t layer) const;
   void gather(size_t u);
+  void begin_grads(size_t u);
   void reduce(size_t u);
+  void note_gathered_bytes();
 
   ModelParameters& params_;
   dist::ProcessGroup& replicate_;
   bool reshard_after_forward_;
   std::vector<int64_t> layer_unit_;  // layer index -> unit, -1 where a layer has nothing trained
   int64_t root_ = -1;                // the root's unit, -1 if it has nothing trained
-  int64_t gathers_ = 0, max_gathered_layers_ = 0;
+  int64_t gathers_ = 0, max_gathered_layers_ = 0, peak_gathered_bytes_ = 0;
+  int64_t row_block_bytes_ = kRowBlockBytes;
+  Tensor row_block_;  // the one buffer every block of a gradient by rows is made in (allocated once)
+  std::vector<Tensor> sunk_;  // the weights whose gradients come by rows
   double comm_clock_ = 0;
 };
 

@@ -161,6 +161,17 @@ const void* input_rows(const Tensor& saved, const HeadMath& math, int64_t r0, in
   return widened;
 }
 
+// dy as linear's backward rounds it: bf16 for a bf16 weight (into `d_bf16`), bf16
+// values for bf16 arithmetic on f32 (in place); the GEMM operand.
+const void* round_like_linear(float* d, int64_t n, const HeadMath& math, DType compute, Tensor& d_bf16) {
+  if (compute == DType::BF16) {
+    ops::detail::to_bf16_parallel(d, d_bf16.data<bf16>(), static_cast<size_t>(n));
+    return d_bf16.data<bf16>();
+  }
+  if (math.bf16_values) ops::detail::round_to_bf16_parallel(d, d, static_cast<size_t>(n));
+  return d;
+}
+
 }  // namespace
 
 Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::optional<DType> compute,
@@ -222,11 +233,45 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
         Tensor logits = Tensor::empty({chunk, v});
         Tensor widened = math.bf16_values ? Tensor::empty({chunk, h}) : Tensor();
         Tensor d_bf16 = math.w_dtype == DType::BF16 ? Tensor::empty({chunk, v}, DType::BF16) : Tensor();
+        const DType compute = math.w_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+        if (autograd::RowGradSink* sink = w.requires_grad() ? autograd::row_grad_sink(w) : nullptr) {
+          // w takes its gradient by rows (FSDP's root): block by block of w's rows,
+          // each block's logits again for every chunk of tokens and its dw whole
+          // before the next block; dh sums the blocks' products.
+          Tensor dh = need_dh ? Tensor::zeros({rows, h}) : Tensor();
+          const int64_t step = std::max<int64_t>(sink->block_rows(), 1);
+          const auto* w_rows = static_cast<const char*>(w.raw_data());
+          for (int64_t b0 = 0; b0 < v; b0 += step) {
+            const int64_t nb = std::min(step, v - b0);
+            const void* wb = w_rows + b0 * h * static_cast<int64_t>(dtype_size(w.dtype()));
+            Tensor dwb = sink->begin_block(b0, nb);
+            for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+              const int64_t n = std::min(chunk, rows - r0);
+              DType a_dtype;
+              const void* a = input_rows(saved, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr,
+                                         &a_dtype);
+              ops::detail::gemm({n, nb, h, false, true, a_dtype, w.dtype()}, a, wb, nullptr, logits.data<float>());
+              float* d = logits.data<float>();
+              softmax_grad_in_place(d, n, nb, target.data() + r0, start + b0, ignore_index, mx + r0, mx + rows + r0,
+                                    k);
+              const void* dy = round_like_linear(d, n * nb, math, compute, d_bf16);
+              if (need_dh) {
+                ops::detail::GemmSpec spec{n, h, nb, false, false, compute, w.dtype()};
+                spec.accumulate = true;
+                ops::detail::gemm(spec, dy, wb, nullptr, dh.data<float>() + r0 * h);
+              }
+              ops::detail::GemmSpec spec{nb, h, n, true, false, compute, a_dtype};
+              spec.accumulate = true;
+              ops::detail::gemm(spec, dy, a, nullptr, dwb.data<float>());
+            }
+            sink->end_block();
+          }
+          return std::vector<Tensor>{need_dh ? dh.reshape(hidden_shape) : Tensor(), Tensor()};
+        }
         Tensor dh = need_dh ? Tensor::empty({rows, h}) : Tensor();
         Tensor dw;
         Tensor buffer = w.requires_grad() ? autograd::leaf_grad_buffer(w) : Tensor();
         if (w.requires_grad() && !buffer.defined()) buffer = dw = Tensor::zeros(w.shape());
-        const DType compute = math.w_dtype == DType::BF16 ? DType::BF16 : DType::F32;
         for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
           const int64_t n = std::min(chunk, rows - r0);
           DType a_dtype;
@@ -236,14 +281,7 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
                             logits.data<float>());
           float* d = logits.data<float>();
           softmax_grad_in_place(d, n, v, target.data() + r0, start, ignore_index, mx + r0, mx + rows + r0, k);
-          // dy as linear's backward rounds it: bf16 for a bf16 weight, bf16 values for bf16 arithmetic on f32.
-          const void* dy = d;
-          if (compute == DType::BF16) {
-            ops::detail::to_bf16_parallel(d, d_bf16.data<bf16>(), static_cast<size_t>(n * v));
-            dy = d_bf16.data<bf16>();
-          } else if (math.bf16_values) {
-            ops::detail::round_to_bf16_parallel(d, d, static_cast<size_t>(n * v));
-          }
+          const void* dy = round_like_linear(d, n * v, math, compute, d_bf16);
           if (need_dh)
             ops::detail::gemm({n, h, v, false, false, compute, w.dtype()}, dy, w.raw_data(), nullptr,
                               dh.data<float>() + r0 * h);

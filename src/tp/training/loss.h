@@ -41,7 +41,10 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, double normali
 // computes each chunk's logits again and adds its gradients into hidden's and w's.
 // The loss equals causal_lm_loss's (the same GEMM per row, the same sums);
 // gradients to about 1e-6 (dw sums the chunks' products one chunk after another).
-// Every rank of the vocab group runs the same number of chunks.
+// Every rank of the vocab group runs the same number of chunks. When w takes its
+// gradient by rows (autograd::RowGradSink: FSDP's root), the backward makes it a
+// block of w's rows at a time, every chunk of tokens for each block, and hands
+// each block to the sink whole (hidden's gradient then sums the blocks' products).
 Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::optional<DType> compute,
                                   const Tensor& labels, double normalizer, const VocabSlice& vocab,
                                   int64_t ignore_index = -100, int64_t chunk_bytes = int64_t{64} << 20);

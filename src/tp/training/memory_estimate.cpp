@@ -12,6 +12,7 @@
 
 #include "tp/models/plan_report.h"
 #include "tp/tensor/storage.h"
+#include "tp/training/fsdp.h"
 
 namespace tp::training {
 
@@ -100,9 +101,10 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
   e.gradients = static_cast<int64_t>(4 * params);
   if (in.fsdp) {
     // Masters and gradients in chunks of 1 / dp_shard; gathered, one unit at a time
-    // (training/fsdp.h): the root's compute weights and whole gradient (lm_head and
-    // the loss's backward) or a decoder layer's, the larger; or, kept from the
-    // forward to the backward (shard_grad_op), every layer's weights too.
+    // (training/fsdp.h): the root's compute weights (lm_head and the loss's
+    // backward) or a decoder layer's, the larger; or, kept from the forward to the
+    // backward (shard_grad_op), every layer's weights too. A whole gradient: a
+    // layer's, or the root's vectors and one block of its matrices' rows.
     const double L = static_cast<double>(std::max<int64_t>(c.num_hidden_layers, 1));
     const double root = params - layer_params, root_matrices = matrices - layer_matrices;
     auto compute_bytes = [&](double all, double mats) {
@@ -113,7 +115,8 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
                                 ? std::max(compute_bytes(root, root_matrices), layer_compute)
                                 : compute_bytes(root, root_matrices) + layer_compute * L;
     e.weights = static_cast<int64_t>(4 * params / d + gathered);
-    e.gradients = static_cast<int64_t>(4 * params / d + 4 * std::max(root, layer_params / L));
+    const double root_grad = 4 * (root - root_matrices) + (root_matrices > 0 ? kRowBlockBytes : 0);
+    e.gradients = static_cast<int64_t>(4 * params / d + std::max(root_grad, 4 * layer_params / L));
   }
   const bool sgd = in.optim == "sgd";
   e.optimizer = static_cast<int64_t>((sgd ? (in.sgd_momentum > 0 ? 4 : 0) : 8) * params / d);

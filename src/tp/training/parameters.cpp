@@ -135,12 +135,16 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return !p.expert_sharded; });
   std::stable_partition(params_.begin(), params_.end(), [](const TrainableParam& p) { return p.replicated; });
   if (fsdp_) {
-    for (TrainableParam& p : params_) p.unit = fsdp.unit_of(p.name);
-    // Unit by unit (the root first); within one, tp-replicated before tp-sharded
-    // and vectors before matrices: each run is one bucket, of one compute dtype,
-    // and as long on every tp rank as its replicated runs need (sync_replicated_grads).
+    for (TrainableParam& p : params_) {
+      p.unit = fsdp.unit_of(p.name);
+      p.grad_by_rows = p.unit < 0 && p.refs[0]->data.dim() == 2;
+    }
+    // Unit by unit (the root first); within one, the gradients by rows last,
+    // tp-replicated before tp-sharded and vectors before matrices: each run is one
+    // bucket, of one compute dtype, and as long on every tp rank as its replicated
+    // runs need (sync_replicated_grads).
     auto key = [&](const TrainableParam& p) {
-      return std::tuple(p.unit, !p.replicated, computes_in_bf16(bf16_, p.refs[0]->data));
+      return std::tuple(p.unit, p.grad_by_rows, !p.replicated, computes_in_bf16(bf16_, p.refs[0]->data));
     };
     std::stable_sort(params_.begin(), params_.end(),
                      [&](const TrainableParam& a, const TrainableParam& b) { return key(a) < key(b); });
@@ -154,16 +158,13 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   }
   state_numel_ = numel_;
   for (TrainableParam& p : params_) p.owned = {{0, p.refs[0]->data.numel(), p.offset}};
-  master_ = Tensor::zeros({numel_});
   if (fsdp_) {
-    for (TrainableParam& p : params_) {
-      const Tensor& loaded = p.refs[0]->data;
-      p.master = view(master_, p.offset, loaded.shape());
-      p.master.copy_from(loaded);
-    }
+    // Straight from the loaded weights into this rank's chunks: no whole f32 slab
+    // (four ranks on one machine would each hold the whole model twice).
     fully_shard(fsdp);
     return;
   }
+  master_ = Tensor::zeros({numel_});
   grad_ = Tensor::zeros({numel_});
   if (bf16_) compute_copy_ = Tensor::zeros({numel_}, bf16_native_ ? DType::BF16 : DType::F32);
   for (TrainableParam& p : params_) {
@@ -294,7 +295,7 @@ void ModelParameters::assign_owned() {
   size_t r = 0;
   for (TrainableParam& p : params_) {
     p.owned.clear();
-    const int64_t begin = p.offset, end = p.offset + p.master.numel();
+    const int64_t begin = p.offset, end = p.offset + p.refs[0]->data.numel();
     while (r < owned.size() && owned[r].end <= begin) {
       state_numel_ += owned[r].end - owned[r].begin;
       ++r;
@@ -382,36 +383,42 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
   shard_group_ = fsdp.group;
   // Units and their buckets: runs of one unit, one tp placement, one compute dtype.
   std::vector<size_t> bucket_of(params_.size());
+  std::map<size_t, int64_t> grad_end;  // unit -> where its gradient buffer ends (slab elements)
   size_t at_byte = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const TrainableParam& p = params_[i];
     const int64_t unit = p.unit;
-    const bool matrix = computes_in_bf16(bf16_, p.master);
+    const bool matrix = computes_in_bf16(bf16_, p.refs[0]->data);
     const DType dtype = matrix && bf16_native_ ? DType::BF16 : DType::F32;
     const int64_t end = i + 1 < params_.size() ? params_[i + 1].offset : numel_;
     if (units_.empty() || units_.back().id != unit) {
       TP_CHECK(units_.empty() || units_.back().id < unit, "FSDP: parameter '{}' of unit {} out of unit order", p.name,
                unit);
       units_.push_back({unit, p.offset, p.offset, {}, i, i, nullptr, nullptr});
+      grad_end[units_.size() - 1] = p.offset;
       at_byte = 0;
     }
     ParamUnit& u = units_.back();
     const bool fresh = u.buckets.empty() || layout_[u.buckets.back()].replicated != p.replicated ||
-                       computes_in_bf16(bf16_, params_[i - 1].master) != matrix;
+                       computes_in_bf16(bf16_, params_[i - 1].refs[0]->data) != matrix ||
+                       params_[i - 1].grad_by_rows != p.grad_by_rows;
     if (fresh) {
       at_byte = (at_byte + 63) / 64 * 64;
       u.buckets.push_back(buckets_.size());
       buckets_.push_back({p.offset, p.offset});
-      layout_.push_back({dtype, at_byte, 0, p.replicated, units_.size() - 1});
+      layout_.push_back({dtype, at_byte, 0, p.replicated, units_.size() - 1, p.grad_by_rows});
     }
     buckets_.back().end = end;
     at_byte += static_cast<size_t>(end - p.offset) * dtype_size(dtype);
+    if (!p.grad_by_rows) grad_end[units_.size() - 1] = end;
     u.end = end;
     u.last = i + 1;
     bucket_of[i] = buckets_.size() - 1;
     if (i + 1 == params_.size() || params_[i + 1].unit != unit) {
       u.compute = Storage::allocate(at_byte);
-      u.grad = Storage::allocate(static_cast<size_t>(u.end - u.begin) * sizeof(float));
+      // The gradients by rows come last: the buffer ends before them.
+      u.grad = Storage::allocate(static_cast<size_t>(std::max(grad_end[units_.size() - 1] - u.begin, int64_t{1})) *
+                                 sizeof(float));
     }
   }
   assign_owned();
@@ -420,18 +427,26 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
     layout_[b].state = state;
     state += owned_chunk(b).size;
   }
-  // The masters shrink to this rank's chunks; the model's tensors become views of the unit buffers.
+  // The masters are this rank's chunks of the loaded weights; the model's tensors
+  // become views of the unit buffers (the loaded tensor is freed with its last reference).
   master_shard_ = Tensor::zeros({std::max<int64_t>(state_numel_, 1)});
   grad_shard_ = Tensor::zeros({std::max<int64_t>(state_numel_, 1)});
   for (size_t i = 0; i < params_.size(); ++i) {
     TrainableParam& p = params_[i];
     const BucketLayout& b = layout_[bucket_of[i]];
     const ParamUnit& u = units_[b.unit];
+    const Tensor loaded = p.refs[0]->data.flatten();
     for (const OwnedSegment& seg : p.owned)
-      std::memcpy(master_shard_.data<float>() + seg.state, p.master.data<float>() + seg.begin,
-                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
-    const Shape shape = p.master.shape();
-    p.grad = Tensor::wrap(u.grad, static_cast<size_t>(p.offset - u.begin) * sizeof(float), shape, DType::F32);
+      master_shard_.narrow(0, seg.state, seg.end - seg.begin)
+          .copy_from(loaded.narrow(0, seg.begin, seg.end - seg.begin));
+    const Shape shape = p.refs[0]->data.shape();
+    if (p.grad_by_rows) {
+      p.grad = Tensor::wrap(Storage::allocate(static_cast<size_t>(p.refs[0]->data.numel()) * sizeof(float)), 0,
+                            shape, DType::F32);
+      p.grad.storage()->release();
+    } else {
+      p.grad = Tensor::wrap(u.grad, static_cast<size_t>(p.offset - u.begin) * sizeof(float), shape, DType::F32);
+    }
     p.compute = Tensor::wrap(u.compute, b.compute_byte + static_cast<size_t>(p.offset - buckets_[bucket_of[i]].begin) *
                                                              dtype_size(b.compute),
                              shape, b.compute);
@@ -482,6 +497,7 @@ void ModelParameters::begin_unit_grads(size_t u) {
 void ModelParameters::reduce_unit_grads(size_t u, dist::ProcessGroup& replicate) {
   ParamUnit& unit = units_[u];
   for (size_t b : unit.buckets) {
+    if (layout_[b].by_rows) continue;
     // The reduce-scatter, as an all-reduce of which this rank keeps its chunk
     // (the faster of the two on CPU ranks: data_parallel.h).
     Tensor g = Tensor::wrap(unit.grad, static_cast<size_t>(buckets_[b].begin - unit.begin) * sizeof(float),
@@ -494,6 +510,25 @@ void ModelParameters::reduce_unit_grads(size_t u, dist::ProcessGroup& replicate)
     ops::add_(into, mine);
   }
   unit.grad->release();
+}
+
+void ModelParameters::add_grad_rows(const TrainableParam& p, int64_t row0, const Tensor& rows,
+                                    dist::ProcessGroup& replicate) {
+  TP_CHECK(fsdp_ && p.grad_by_rows && rows.dtype() == DType::F32 && rows.dim() == 2 &&
+               rows.size(1) == p.grad.size(1) && row0 >= 0 && row0 + rows.size(0) <= p.grad.size(0),
+           "add_grad_rows: rows {} from {} do not fit '{}' {} (a gradient by rows under FSDP)",
+           shape_str(rows.shape()), row0, p.name, shape_str(p.grad.shape()));
+  Tensor sum = rows;
+  shard_group_->all_reduce(sum);
+  const int64_t cols = rows.size(1), begin = row0 * cols, end = begin + rows.numel();
+  for (const OwnedSegment& seg : p.owned) {
+    const int64_t lo = std::max(begin, seg.begin), hi = std::min(end, seg.end);
+    if (lo >= hi) continue;
+    Tensor mine = sum.flatten().narrow(0, lo - begin, hi - lo);
+    if (replicate.size() > 1) replicate.all_reduce(mine);
+    Tensor into = grad_shard_.narrow(0, seg.state + (lo - seg.begin), hi - lo);
+    ops::add_(into, mine);
+  }
 }
 
 Tensor ModelParameters::local_view(const Tensor& slab, const TrainableParam& p) {

@@ -57,6 +57,10 @@ struct TrainableParam {
   std::string name;                  // the checkpoint name (the first of tied names)
   int64_t index = 0;                 // its place among the trained parameters, in the model's order
   int64_t unit = -1;                 // FSDP: its unit (decoder layer index, -1 for the root)
+  // FSDP: a root matrix (the vocabulary-sized embedding, lm_head) whose gradient
+  // arrives a block of rows at a time (add_grad_rows), never whole; `grad` is
+  // then a view of memory that is never taken.
+  bool grad_by_rows = false;
   std::vector<nn::Parameter*> refs;  // every module parameter that shares it
   Shape global_shape;
   std::vector<parallel::ParamShard> shards;  // every tp rank's slice
@@ -185,12 +189,17 @@ class ModelParameters {
   void gather_unit(size_t u);
   void release_unit(size_t u) { units_[u].compute->release(); }
   bool unit_gathered(size_t u) const { return !units_[u].compute->released(); }
-  // Takes memory for unit u's whole gradient, zeroed, for a backward to accumulate into.
+  // Takes memory for unit u's whole gradient (but its grad_by_rows parameters'),
+  // zeroed, for a backward to accumulate into.
   void begin_unit_grads(size_t u);
   bool unit_grads_live(size_t u) const { return !units_[u].grad->released(); }
   // Sums unit u's gradient over dp_shard and then dp_replicate, adds this rank's
   // chunks into its gradient shard and releases the whole gradient. Collective.
   void reduce_unit_grads(size_t u, dist::ProcessGroup& replicate);
+  // Sums rows [row0, row0 + rows.size(0)) of p's gradient (p.grad_by_rows) over
+  // dp_shard and then dp_replicate, and adds this rank's part of them into its
+  // gradient shard. Collective: every rank, the same rows in the same order.
+  void add_grad_rows(const TrainableParam& p, int64_t row0, const Tensor& rows, dist::ProcessGroup& replicate);
   // This rank's gradient of element seg.begin of p (the segment follows it):
   // in the gradient shard when fully sharded, else in the slab.
   float* owned_grad(const TrainableParam& p, const OwnedSegment& seg) const;
@@ -244,6 +253,7 @@ class ModelParameters {
     int64_t state = 0;           // where this rank's chunk starts in the state layout
     bool replicated = false;     // over tp: synced from tp rank 0
     size_t unit = 0;
+    bool by_rows = false;        // its parameters' gradients come by rows (not in the unit's buffer)
   };
   std::vector<BucketLayout> layout_;
   Tensor grad_shard_;  // FSDP: this rank's chunks of the gradient, laid out like the optimizer state

@@ -1,0 +1,42 @@
+#pragma once
+// A RowGradSink for tests: takes a leaf's gradient in blocks of `block_rows`
+// rows and adds each into a whole [rows, columns] tensor, checking that the
+// blocks come in row order, each begun once and ended before the next.
+#include <gtest/gtest.h>
+
+#include "tp/autograd/tape.h"
+#include "tp/ops/elementwise.h"
+
+namespace tp::testing {
+
+class CollectingRowSink : public autograd::RowGradSink {
+ public:
+  CollectingRowSink(int64_t rows, int64_t cols, int64_t block_rows)
+      : whole(Tensor::zeros({rows, cols})), block_rows_(block_rows) {}
+  int64_t block_rows() const override { return block_rows_; }
+  Tensor begin_block(int64_t row0, int64_t rows) override {
+    EXPECT_FALSE(block_.defined()) << "a block begun before the last one ended";
+    EXPECT_EQ(row0, next_row_ % whole.size(0)) << "blocks out of row order";
+    EXPECT_LE(rows, block_rows_);
+    row0_ = row0;
+    next_row_ = row0 + rows;
+    block_ = Tensor::zeros({rows, whole.size(1)});
+    return block_;
+  }
+  void end_block() override {
+    EXPECT_TRUE(block_.defined()) << "a block ended that was not begun";
+    Tensor into = whole.narrow(0, row0_, block_.size(0));
+    ops::add_(into, block_);
+    block_ = Tensor();
+    ++blocks;
+  }
+
+  Tensor whole;  // the sum of every block delivered
+  int64_t blocks = 0;
+
+ private:
+  int64_t block_rows_, row0_ = 0, next_row_ = 0;
+  Tensor block_;
+};
+
+}  // namespace tp::testing
