@@ -4,7 +4,7 @@
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/ops.h"
-#include "autograd/collecting_row_sink.h"
+#include "autograd/recording_leaf_by_rows.h"
 
 using namespace tp;
 
@@ -170,30 +170,33 @@ TEST(Tape, LinearsReadingOneInputSaveOneBf16Copy) {
   EXPECT_TRUE(x.grad().defined());
 }
 
-// A leaf with a row sink gets its gradient there, block by block in row order:
-// the embedding's backward makes each block itself (every block, rows no id
-// touched included), and a gradient the engine holds whole (a linear's) is
-// handed over in blocks; the sum is the gradient without a sink.
-TEST(Tape, RowGradSinkTakesTheGradientByBlocksOfRows) {
+// A leaf held by rows: the embedding reads its rows a block at a time and makes
+// its gradient block by block (every block, rows no id touched included), and a
+// gradient the engine holds whole (a linear's) is handed over in blocks; the
+// output and the sum of the blocks are those without it.
+TEST(Tape, LeafByRowsIsReadAndTakesItsGradientByBlocksOfRows) {
   const int64_t V = 11, H = 5;
   Tensor w0 = Tensor::randn({V, H}, 4);
   Tensor ids = Tensor::from_ints({3, 0, 3, 10, 7}, {5});
   Tensor x = Tensor::randn({5, H}, 6);
-  auto run = [&](const std::shared_ptr<tp::testing::CollectingRowSink>& sink) {
+  auto run = [&](const std::shared_ptr<tp::testing::RecordingLeafByRows>& by_rows) {
     Tensor w = w0.clone();
     w.set_requires_grad(true);
-    if (sink) autograd::set_row_grad_sink(w, sink);
+    if (by_rows) autograd::set_leaf_by_rows(w, by_rows);
     EXPECT_FALSE(autograd::leaf_grad_buffer(w).defined());
     Tensor e = ops::embedding(ids, w);
     Tensor y = ops::linear(ops::mul(e, x), w);  // [5, V]: w again, as lm_head
     autograd::backward(ops::sum(ops::mul(y, y)));
-    return sink ? Tensor() : w.grad();
+    return std::make_pair(e.to_vector(), by_rows ? Tensor() : w.grad());
   };
-  const Tensor want = run(nullptr);
-  auto sink = std::make_shared<tp::testing::CollectingRowSink>(V, H, 4);
-  EXPECT_FALSE(run(sink).defined()) << "the leaf kept a gradient of its own";
-  EXPECT_EQ(sink->blocks, 6) << "3 blocks of 4, 4, 3 rows from each backward";
-  std::vector<float> got = sink->whole.to_vector(), expect = want.to_vector();
+  const auto [want_e, want] = run(nullptr);
+  auto by_rows = std::make_shared<tp::testing::RecordingLeafByRows>(w0, 4);
+  const auto [got_e, kept] = run(by_rows);
+  EXPECT_FALSE(kept.defined()) << "the leaf kept a gradient of its own";
+  EXPECT_EQ(got_e, want_e) << "the embedding read by blocks";
+  EXPECT_EQ(by_rows->reads, 3) << "blocks of 4, 4, 3 rows read by the embedding";
+  EXPECT_EQ(by_rows->blocks, 6) << "3 gradient blocks from each backward";
+  std::vector<float> got = by_rows->whole.to_vector(), expect = want.to_vector();
   ASSERT_EQ(got.size(), expect.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expect[i], 1e-5 * (1 + std::fabs(expect[i]))) << i;
 }

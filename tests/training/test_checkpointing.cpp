@@ -15,7 +15,7 @@
 
 #include <filesystem>
 
-#include "autograd/collecting_row_sink.h"
+#include "autograd/recording_leaf_by_rows.h"
 #include "models/model_test_util.h"
 #include "training/training_test_util.h"
 #include "tp/autograd/tape.h"
@@ -185,18 +185,22 @@ TEST_P(FusedLoss, EqualsTheGemmThenTheLoss) {
   for (int64_t i = 0; i < B * T; ++i) label_values.push_back(i % 7 == 3 ? -100 : (i * 5 + 1) % V);
   Tensor labels = Tensor::from_ints(label_values, {B, T});
   const VocabSlice vocab{rows.offset, V, &world};
-  // sink_rows > 0: lm_head's gradient taken by blocks of that many rows (FSDP's root).
+  // sink_rows > 0: lm_head held by blocks of that many rows (FSDP's root).
   auto run = [&](bool fused, int64_t chunk_bytes, int64_t sink_rows = 0) {
     Tensor h = Tensor::randn({B, T, H}, 5);
     h.set_requires_grad(true);
     Tensor wl = w.clone();
     wl.set_requires_grad(true);
-    auto sink = sink_rows > 0 ? std::make_shared<tp::testing::CollectingRowSink>(w.size(0), H, sink_rows) : nullptr;
-    if (sink) autograd::set_row_grad_sink(wl, sink);
+    auto sink = sink_rows > 0 ? std::make_shared<tp::testing::RecordingLeafByRows>(wl, sink_rows) : nullptr;
+    if (sink) autograd::set_leaf_by_rows(wl, sink);
     Tensor loss = fused ? causal_lm_loss_from_hidden(h, wl, c.compute, labels, 11.0, vocab, -100, chunk_bytes)
                         : causal_lm_loss(ops::linear(h, wl, Tensor(), c.compute), labels, 11.0, vocab);
     autograd::backward(loss);
-    if (sink) EXPECT_EQ(sink->blocks, (w.size(0) + sink_rows - 1) / sink_rows) << c.name << ": a block each";
+    if (sink) {
+      const int64_t blocks = (w.size(0) + sink_rows - 1) / sink_rows;
+      EXPECT_EQ(sink->blocks, blocks) << c.name << ": a gradient block each";
+      EXPECT_EQ(sink->reads, fused ? 2 * blocks : 0) << c.name << ": each block read by the forward and the backward";
+    }
     return std::make_tuple(loss.item(), h.grad(), sink ? sink->whole : wl.grad());
   };
   const auto [loss, dh, dw] = run(false, 0);
@@ -207,14 +211,18 @@ TEST_P(FusedLoss, EqualsTheGemmThenTheLoss) {
     expect_close_rel(fused_dh, dh, 1e-6, c.name + " hidden's gradient");
     expect_close_rel(fused_dw, dw, 1e-6, c.name + " lm_head's gradient");
   }
-  // lm_head's gradient by blocks of 3 rows (the last one short), over several
-  // token chunks, against the GEMM's whole f32 gradient handed to the same sink
-  // (a bf16 leaf's own gradient is rounded to bf16).
-  const auto [sunk_loss, sunk_dh, sunk_dw] = run(true, 4 * 10 * 4, 3);
+  // lm_head held by blocks of 3 rows (the last one short; the online softmax
+  // over them), over several token chunks, against the GEMM's whole f32 gradient
+  // handed over the same way (a bf16 leaf's own gradient is rounded to bf16).
+  // Blocks of 10 rows: one block on every rank (10, 9, 9, 9 at tp 4), the plain softmax.
   const Tensor whole_dw = std::get<2>(run(false, 0, 3));
-  tp::testing::expect_near_rel(sunk_loss, loss, 1e-6, c.name + " loss, gradient by rows");
-  expect_close_rel(sunk_dh, dh, 1e-6, c.name + " hidden's gradient, lm_head's by rows");
-  expect_close_rel(sunk_dw, whole_dw, 1e-6, c.name + " lm_head's gradient by rows");
+  for (int64_t block : {3, 10}) {
+    const std::string what = c.name + " by blocks of " + std::to_string(block) + " rows: ";
+    const auto [sunk_loss, sunk_dh, sunk_dw] = run(true, 4 * 10 * 4, block);
+    tp::testing::expect_near_rel(sunk_loss, loss, 1e-6, what + "loss");
+    expect_close_rel(sunk_dh, dh, 1e-6, what + "hidden's gradient");
+    expect_close_rel(sunk_dw, whole_dw, 1e-6, what + "lm_head's gradient");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Arithmetic, FusedLoss,

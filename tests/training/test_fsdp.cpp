@@ -146,7 +146,7 @@ TEST_P(Fsdp, TrainsAsDpReplicateWithTheSameGlobalBatch) {
         << what << ": the root's gradient buffer holds its vectors only";
     ddp.train();
     fsdp.train();
-    EXPECT_EQ(fsdp.fsdp()->row_buffer_bytes(), 4 * H * 37) << what << ": one block's buffer";
+    EXPECT_EQ(fsdp.fsdp()->row_buffer_bytes(), 2 * 4 * H * 37) << what << ": a block of weights and one of gradient";
     if (reshard) {
       // One unit's weights and gradient at a time, besides the blocks' buffer.
       int64_t largest = 0;

@@ -6,7 +6,7 @@
 
 namespace tp::autograd {
 
-class RowGradSink;  // tape.h
+class LeafByRows;  // tape.h
 
 // How to make a tensor's values again instead of keeping them (an all-gathered
 // sequence: gather the shard again). An op that saves such an input for its
@@ -26,7 +26,7 @@ struct TensorGradState {
   bool is_leaf = true;  // created by the user, not by a recorded op
   Tensor grad;          // accumulated gradient (leaves only)
   std::shared_ptr<Rebuild> rebuild;  // set by the op that made the tensor, when it can make it again
-  std::shared_ptr<RowGradSink> row_sink;  // a leaf's gradient taken by rows (tape.h)
+  std::shared_ptr<LeafByRows> by_rows;  // a leaf held by blocks of rows (tape.h)
 };
 
 }  // namespace tp::autograd

@@ -79,8 +79,8 @@ thread_local int backward_depth = 0;
 // Adds this backward's gradient `g` of a leaf into the leaf's gradient.
 void deliver_leaf_grad(const Tensor& leaf, const Tensor& g) {
   auto& state = leaf.impl()->grad_state;
-  if (state->row_sink) {
-    add_rows_to_sink(*state->row_sink, g);
+  if (state->by_rows) {
+    add_grad_by_rows(*state->by_rows, g);
   } else if (!state->grad.defined()) {
     // A copy: g may be shared with another leaf's gradient, and the next
     // backward accumulates into this one in place.
@@ -105,32 +105,32 @@ NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
 GradModeGuard::GradModeGuard(bool enabled) : previous_(grad_enabled) { grad_enabled = enabled; }
 GradModeGuard::~GradModeGuard() { grad_enabled = previous_; }
 
-void set_row_grad_sink(const Tensor& leaf, std::shared_ptr<RowGradSink> sink) {
+void set_leaf_by_rows(const Tensor& leaf, std::shared_ptr<LeafByRows> by_rows) {
   TP_CHECK(leaf.defined() && leaf.requires_grad() && leaf.impl()->grad_state->is_leaf && leaf.dim() >= 1,
-           "set_row_grad_sink: only a leaf that requires grad takes its gradient by rows");
-  leaf.impl()->grad_state->row_sink = std::move(sink);
+           "set_leaf_by_rows: only a leaf that requires grad is held by rows");
+  leaf.impl()->grad_state->by_rows = std::move(by_rows);
 }
 
-RowGradSink* row_grad_sink(const Tensor& t) {
+LeafByRows* leaf_by_rows(const Tensor& t) {
   if (!t.defined()) return nullptr;
   const auto& state = t.impl()->grad_state;
-  return state && state->is_leaf ? state->row_sink.get() : nullptr;
+  return state && state->is_leaf ? state->by_rows.get() : nullptr;
 }
 
-void add_rows_to_sink(RowGradSink& sink, const Tensor& g) {
+void add_grad_by_rows(LeafByRows& by_rows, const Tensor& g) {
   const Tensor rows = g.dtype() == DType::F32 ? g : g.to(DType::F32);
-  const int64_t n = rows.size(0), step = std::max<int64_t>(sink.block_rows(), 1);
+  const int64_t n = rows.size(0), step = std::max<int64_t>(by_rows.block_rows(), 1);
   for (int64_t r0 = 0; r0 < n; r0 += step) {
-    Tensor block = sink.begin_block(r0, std::min(step, n - r0));
+    Tensor block = by_rows.begin_grad_block(r0, std::min(step, n - r0));
     block.copy_from(rows.narrow(0, r0, block.size(0)));
-    sink.end_block();
+    by_rows.end_grad_block();
   }
 }
 
 Tensor leaf_grad_buffer(const Tensor& t) {
   if (!t.defined()) return Tensor();
   const auto& state = t.impl()->grad_state;
-  if (!state || !state->is_leaf || !state->requires_grad || !state->grad.defined() || state->row_sink) return Tensor();
+  if (!state || !state->is_leaf || !state->requires_grad || !state->grad.defined() || state->by_rows) return Tensor();
   if (state->grad.dtype() != DType::F32 || state->grad.shape() != t.shape()) return Tensor();
   return state->grad;
 }

@@ -101,28 +101,31 @@ void truncate_tape(size_t size);
 // pass over it. Only for leaves: anything else flows through the engine.
 Tensor leaf_grad_buffer(const Tensor& t);
 
-// A leaf whose gradient is taken a block of rows at a time instead of into a
-// buffer of its size (FSDP's vocabulary-sized root weights: their whole f32
-// gradient is never held). A backward that can make its gradient for such a
-// leaf by rows fills the sink's blocks in order and returns no gradient for it
-// (ops/embedding, the fused loss); any other gradient the engine delivers to the
-// leaf is handed to the sink block by block. Every block, in row order, on
-// every rank that shares the leaf's sink (its collectives run in end_block).
-class RowGradSink {
+// A leaf held by blocks of rows (FSDP's vocabulary-sized root weights: neither
+// their whole weights nor their whole f32 gradient exist during a step). An op
+// that can work a block at a time reads each block's values from weight_rows
+// (ops::embedding, the fused loss) and makes its gradient for the leaf block by
+// block (begin_grad_block .. end_grad_block), returning none for it; any other
+// gradient the engine delivers to the leaf is handed over block by block. Every
+// block, in row order, on every rank that shares the leaf's sharding (the
+// collectives run in weight_rows and end_grad_block).
+class LeafByRows {
  public:
-  virtual ~RowGradSink() = default;
+  virtual ~LeafByRows() = default;
   virtual int64_t block_rows() const = 0;
+  // The values of rows [row0, row0 + rows) in the leaf's dtype, valid until the next call.
+  virtual Tensor weight_rows(int64_t row0, int64_t rows) = 0;
   // A zeroed f32 [rows, columns] buffer for the gradient of rows [row0, row0 + rows) ...
-  virtual Tensor begin_block(int64_t row0, int64_t rows) = 0;
+  virtual Tensor begin_grad_block(int64_t row0, int64_t rows) = 0;
   // ... which the caller has filled: it is added into the leaf's gradient.
-  virtual void end_block() = 0;
+  virtual void end_grad_block() = 0;
 };
-// Sets (null: clears) the sink of a leaf that requires grad.
-void set_row_grad_sink(const Tensor& leaf, std::shared_ptr<RowGradSink> sink);
-// The leaf's sink, or null (also for a non-leaf).
-RowGradSink* row_grad_sink(const Tensor& t);
-// Hands a whole gradient g [rows, ...] of a leaf to its sink, block by block.
-void add_rows_to_sink(RowGradSink& sink, const Tensor& g);
+// Sets (null: clears) how a leaf that requires grad is held by rows.
+void set_leaf_by_rows(const Tensor& leaf, std::shared_ptr<LeafByRows> rows);
+// The leaf's, or null (also for a non-leaf).
+LeafByRows* leaf_by_rows(const Tensor& t);
+// Hands a whole gradient g [rows, ...] of such a leaf over, block by block.
+void add_grad_by_rows(LeafByRows& rows, const Tensor& g);
 
 // Marks `out` (an op's output, already recorded) as one `make` can produce again
 // (see Rebuild in grad_state.h); rebuild_of returns it, or null.

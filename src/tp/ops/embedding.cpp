@@ -20,16 +20,25 @@ Tensor embedding(const Tensor& ids, const Tensor& w, int64_t vocab_start) {
   out_shape.push_back(h);
   Tensor out = Tensor::empty(out_shape);
   float* o = out.data<float>();
-  size_t esize = dtype_size(w.dtype());
-  const char* rows = static_cast<const char*>(w.raw_data());
+  const size_t esize = dtype_size(w.dtype());
+  // Rows [r0, r0 + count) of the table from `rows`; the ids outside them untouched.
+  auto look_up = [&](const char* rows, int64_t r0, int64_t count) {
 #pragma omp parallel for schedule(static) if (n * h > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t r = id[i] - vocab_start;
-    if (r < 0 || r >= v) {
-      std::memset(o + i * h, 0, sizeof(float) * h);
-    } else {
-      convert(rows + r * h * esize, w.dtype(), o + i * h, DType::F32, static_cast<size_t>(h));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = id[i] - vocab_start - r0;
+      if (r >= 0 && r < count) convert(rows + r * h * esize, w.dtype(), o + i * h, DType::F32, static_cast<size_t>(h));
     }
+  };
+  std::memset(o, 0, sizeof(float) * static_cast<size_t>(n * h));  // ids outside this slice of the vocabulary
+  if (autograd::LeafByRows* by_rows = autograd::leaf_by_rows(w)) {
+    // A table held by rows: every block, hit or not (its collectives run on every rank).
+    const int64_t step = std::max<int64_t>(by_rows->block_rows(), 1);
+    for (int64_t r0 = 0; r0 < v; r0 += step) {
+      const int64_t count = std::min(step, v - r0);
+      look_up(static_cast<const char*>(by_rows->weight_rows(r0, count).raw_data()), r0, count);
+    }
+  } else {
+    look_up(static_cast<const char*>(w.raw_data()), 0, v);
   }
   if (autograd::needs_grad({w})) {
     autograd::record("embedding", {ids, w}, {out}, [id, w, vocab_start](const std::vector<Tensor>& g) {
@@ -50,12 +59,12 @@ Tensor embedding(const Tensor& ids, const Tensor& w, int64_t vocab_start) {
       };
       // A weight taking its gradient by rows gets every block, touched or not
       // (its sink's collectives run on every rank).
-      if (autograd::RowGradSink* sink = autograd::row_grad_sink(w)) {
+      if (autograd::LeafByRows* sink = autograd::leaf_by_rows(w)) {
         const int64_t step = std::max<int64_t>(sink->block_rows(), 1);
         for (int64_t r0 = 0; r0 < v; r0 += step) {
-          Tensor block = sink->begin_block(r0, std::min(step, v - r0));
+          Tensor block = sink->begin_grad_block(r0, std::min(step, v - r0));
           scatter(block.data<float>(), r0, block.size(0));
-          sink->end_block();
+          sink->end_grad_block();
         }
         return std::vector<Tensor>{Tensor(), Tensor()};
       }

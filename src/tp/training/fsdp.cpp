@@ -22,25 +22,32 @@ Tensor on_backward(const char* name, const Tensor& h, std::function<void()> act)
   return out;
 }
 
-// The gradient of one root matrix, by blocks of rows: each block is made in the
-// shared buffer and summed into this rank's chunks before the next is begun.
-class RowsIntoShards : public autograd::RowGradSink {
+// One root matrix held by rows: each block of its weights all-gathered into the
+// shared buffers when an op reads it, and each block of its gradient made in the
+// shared gradient buffer and summed into this rank's chunks before the next.
+class RootMatrixByRows : public autograd::LeafByRows {
  public:
-  RowsIntoShards(ModelParameters& params, const TrainableParam& p, dist::ProcessGroup& replicate,
-                 const int64_t& block_bytes, Tensor& buffer)
-      : params_(params), p_(p), replicate_(replicate), block_bytes_(block_bytes), buffer_(buffer),
+  RootMatrixByRows(ModelParameters& params, const TrainableParam& p, dist::ProcessGroup& replicate,
+                   const int64_t& block_bytes, RowBuffers& buffers)
+      : params_(params), p_(p), replicate_(replicate), block_bytes_(block_bytes), buffers_(buffers),
         cols_(p.grad.size(1)) {}
   int64_t block_rows() const override { return std::max<int64_t>(1, block_bytes_ / (4 * std::max<int64_t>(cols_, 1))); }
-  Tensor begin_block(int64_t row0, int64_t rows) override {
+  Tensor weight_rows(int64_t row0, int64_t rows) override {
+    return params_.weight_rows(p_, row0, rows, buffers_.scratch, buffers_.weights);
+  }
+  Tensor begin_grad_block(int64_t row0, int64_t rows) override {
     TP_CHECK(rows >= 1 && rows <= block_rows(), "FSDP: a block of {} rows of '{}' (blocks hold at most {})", rows,
              p_.name, block_rows());
-    if (!buffer_.defined() || buffer_.numel() < rows * cols_) buffer_ = Tensor::empty({block_rows() * cols_});
+    Tensor& buffer = buffers_.grad;
+    // As large as the largest block (no larger than the matrix), taken once.
+    const int64_t largest = std::min(block_rows(), p_.grad.size(0)) * cols_;
+    if (!buffer.defined() || buffer.numel() < rows * cols_) buffer = Tensor::empty({std::max(largest, rows * cols_)});
     row0_ = row0;
-    block_ = buffer_.narrow(0, 0, rows * cols_).reshape({rows, cols_});
+    block_ = buffer.narrow(0, 0, rows * cols_).reshape({rows, cols_});
     block_.fill(0);
     return block_;
   }
-  void end_block() override {
+  void end_grad_block() override {
     params_.add_grad_rows(p_, row0_, block_, replicate_);
     block_ = Tensor();
   }
@@ -50,7 +57,7 @@ class RowsIntoShards : public autograd::RowGradSink {
   const TrainableParam& p_;
   dist::ProcessGroup& replicate_;
   const int64_t& block_bytes_;
-  Tensor& buffer_;
+  RowBuffers& buffers_;
   const int64_t cols_;
   int64_t row0_ = 0;
   Tensor block_;
@@ -74,7 +81,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params, dist
   comm_clock_ = replicate_.collective_seconds() + params_.shard_group()->collective_seconds();
   for (const TrainableParam& p : params_.params()) {
     if (!p.grad_by_rows) continue;
-    autograd::set_row_grad_sink(p.compute, std::make_shared<RowsIntoShards>(params_, p, replicate_, row_block_bytes_, row_block_));
+    autograd::set_leaf_by_rows(p.compute, std::make_shared<RootMatrixByRows>(params_, p, replicate_, row_block_bytes_, rows_));
     sunk_.push_back(p.compute);
   }
 }
@@ -82,11 +89,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params, dist
 void FullyShardedDataParallel::set_row_block_bytes(int64_t bytes) {
   TP_CHECK(bytes > 0, "FSDP: the root's gradient blocks need a positive size, got {} bytes", bytes);
   row_block_bytes_ = bytes;
-  row_block_ = Tensor();
+  rows_ = {};
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
-  for (const Tensor& w : sunk_) autograd::set_row_grad_sink(w, nullptr);
+  for (const Tensor& w : sunk_) autograd::set_leaf_by_rows(w, nullptr);
 }
 
 int64_t FullyShardedDataParallel::unit_of_layer(int64_t layer) const {
@@ -95,7 +102,7 @@ int64_t FullyShardedDataParallel::unit_of_layer(int64_t layer) const {
 
 void FullyShardedDataParallel::gather(size_t u) {
   if (params_.unit_gathered(u)) return;
-  params_.gather_unit(u);
+  params_.gather_unit(u, /*rows=*/false);  // the root's matrices are read a block at a time
   ++gathers_;
   int64_t layers = 0;
   for (int64_t v : layer_unit_) layers += v >= 0 && params_.unit_gathered(v) ? 1 : 0;
@@ -107,6 +114,13 @@ void FullyShardedDataParallel::begin_grads(size_t u) {
   if (params_.unit_grads_live(u)) return;
   params_.begin_unit_grads(u);
   note_gathered_bytes();
+}
+
+int64_t FullyShardedDataParallel::row_buffer_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor* t : {&rows_.scratch, &rows_.weights, &rows_.grad})
+    if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
+  return bytes;
 }
 
 void FullyShardedDataParallel::note_gathered_bytes() {

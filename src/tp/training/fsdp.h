@@ -15,11 +15,14 @@
 //     gradient buffer is taken there), and one recorded on its input, which the
 //     backward reaches once the layer is done, reduce-scatters the gradient into
 //     this rank's chunks and releases the weights and the whole gradient.
-// The root's matrices (the vocabulary-sized embedding and lm_head) take their
-// gradient a block of rows at a time (autograd::RowGradSink): the embedding's
-// backward and the fused loss's fill one block of kRowBlockBytes, which is summed
-// over dp_shard (and dp_replicate) into this rank's chunks before the next, so
-// their whole f32 gradient (0.6 GB for Qwen3-0.6B's tied embedding) never exists.
+// The root's matrices (the vocabulary-sized embedding and lm_head) are held by
+// rows (autograd::LeafByRows): the embedding and the fused loss read their
+// weights a block of kRowBlockBytes at a time, all-gathered when read, and make
+// their gradient a block at a time, summed over dp_shard (and dp_replicate) into
+// this rank's chunks before the next. Neither their whole weights nor their whole
+// f32 gradient exist in a step (0.6 GB each for Qwen3-0.6B's tied embedding on a
+// CPU without bf16 GEMMs, whose compute weights are f32). The root unit itself is
+// then its vectors (the final norm).
 // The collectives are blocking (see data_parallel.h: nothing to overlap with on
 // CPU ranks), so with reshard_after_forward at most one unit is gathered at a
 // time; without it (shard_grad_op) every unit stays gathered from its forward to
@@ -40,6 +43,13 @@ namespace tp::training {
 
 // The bytes of one block of a root matrix's gradient (a whole number of rows, at least one).
 inline constexpr int64_t kRowBlockBytes = int64_t{16} << 20;
+
+// Where the blocks of the root's matrices are made (allocated once, reused by every block).
+struct RowBuffers {
+  Tensor scratch;  // f32: a block of weights being all-gathered
+  Tensor weights;  // the block in the compute dtype, when that is bf16
+  Tensor grad;     // f32: a block of gradient
+};
 
 class FullyShardedDataParallel : public UnitHooks {
  public:
@@ -82,8 +92,8 @@ class FullyShardedDataParallel : public UnitHooks {
   // Blocks of the root's gradients of about `bytes` (kRowBlockBytes by default;
   // tests take a few rows at a time).
   void set_row_block_bytes(int64_t bytes);
-  // Bytes of the buffer the root's gradient blocks are made in (0 before the first backward).
-  int64_t row_buffer_bytes() const { return row_block_.defined() ? static_cast<int64_t>(row_block_.nbytes()) : 0; }
+  // Bytes of the buffers the root's blocks of rows are made in (weights, gradient; 0 before the first step).
+  int64_t row_buffer_bytes() const;
 
  private:
   int64_t unit_of_layer(int64_t layer) const;
@@ -99,7 +109,7 @@ class FullyShardedDataParallel : public UnitHooks {
   int64_t root_ = -1;                // the root's unit, -1 if it has nothing trained
   int64_t gathers_ = 0, max_gathered_layers_ = 0, peak_gathered_bytes_ = 0;
   int64_t row_block_bytes_ = kRowBlockBytes;
-  Tensor row_block_;  // the one buffer every block of a gradient by rows is made in (allocated once)
+  RowBuffers rows_;  // shared by the root's matrices held by rows
   std::vector<Tensor> sunk_;  // the weights whose gradients come by rows
   double comm_clock_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/gemm.h"
@@ -161,6 +162,73 @@ const void* input_rows(const Tensor& saved, const HeadMath& math, int64_t r0, in
   return widened;
 }
 
+// softmax_stats over every row of `saved` (lm_head's input) with w held by rows:
+// a block of w's rows at a time, each row's running max and sum of exponentials
+// rescaled when a block raises the max (the online softmax), then combined over
+// the vocab group (to rounding: the sums of exponentials are rescaled). One block
+// is softmax_stats' own arithmetic. `logits` holds [chunk, block] products of w's v rows.
+void softmax_stats_by_rows(autograd::LeafByRows& by_rows, const Tensor& saved, const HeadMath& math,
+                           const std::vector<int64_t>& target, int64_t start, int64_t ignore_index,
+                           dist::ProcessGroup* group, int64_t v, int64_t v_max, int64_t chunk, Tensor& logits,
+                           Tensor& widened, Tensor& stats) {
+  const auto& vk = ops::detail::vec_kernels();
+  const int64_t rows = stats.size(1), h = saved.size(-1), step = std::max<int64_t>(by_rows.block_rows(), 1);
+  float* mx = stats.data<float>();
+  float* se = mx + rows;
+  float* tl = se + rows;
+  auto block_logits = [&](const void* wb, int64_t nb, int64_t r0, int64_t n) {
+    DType a_dtype;
+    const void* a = input_rows(saved, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr, &a_dtype);
+    ops::detail::gemm({n, nb, h, false, true, a_dtype, math.w_dtype}, a, wb, nullptr, logits.data<float>());
+  };
+  if (v_max <= step) {
+    // One block (on every rank of the vocab group: their collectives differ):
+    // softmax_stats itself, bit for bit the loss of the whole matrix.
+    const Tensor w_block = by_rows.weight_rows(0, v);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      block_logits(w_block.raw_data(), v, r0, n);
+      softmax_stats(logits.data<float>(), n, v, target.data() + r0, start, ignore_index, group, mx + r0, se + r0,
+                    tl + r0);
+    }
+    return;
+  }
+  std::fill(mx, mx + rows, -std::numeric_limits<float>::infinity());
+  std::fill(se, se + 2 * rows, 0.f);
+  for (int64_t b0 = 0; b0 < v; b0 += step) {
+    const int64_t nb = std::min(step, v - b0);
+    const Tensor w_block = by_rows.weight_rows(b0, nb);  // alive while the block is used
+    const void* wb = w_block.raw_data();
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      block_logits(wb, nb, r0, n);
+      const float* x = logits.data<float>();
+#pragma omp parallel for schedule(static) if (n * nb > 65536)
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t R = r0 + r;
+        const float m = vk.max(x + r * nb, nb);
+        if (m > mx[R]) {
+          se[R] *= std::exp(mx[R] - m);
+          mx[R] = m;
+        }
+        se[R] += vk.exp_sum(x + r * nb, nb, mx[R]);
+        const int64_t local = target[R] - start - b0;
+        if (target[R] != ignore_index && local >= 0 && local < nb) tl[R] = x[r * nb + local];
+      }
+    }
+  }
+  if (group == nullptr) return;
+  Tensor global_max = stats.narrow(0, 0, 1).clone();
+  group->all_reduce(global_max, dist::ReduceOp::Max);
+  const float* gm = global_max.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    se[r] = se[r] == 0.f ? 0.f : se[r] * std::exp(mx[r] - gm[r]);
+    mx[r] = gm[r];
+  }
+  Tensor sums = stats.narrow(0, 1, 2);
+  group->all_reduce(sums, dist::ReduceOp::Sum);
+}
+
 // dy as linear's backward rounds it: bf16 for a bf16 weight (into `d_bf16`), bf16
 // values for bf16 arithmetic on f32 (in place); the GEMM operand.
 const void* round_like_linear(float* d, int64_t n, const HeadMath& math, DType compute, Tensor& d_bf16) {
@@ -212,11 +280,16 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
   };
   Tensor stats = Tensor::empty({3, rows});  // row max | sum of exponentials | target logit
   float* mx = stats.data<float>();
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t n = std::min(chunk, rows - r0);
-    chunk_logits(saved, r0, n);
-    softmax_stats(logits.data<float>(), n, v, target.data() + r0, vocab.start, ignore_index, group, mx + r0,
-                  mx + rows + r0, mx + 2 * rows + r0);
+  if (autograd::LeafByRows* by_rows = autograd::leaf_by_rows(w)) {
+    softmax_stats_by_rows(*by_rows, saved, math, target, vocab.start, ignore_index, group, v, v_max, chunk, logits,
+                          widened, stats);
+  } else {
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      chunk_logits(saved, r0, n);
+      softmax_stats(logits.data<float>(), n, v, target.data() + r0, vocab.start, ignore_index, group, mx + r0,
+                    mx + rows + r0, mx + 2 * rows + r0);
+    }
   }
   Tensor loss = Tensor::full({}, mean_loss(target, mx, mx + rows, mx + 2 * rows, normalizer, ignore_index));
   if (!autograd::needs_grad({hidden, w})) return loss;
@@ -234,17 +307,17 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
         Tensor widened = math.bf16_values ? Tensor::empty({chunk, h}) : Tensor();
         Tensor d_bf16 = math.w_dtype == DType::BF16 ? Tensor::empty({chunk, v}, DType::BF16) : Tensor();
         const DType compute = math.w_dtype == DType::BF16 ? DType::BF16 : DType::F32;
-        if (autograd::RowGradSink* sink = w.requires_grad() ? autograd::row_grad_sink(w) : nullptr) {
-          // w takes its gradient by rows (FSDP's root): block by block of w's rows,
-          // each block's logits again for every chunk of tokens and its dw whole
-          // before the next block; dh sums the blocks' products.
+        if (autograd::LeafByRows* by_rows = autograd::leaf_by_rows(w)) {
+          // w held by rows (FSDP's root): block by block of w's rows, each block's
+          // logits again for every chunk of tokens and its dw whole before the
+          // next block; dh sums the blocks' products.
           Tensor dh = need_dh ? Tensor::zeros({rows, h}) : Tensor();
-          const int64_t step = std::max<int64_t>(sink->block_rows(), 1);
-          const auto* w_rows = static_cast<const char*>(w.raw_data());
+          const int64_t step = std::max<int64_t>(by_rows->block_rows(), 1);
           for (int64_t b0 = 0; b0 < v; b0 += step) {
             const int64_t nb = std::min(step, v - b0);
-            const void* wb = w_rows + b0 * h * static_cast<int64_t>(dtype_size(w.dtype()));
-            Tensor dwb = sink->begin_block(b0, nb);
+            const Tensor w_block = by_rows->weight_rows(b0, nb);  // alive while the block is used
+            const void* wb = w_block.raw_data();
+            Tensor dwb = by_rows->begin_grad_block(b0, nb);
             for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
               const int64_t n = std::min(chunk, rows - r0);
               DType a_dtype;
@@ -264,7 +337,7 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
               spec.accumulate = true;
               ops::detail::gemm(spec, dy, a, nullptr, dwb.data<float>());
             }
-            sink->end_block();
+            by_rows->end_grad_block();
           }
           return std::vector<Tensor>{need_dh ? dh.reshape(hidden_shape) : Tensor(), Tensor()};
         }

@@ -42,7 +42,7 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, double normali
 // The loss equals causal_lm_loss's (the same GEMM per row, the same sums);
 // gradients to about 1e-6 (dw sums the chunks' products one chunk after another).
 // Every rank of the vocab group runs the same number of chunks. When w takes its
-// gradient by rows (autograd::RowGradSink: FSDP's root), the backward makes it a
+// gradient by rows (autograd::LeafByRows: FSDP's root), the backward makes it a
 // block of w's rows at a time, every chunk of tokens for each block, and hands
 // each block to the sink whole (hidden's gradient then sums the blocks' products).
 Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::optional<DType> compute,

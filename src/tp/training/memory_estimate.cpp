@@ -101,21 +101,27 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
   e.gradients = static_cast<int64_t>(4 * params);
   if (in.fsdp) {
     // Masters and gradients in chunks of 1 / dp_shard; gathered, one unit at a time
-    // (training/fsdp.h): the root's compute weights (lm_head and the loss's
-    // backward) or a decoder layer's, the larger; or, kept from the forward to the
-    // backward (shard_grad_op), every layer's weights too. A whole gradient: a
-    // layer's, or the root's vectors and one block of its matrices' rows.
+    // (training/fsdp.h): the root's vectors and a block of its matrices' rows
+    // (f32, and its compute copy), or a decoder layer's weights, the larger; or,
+    // kept from the forward to the backward (shard_grad_op), every layer's too.
+    // A whole gradient: a layer's, or the root's vectors and one block of rows.
     const double L = static_cast<double>(std::max<int64_t>(c.num_hidden_layers, 1));
     const double root = params - layer_params, root_matrices = matrices - layer_matrices;
     auto compute_bytes = [&](double all, double mats) {
       return (all - mats) * 4 + mats * (in.bf16 && in.bf16_native ? 2 : 4);
     };
     const double layer_compute = compute_bytes(layer_params / L, layer_matrices / L);
-    const double gathered = in.fsdp_reshard_after_forward
-                                ? std::max(compute_bytes(root, root_matrices), layer_compute)
-                                : compute_bytes(root, root_matrices) + layer_compute * L;
+    // A block of rows of the vocabulary (FullyShardedDataParallel's buffers).
+    const double H = static_cast<double>(c.hidden_size);
+    const double block_rows = std::min(std::max(1.0, std::floor(kRowBlockBytes / (4 * H))),
+                                       static_cast<double>(vocab_local));
+    const double block = root_matrices > 0 ? 4 * H * block_rows : 0;
+    const double root_rows = block * (in.bf16 && in.bf16_native ? 1.5 : 1);
+    const double root_compute = compute_bytes(root - root_matrices, 0) + root_rows;
+    const double gathered = in.fsdp_reshard_after_forward ? std::max(root_compute, layer_compute)
+                                                          : root_compute + layer_compute * L;
     e.weights = static_cast<int64_t>(4 * params / d + gathered);
-    const double root_grad = 4 * (root - root_matrices) + (root_matrices > 0 ? kRowBlockBytes : 0);
+    const double root_grad = 4 * (root - root_matrices) + block;
     e.gradients = static_cast<int64_t>(4 * params / d + std::max(root_grad, 4 * layer_params / L));
   }
   const bool sgd = in.optim == "sgd";

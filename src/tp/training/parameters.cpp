@@ -384,7 +384,7 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
   // Units and their buckets: runs of one unit, one tp placement, one compute dtype.
   std::vector<size_t> bucket_of(params_.size());
   std::map<size_t, int64_t> grad_end;  // unit -> where its gradient buffer ends (slab elements)
-  size_t at_byte = 0;
+  size_t at_byte = 0, rows_at_byte = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const TrainableParam& p = params_[i];
     const int64_t unit = p.unit;
@@ -394,28 +394,31 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
     if (units_.empty() || units_.back().id != unit) {
       TP_CHECK(units_.empty() || units_.back().id < unit, "FSDP: parameter '{}' of unit {} out of unit order", p.name,
                unit);
-      units_.push_back({unit, p.offset, p.offset, {}, i, i, nullptr, nullptr});
+      units_.push_back({unit, p.offset, p.offset, {}, i, i, nullptr, nullptr, nullptr});
       grad_end[units_.size() - 1] = p.offset;
-      at_byte = 0;
+      at_byte = rows_at_byte = 0;
     }
     ParamUnit& u = units_.back();
     const bool fresh = u.buckets.empty() || layout_[u.buckets.back()].replicated != p.replicated ||
                        computes_in_bf16(bf16_, params_[i - 1].refs[0]->data) != matrix ||
                        params_[i - 1].grad_by_rows != p.grad_by_rows;
+    // The by-rows matrices' weights have a buffer of their own.
+    size_t& at = p.grad_by_rows ? rows_at_byte : at_byte;
     if (fresh) {
-      at_byte = (at_byte + 63) / 64 * 64;
+      at = (at + 63) / 64 * 64;
       u.buckets.push_back(buckets_.size());
       buckets_.push_back({p.offset, p.offset});
-      layout_.push_back({dtype, at_byte, 0, p.replicated, units_.size() - 1, p.grad_by_rows});
+      layout_.push_back({dtype, at, 0, p.replicated, units_.size() - 1, p.grad_by_rows});
     }
     buckets_.back().end = end;
-    at_byte += static_cast<size_t>(end - p.offset) * dtype_size(dtype);
+    at += static_cast<size_t>(end - p.offset) * dtype_size(dtype);
     if (!p.grad_by_rows) grad_end[units_.size() - 1] = end;
     u.end = end;
     u.last = i + 1;
     bucket_of[i] = buckets_.size() - 1;
     if (i + 1 == params_.size() || params_[i + 1].unit != unit) {
-      u.compute = Storage::allocate(at_byte);
+      u.compute = Storage::allocate(std::max<size_t>(at_byte, 64));
+      if (rows_at_byte > 0) u.rows_compute = Storage::allocate(rows_at_byte);
       // The gradients by rows come last: the buffer ends before them.
       u.grad = Storage::allocate(static_cast<size_t>(std::max(grad_end[units_.size() - 1] - u.begin, int64_t{1})) *
                                  sizeof(float));
@@ -447,7 +450,7 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
     } else {
       p.grad = Tensor::wrap(u.grad, static_cast<size_t>(p.offset - u.begin) * sizeof(float), shape, DType::F32);
     }
-    p.compute = Tensor::wrap(u.compute, b.compute_byte + static_cast<size_t>(p.offset - buckets_[bucket_of[i]].begin) *
+    p.compute = Tensor::wrap(b.by_rows ? u.rows_compute : u.compute, b.compute_byte + static_cast<size_t>(p.offset - buckets_[bucket_of[i]].begin) *
                                                              dtype_size(b.compute),
                              shape, b.compute);
     p.master = Tensor();
@@ -457,18 +460,25 @@ void ModelParameters::fully_shard(const FullyShardOptions& fsdp) {
   }
   master_ = Tensor();
   masters_sharded_ = true;
-  for (ParamUnit& u : units_) {
-    u.compute->release();
-    u.grad->release();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    release_unit(u);
+    units_[u].grad->release();
   }
 }
 
-void ModelParameters::gather_unit(size_t u) {
+void ModelParameters::release_unit(size_t u) {
+  units_[u].compute->release();
+  if (units_[u].rows_compute) units_[u].rows_compute->release();
+}
+
+void ModelParameters::gather_unit(size_t u, bool rows) {
   ParamUnit& unit = units_[u];
   unit.compute->restore();
+  if (rows && unit.rows_compute) unit.rows_compute->restore();
   // This rank's chunks, from its masters (rounded where the weight computes in bf16) ...
   for (size_t i = unit.first; i < unit.last; ++i) {
     TrainableParam& p = params_[i];
+    if (p.grad_by_rows && !rows) continue;
     for (const OwnedSegment& seg : p.owned) {
       const float* src = master_shard_.data<float>() + seg.state;
       const auto n = static_cast<size_t>(seg.end - seg.begin);
@@ -483,9 +493,39 @@ void ModelParameters::gather_unit(size_t u) {
   // ... and everyone's, bucket by bucket.
   for (size_t b : unit.buckets) {
     const BucketLayout& l = layout_[b];
-    shard_group_->all_gather_in_place(
-        Tensor::wrap(unit.compute, l.compute_byte, {buckets_[b].end - buckets_[b].begin}, l.compute));
+    if (l.by_rows && !rows) continue;
+    shard_group_->all_gather_in_place(Tensor::wrap(l.by_rows ? unit.rows_compute : unit.compute, l.compute_byte,
+                                                   {buckets_[b].end - buckets_[b].begin}, l.compute));
   }
+}
+
+Tensor ModelParameters::weight_rows(const TrainableParam& p, int64_t row0, int64_t rows, Tensor& scratch,
+                                    Tensor& out) const {
+  const int64_t cols = p.grad.size(1), begin = row0 * cols, end = begin + rows * cols;
+  TP_CHECK(fsdp_ && p.grad_by_rows && row0 >= 0 && rows >= 1 && row0 + rows <= p.grad.size(0),
+           "weight_rows: rows [{}, {}) of '{}' {} (a matrix held by rows under FSDP)", row0, row0 + rows, p.name,
+           shape_str(p.grad.shape()));
+  if (!scratch.defined() || scratch.numel() < rows * cols) scratch = Tensor::empty({rows * cols});
+  Tensor sum = scratch.narrow(0, 0, rows * cols);
+  sum.fill(0);
+  // Each element from the one rank that owns it (the others add zeros: the sum is exact).
+  for (const OwnedSegment& seg : p.owned) {
+    const int64_t lo = std::max(begin, seg.begin), hi = std::min(end, seg.end);
+    if (lo >= hi) continue;
+    const float* src = master_shard_.data<float>() + seg.state + (lo - seg.begin);
+    float* dst = sum.data<float>() + (lo - begin);
+    if (computes_in_bf16(bf16_, p.compute))
+      round_f32_to_bf16(src, dst, static_cast<size_t>(hi - lo));
+    else
+      std::memcpy(dst, src, static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+  shard_group_->all_reduce(sum);
+  if (p.compute.dtype() == DType::F32) return sum.reshape({rows, cols});
+  if (!out.defined() || out.numel() < rows * cols || out.dtype() != p.compute.dtype())
+    out = Tensor::empty({rows * cols}, p.compute.dtype());
+  Tensor values = out.narrow(0, 0, rows * cols);
+  values.copy_from(sum);
+  return values.reshape({rows, cols});
 }
 
 void ModelParameters::begin_unit_grads(size_t u) {

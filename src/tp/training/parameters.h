@@ -113,6 +113,7 @@ struct ParamUnit {
   std::vector<size_t> buckets;     // its buckets (ModelParameters::buckets()), in order
   size_t first = 0, last = 0;      // its parameters: params()[first, last)
   std::shared_ptr<Storage> compute, grad;
+  std::shared_ptr<Storage> rows_compute;  // its grad_by_rows matrices' weights (null if none), whole outside the steps
 };
 
 class ModelParameters {
@@ -186,9 +187,17 @@ class ModelParameters {
   const std::vector<ParamUnit>& units() const { return units_; }
   // Takes memory for unit u's compute weights and all-gathers them from every
   // rank's masters (rounded to the compute precision). Collective over dp_shard.
-  void gather_unit(size_t u);
-  void release_unit(size_t u) { units_[u].compute->release(); }
-  bool unit_gathered(size_t u) const { return !units_[u].compute->released(); }
+  // `rows`: its grad_by_rows matrices too (the steps read those a block at a time, weight_rows).
+  void gather_unit(size_t u, bool rows = true);
+  void release_unit(size_t u);
+  bool unit_gathered(size_t u, bool rows = false) const {
+    const ParamUnit& unit = units_[u];
+    return !unit.compute->released() && (!rows || unit.rows_compute == nullptr || !unit.rows_compute->released());
+  }
+  // Rows [row0, row0 + rows) of p's weights (p.grad_by_rows) in its compute dtype,
+  // all-gathered from every rank's masters into `out` (f32 `scratch` on the way),
+  // as gather_unit rounds them. Collective over dp_shard: every rank, the same rows.
+  Tensor weight_rows(const TrainableParam& p, int64_t row0, int64_t rows, Tensor& scratch, Tensor& out) const;
   // Takes memory for unit u's whole gradient (but its grad_by_rows parameters'),
   // zeroed, for a backward to accumulate into.
   void begin_unit_grads(size_t u);
