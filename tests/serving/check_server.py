@@ -2,8 +2,8 @@
 """Checks a running `tp serve` with standard-library clients: greedy and seeded
 completions equal `tp generate --json` for the same prompt, alone and batched
 with other concurrent requests (streamed or not); stop strings; bad requests
-get a 4xx with a message and change nothing; a client that hangs up mid-stream
-frees its slot; the API key is enforced.
+get a 4xx with a message and change nothing; a client that hangs up mid-stream,
+or before a whole answer, frees its slot; the API key is enforced.
 
   check_server.py --url http://127.0.0.1:PORT --tp build/src/tp --model DIR [--api-key K] [--slots N]
 """
@@ -167,21 +167,34 @@ def check_bad_requests(server):
 
 
 def check_disconnect(server):
-    # Fill every slot with long streams and hang up on each after two chunks:
-    # their slots must be freed, or the next request would wait for 400 tokens.
-    long = {"prompt": [3, 4, 5], "max_tokens": 400, "temperature": 0, "return_token_ids": True}
-    threads = [threading.Thread(target=server.stream, args=("/v1/completions", long, 2)) for _ in range(args.slots)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # Fill every slot with long completions and hang up on each: their slots must
+    # be freed, or the next request waits for theirs to finish. Measured against
+    # the same run's time of one such completion alone, which must be long enough
+    # (the model's whole context) to tell the two apart.
+    context = json.load(open(os.path.join(args.model, "config.json")))["max_position_embeddings"]
+    long = {"prompt": [3, 4, 5], "max_tokens": context - 3, "temperature": 0, "return_token_ids": True}
     t0 = time.time()
+    ids, _, _ = completion(server, long, stream=False)
+    alone = time.time() - t0
+    check(ids is not None and len(ids) == context - 3, f"a whole-context completion: {ids}")
     want = generate(["--input-ids", "9,8,7", "--max-new-tokens", "4"])[0]
-    ids, _, _ = completion(server, {"prompt": [9, 8, 7], "max_tokens": 4, "temperature": 0, "return_token_ids": True},
-                           stream=True)
-    check(ids == want, f"after hang-ups: {ids} vs {want}")
-    check(time.time() - t0 < 30, f"after hang-ups the next request took {time.time() - t0:.1f} s")
-    print(f"disconnect: {args.slots} streams cut mid-way, slots freed")
+    short = {"prompt": [9, 8, 7], "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+    # Streams hang up after two chunks; whole requests, which write nothing
+    # until they end, 0.2 s after they were sent.
+    for kind, hang_up in (("streams", lambda: server.stream("/v1/completions", long, 2)),
+                          ("whole requests", lambda: server.post_and_hang_up("/v1/completions", long, 0.2))):
+        threads = [threading.Thread(target=hang_up) for _ in range(args.slots)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        t0 = time.time()
+        ids, _, _ = completion(server, short, stream=kind == "streams")
+        waited = time.time() - t0
+        check(ids == want, f"after {kind} hung up: {ids} vs {want}")
+        check(waited < 0.5 * alone, f"after {args.slots} {kind} hung up the next request took {waited:.2f} s, "
+                                    f"one of them alone {alone:.2f} s: their slots were not freed")
+        print(f"disconnect: {args.slots} {kind} hung up, slots freed ({waited:.2f} s after, {alone:.2f} s alone)")
 
 
 def check_auth(server):

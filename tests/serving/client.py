@@ -1,6 +1,6 @@
 """A minimal OpenAI-API client for tp serve's tests, on the standard library only
 (http.client): whole responses, server-sent event streams with their timings,
-and a stream that hangs up halfway."""
+a stream that hangs up halfway, and a whole request hung up on."""
 import http.client
 import json
 import socket
@@ -93,6 +93,15 @@ class Server:
                 break
         out["seconds"] = time.time() - t0
         return out
+
+    def post_and_hang_up(self, path, body, after_s):
+        """Posts `body` (not streamed) and closes the connection after_s seconds
+        later without reading the answer."""
+        c = self._conn()
+        c.request("POST", path, body=json.dumps(body), headers=self._headers())
+        time.sleep(after_s)
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
 
 
 def stream_tokens(result):

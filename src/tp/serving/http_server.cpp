@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "tp/serving/client_connection.h"
 #include "tp/serving/completion_text.h"
 
 namespace tp::serving {
@@ -186,8 +187,17 @@ struct HttpServer::Impl {
       stream(job, res);
       return;
     }
+    // A client that hangs up on a non-streaming request frees its slot at the
+    // next step (a poll of its socket after every wait), not after max_tokens.
+    const ClientConnection client(req.remote_addr, req.remote_port, req.local_port);
     std::string text;
-    while (!job->done()) text += job->advance();
+    while (!job->done()) {
+      text += job->advance();
+      if (!job->done() && !client.connected()) {
+        fail(*job);
+        return;
+      }
+    }
     log(*job);
     if (job->end == StreamEnd::Shutdown) {
       send_error(res, ApiError(503, "the server is shutting down", "", "server_error"));
