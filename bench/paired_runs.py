@@ -2,8 +2,10 @@
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
+import sys
 
 
 def run_json(cmd, env, timeout=None):
@@ -37,3 +39,18 @@ def inference_arguments(doc, model, pairs, decode):
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--decode", type=int, default=decode)
     return ap
+
+
+def draw_lines(png, title, xlabel, ylabel, series):
+    """A PNG chart of `series` [(legend, [(x, y), ...], gnuplot style)] over a log2 x axis
+    (gnuplot); False, with a line on stderr, when gnuplot is not installed."""
+    if shutil.which("gnuplot") is None:
+        print("no chart: gnuplot is not installed (Debian: gnuplot-nox)", file=sys.stderr)
+        return False
+    script = ["set terminal pngcairo size 1000,620 font ',11'", f"set output '{png}'", f"set title '{title}'",
+              f"set xlabel '{xlabel}'", f"set ylabel '{ylabel}'", "set logscale x 2", "set grid", "set key top left"]
+    script.append("plot " + ", ".join(f"'-' using 1:2 with {style} lw 2 title '{t}'" for t, _, style in series))
+    for _, rows, _ in series:
+        script += [f"{x} {y:.3f}" for x, y in rows] + ["e"]
+    subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
+    return True

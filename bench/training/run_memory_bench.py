@@ -18,13 +18,12 @@ machine's memory is not run (it is reported with its prediction).
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from paired_runs import run_json, setup  # noqa: E402
+from paired_runs import draw_lines, run_json, setup  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GIB = 2 ** 30
@@ -62,9 +61,6 @@ def predicted(tp_binary, model, tp, seq, policy, env):
 
 
 def draw(points, torch_points, png):
-    if shutil.which("gnuplot") is None:
-        print("no chart: gnuplot is not installed (Debian: gnuplot-nox)", file=sys.stderr)
-        return False
     series = []
     for tp in sorted({p["tp"] for p in points}):
         for policy in POLICIES:
@@ -75,16 +71,8 @@ def draw(points, torch_points, png):
     for tp in sorted({p["tp"] for p in torch_points}):
         rows = sorted((p["seq"], p["peak_rss_gib"]) for p in torch_points if p["tp"] == tp)
         series.append((f"PyTorch tp {tp} (no checkpointing, resident set)", rows, "points pt 7 ps 1.5"))
-    script = [f"set terminal pngcairo size 1000,620 font ',11'", f"set output '{png}'",
-              "set title 'tp train: peak memory per rank, Qwen3-0.6B preset, batch 1, bf16 compute, AdamW'",
-              "set xlabel 'sequence length (tokens)'", "set ylabel 'GiB per rank'", "set logscale x 2",
-              "set grid", "set key top left"]
-    plots = [f"'-' using 1:2 with {style} lw 2 title '{title}'" for title, _, style in series]
-    script.append("plot " + ", ".join(plots))
-    for _, rows, _ in series:
-        script += [f"{x} {y:.3f}" for x, y in rows] + ["e"]
-    subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
-    return True
+    return draw_lines(png, "tp train: peak memory per rank, Qwen3-0.6B preset, batch 1, bf16 compute, AdamW",
+                      "sequence length (tokens)", "GiB per rank", series)
 
 
 def main():

@@ -58,14 +58,15 @@ class Server:
 
     def stream(self, path, body, stop_after=None):
         """Streams `body` (stream: true is added). Returns a dict: status, chunks
-        (parsed data events), done (saw [DONE]), ttft (s to the first chunk with
-        text or token ids), seconds. stop_after=k: hang up after k chunks."""
+        (parsed data events), times (s from the request to each chunk), done (saw
+        [DONE]), ttft (s to the first chunk with text or token ids), seconds.
+        stop_after=k: hang up after k chunks."""
         body = dict(body, stream=True)
         c = self._conn()
         t0 = time.time()
         c.request("POST", path, body=json.dumps(body), headers=self._headers())
         r = c.getresponse()
-        out = {"status": r.status, "chunks": [], "done": False, "ttft": None}
+        out = {"status": r.status, "chunks": [], "times": [], "done": False, "ttft": None}
         if r.status != 200:
             out["error"] = json.loads(r.read().decode())
             return out
@@ -83,6 +84,7 @@ class Server:
                 break
             chunk = json.loads(payload)
             out["chunks"].append(chunk)
+            out["times"].append(time.time() - t0)
             choices = chunk.get("choices") or [{}]
             ch = choices[0]
             if out["ttft"] is None and (ch.get("text") or ch.get("token_ids") or (ch.get("delta") or {}).get("content")):

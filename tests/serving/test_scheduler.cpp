@@ -1,6 +1,7 @@
 // Continuous batching without a model: requests take free slots at the next
 // step, decode next to the running ones, end on EOS / max_tokens / cancel and
-// give their slot (reset first) to the next request; the token budget holds;
+// give their slot (reset first) to the next request; the token budget holds,
+// prompts longer than a step's budget prefilled in chunks;
 // plans survive their broadcast encoding.
 #include <gtest/gtest.h>
 
@@ -86,19 +87,59 @@ TEST(Scheduler, CancelledReadersFreeTheirSlot) {
   EXPECT_EQ(end, StreamEnd::Cancelled);
 }
 
-TEST(Scheduler, TokenBudgetAndLimits) {
-  Scheduler s({.max_num_seqs = 4, .max_num_batched_tokens = 10, .max_model_len = 16});
-  auto a = s.submit(req(std::vector<int64_t>(6, 1), 2));
-  auto b = s.submit(req(std::vector<int64_t>(5, 1), 2));  // 6 + 5 > 10: next step
+TEST(Scheduler, TokenBudgetChunksPrompts) {
+  // vLLM's chunked prefill: decodes first, then the prompt in progress, then new
+  // ones, never more than max_num_batched_tokens tokens in a step.
+  Scheduler s({.max_num_seqs = 4, .max_num_batched_tokens = 10, .max_model_len = 32});
+  auto a = s.submit(req({1, 2, 3, 4, 5, 6}, 2));
+  auto b = s.submit(req({11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}, 2));  // longer than a step
   StepPlan p = s.next_step(0ms);
-  EXPECT_EQ(p.prefills.size(), 1u);
-  s.complete_step(p, {1}, {});
-  StepPlan q = s.next_step(0ms);  // 1 decode + 5 prompt tokens fit
-  EXPECT_EQ(q.prefills.size(), 1u);
-  EXPECT_EQ(q.decodes.size(), 1u);
-  EXPECT_THROW(s.submit(req(std::vector<int64_t>(10, 1), 7)), tp::Error);  // 17 > max_model_len
-  EXPECT_THROW(s.submit(req(std::vector<int64_t>(8, 1), 1)), tp::Error);   // 8 + 3 other slots > 10
+  ASSERT_EQ(p.prefills.size(), 2u);
+  EXPECT_EQ(p.prefills[0].ids, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(p.prefills[0].last);
+  EXPECT_EQ(p.prefills[1].ids, (std::vector<int64_t>{11, 12, 13, 14}));  // what is left of the 10
+  EXPECT_FALSE(p.prefills[1].last);
+  s.complete_step(p, {7}, {});  // a token only for the prompt that ended
+  EXPECT_EQ(drain(*a), (std::vector<int64_t>{7}));
+  EXPECT_TRUE(drain(*b).empty());
+  auto c = s.submit(req({31, 32, 33}, 1));
+  StepPlan q = s.next_step(0ms);  // a decodes; b goes on with 9; c waits for the budget
+  ASSERT_EQ(q.decodes.size(), 1u);
+  EXPECT_EQ(q.decodes[0].token, 7);
+  ASSERT_EQ(q.prefills.size(), 1u);
+  EXPECT_EQ(q.prefills[0].slot, p.prefills[1].slot);
+  EXPECT_EQ(q.prefills[0].ids, (std::vector<int64_t>{15, 16, 17, 18, 19, 20, 21, 22, 23}));
+  EXPECT_TRUE(q.prefills[0].last);
+  s.complete_step(q, {24}, {8});  // a ends (max_tokens 2); b has its first token
+  EXPECT_EQ(drain(*b), (std::vector<int64_t>{24}));
+  StepPlan r = s.next_step(0ms);  // b decodes; c's whole prompt fits
+  EXPECT_EQ(r.decodes.size(), 1u);
+  ASSERT_EQ(r.prefills.size(), 1u);
+  EXPECT_EQ(r.prefills[0].ids, (std::vector<int64_t>{31, 32, 33}));
+  EXPECT_EQ(r.resets.size(), 1u);  // a's row, before c can take it
+  // A prompt longer than a step is accepted; one over the context is not.
+  EXPECT_NO_THROW(s.submit(req(std::vector<int64_t>(20, 1), 1)));
+  EXPECT_THROW(s.submit(req(std::vector<int64_t>(30, 1), 7)), tp::Error);  // 37 > max_model_len
   EXPECT_THROW(s.submit(req({}, 1)), tp::Error);
+}
+
+TEST(Scheduler, CancelledWhilePrefillingFreesTheSlot) {
+  Scheduler s({.max_num_seqs = 1, .max_num_batched_tokens = 4, .max_model_len = 32});
+  auto a = s.submit(req(std::vector<int64_t>(10, 1), 3));
+  StepPlan p = s.next_step(0ms);
+  ASSERT_EQ(p.prefills.size(), 1u);
+  EXPECT_FALSE(p.prefills[0].last);
+  s.complete_step(p, {}, {});
+  a->cancel();
+  auto b = s.submit(req({5, 6}, 1));
+  StepPlan q = s.next_step(0ms);  // a's slot is reset and given to b, whose prompt starts over on it
+  StreamEnd end;
+  drain(*a, &end);
+  EXPECT_EQ(end, StreamEnd::Cancelled);
+  EXPECT_EQ(q.resets, (std::vector<int64_t>{0}));
+  ASSERT_EQ(q.prefills.size(), 1u);
+  EXPECT_EQ(q.prefills[0].ids, (std::vector<int64_t>{5, 6}));
+  EXPECT_TRUE(q.prefills[0].last);
 }
 
 TEST(Scheduler, StopEndsEveryStream) {
@@ -121,13 +162,15 @@ TEST(Scheduler, StopEndsEveryStream) {
 TEST(StepPlan, EncodesAndDecodes) {
   StepPlan p;
   p.resets = {2, 0};
-  p.prefills = {{1, {5, 6, 7}}, {3, {9}}};
+  p.prefills = {{1, {5, 6, 7}, false}, {3, {9}}};
   p.decodes = {{0, 11}, {2, 12}};
   StepPlan q = StepPlan::decode(p.encode());
   EXPECT_EQ(q.resets, p.resets);
   ASSERT_EQ(q.prefills.size(), 2u);
   EXPECT_EQ(q.prefills[0].ids, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_FALSE(q.prefills[0].last);
   EXPECT_EQ(q.prefills[1].slot, 3);
+  EXPECT_TRUE(q.prefills[1].last);
   ASSERT_EQ(q.decodes.size(), 2u);
   EXPECT_EQ(q.decodes[1].token, 12);
   EXPECT_FALSE(q.stop);

@@ -57,9 +57,11 @@ grep -q "prompt 4 tokens, completion 5 tokens (length), time to first token .* m
   { echo "no request log line:"; cat "$dir/serve1.log"; exit 1; }
 stop_server "$dir/serve1.log"
 
-echo "== tp = 2 (tprun), with --api-key"
+# Steps of 8 tokens: prompts longer than that are prefilled in chunks, beside
+# the running sequences' decodes, and must still answer as tp generate does.
+echo "== tp = 2 (tprun), with --api-key, chunked prefill"
 start_server "$dir/serve2.log" "$tprun" --nproc-per-node 2 "$tp" serve --model "$dir/m" --port 0 --max-num-seqs 3 \
-  --api-key sekret --served-model-name tiny
+  --api-key sekret --served-model-name tiny --max-num-batched-tokens 8
 /usr/bin/python3 "$here/check_server.py" --url "http://127.0.0.1:$port" --tp "$tp" --model "$dir/m" --slots 3 \
   --api-key sekret --model-name tiny --expect-cache "$dir/expected.json"
 curl_checks -H "Authorization: Bearer sekret"

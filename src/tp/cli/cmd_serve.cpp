@@ -137,7 +137,7 @@ Registrar reg("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat
                 app.add_option("--max-num-seqs", f->max_num_seqs, "sequences decoded together (KV cache slots)")
                     ->capture_default_str();
                 app.add_option("--max-num-batched-tokens", f->max_num_batched_tokens,
-                               "tokens one step may process: running sequences plus prompts admitted in it")
+                               "tokens one step may process: one per running sequence, then chunks of prompts (a longer prompt is prefilled over several steps)")
                     ->capture_default_str();
                 app.add_option("--max-model-len", f->max_model_len,
                                "prompt + max_tokens of one sequence (default: max_position_embeddings, at most 4096)");

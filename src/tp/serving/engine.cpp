@@ -66,7 +66,7 @@ void Engine::execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens,
     KVState row = state_.rows(p.slot, 1);
     Tensor logits = lm.forward_ids(Tensor::from_ints(p.ids, {1, T}), &row, {T - 1}, {T});
     state_.take_lengths(row, p.slot);
-    if (root) prefill_tokens.push_back(pick(logits, 0, p.slot));
+    if (root && p.last) prefill_tokens.push_back(pick(logits, 0, p.slot));
   }
 
   if (!plan.decodes.empty()) {

@@ -4,8 +4,9 @@
 // max_model_len tokens each) and runs the same steps. The mesh's root rank's
 // scheduler plans each step; the plan is broadcast over the mesh; then every rank
 //   1. resets the rows of the sequences that ended,
-//   2. prefills each new prompt on its own row (a [1, T] forward, as
-//      `tp generate` runs a single prompt: the same logits, bit for bit),
+//   2. prefills each planned chunk of a prompt on its own row (a [1, T] forward
+//      continuing the row's cache; a whole prompt is what `tp generate` runs:
+//      the same logits, bit for bit, and chunked the same tokens, tested),
 //   3. runs one decode forward over rows [0, highest running slot] with one
 //      token for each running sequence (idle rows append nothing),
 // and the root picks each sequence's next token with its own sampling options.

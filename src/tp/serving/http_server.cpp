@@ -135,12 +135,6 @@ struct HttpServer::Impl {
                                       "max_tokens.",
                                       limits.max_model_len, n + std::max<int64_t>(max_tokens, 0), n, max_tokens),
                      r.max_tokens ? "max_tokens" : (endpoint == Endpoint::Completions ? "prompt" : "messages"));
-    if (n + limits.max_num_seqs - 1 > limits.max_num_batched_tokens)
-      throw ApiError(400, fmt::format("the prompt has {} tokens; this server takes at most {} (--max-num-batched-tokens "
-                                      "{} less one per other sequence slot)",
-                                      n, limits.max_num_batched_tokens - limits.max_num_seqs + 1,
-                                      limits.max_num_batched_tokens),
-                     "prompt");
     job->generation.max_tokens = max_tokens;
     job->generation.sampling = {.temperature = r.temperature, .top_k = r.top_k, .top_p = r.top_p,
                                 .seed = r.seed.value_or(random64())};

@@ -24,9 +24,6 @@ std::shared_ptr<TokenStream> Scheduler::submit(GenerationRequest request) {
   TP_CHECK(n + request.max_tokens <= options_.max_model_len,
            "prompt ({} tokens) + max_tokens ({}) exceeds the maximum context length {}", n, request.max_tokens,
            options_.max_model_len);
-  TP_CHECK(n + options_.max_num_seqs - 1 <= options_.max_num_batched_tokens,
-           "the prompt ({} tokens) does not fit in a step of max_num_batched_tokens {}", n,
-           options_.max_num_batched_tokens);
   auto stream = std::make_shared<TokenStream>();
   {
     std::lock_guard lock(mutex_);
@@ -60,6 +57,7 @@ StepPlan Scheduler::next_step(std::chrono::milliseconds idle_wait) {
     for (Slot& s : slots_)
       if (s.request) s.stream->finish(StreamEnd::Shutdown);
     slots_.assign(slots_.size(), Slot{});
+    prefilling_.clear();
     plan.stop = true;
     return plan;
   }
@@ -71,11 +69,18 @@ StepPlan Scheduler::next_step(std::chrono::milliseconds idle_wait) {
     }
   plan.resets = std::exchange(pending_resets_, {});
   for (size_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].request) plan.decodes.push_back({static_cast<int64_t>(i), slots_[i].last_token});
+    if (slots_[i].request && slots_[i].prefilled == static_cast<int64_t>(slots_[i].request->prompt.size()))
+      plan.decodes.push_back({static_cast<int64_t>(i), slots_[i].last_token});
 
   int64_t budget = options_.max_num_batched_tokens - static_cast<int64_t>(plan.decodes.size());
+  // A prompt in progress has a slot already: it goes on before new ones start.
+  for (size_t i = 0; i < prefilling_.size() && budget > 0; ++i) budget -= plan_chunk(plan, prefilling_[i], budget);
+  std::erase_if(prefilling_, [&](int64_t slot) {
+    const Slot& s = slots_[static_cast<size_t>(slot)];
+    return s.prefilled == static_cast<int64_t>(s.request->prompt.size());
+  });
   size_t free_at = 0;
-  while (!waiting_.empty()) {
+  while (!waiting_.empty() && budget > 0) {
     Waiting& w = waiting_.front();
     if (w.stream->cancelled()) {
       w.stream->finish(StreamEnd::Cancelled);
@@ -83,24 +88,33 @@ StepPlan Scheduler::next_step(std::chrono::milliseconds idle_wait) {
       continue;
     }
     while (free_at < slots_.size() && slots_[free_at].request) ++free_at;
-    const int64_t n = static_cast<int64_t>(w.request.prompt.size());
-    // First come, first served: a prompt that does not fit this step waits,
-    // and so do the ones behind it (no starvation of long prompts).
-    if (free_at == slots_.size() || n > budget) break;
-    budget -= n;
+    // First come, first served: a prompt starts with what is left of the
+    // step's budget and goes on in the next steps.
+    if (free_at == slots_.size()) break;
     Slot& s = slots_[free_at];
-    plan.prefills.push_back({static_cast<int64_t>(free_at), w.request.prompt});
-    s.request = std::move(w.request);
-    s.stream = std::move(w.stream);
-    s.generated = 0;
-    s.last_token = -1;
+    s = Slot{std::move(w.request), std::move(w.stream)};
     waiting_.pop_front();
+    const auto slot = static_cast<int64_t>(free_at);
+    budget -= plan_chunk(plan, slot, budget);
+    if (s.prefilled < static_cast<int64_t>(s.request->prompt.size())) prefilling_.push_back(slot);
   }
   return plan;
 }
 
+int64_t Scheduler::plan_chunk(StepPlan& plan, int64_t slot, int64_t budget) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  const std::vector<int64_t>& prompt = s.request->prompt;
+  const int64_t n = std::min(budget, static_cast<int64_t>(prompt.size()) - s.prefilled);
+  const auto from = prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled);
+  s.prefilled += n;
+  plan.prefills.push_back({slot, std::vector<int64_t>(from, from + static_cast<std::ptrdiff_t>(n)),
+                           s.prefilled == static_cast<int64_t>(prompt.size())});
+  return n;
+}
+
 void Scheduler::free_slot(int64_t slot) {
   slots_[static_cast<size_t>(slot)] = Slot{};
+  std::erase(prefilling_, slot);
   pending_resets_.push_back(slot);
 }
 
@@ -122,11 +136,15 @@ void Scheduler::push_token(int64_t slot, int64_t token) {
 
 void Scheduler::complete_step(const StepPlan& plan, const std::vector<int64_t>& prefill_tokens,
                               const std::vector<int64_t>& decode_tokens) {
-  TP_CHECK(prefill_tokens.size() == plan.prefills.size() && decode_tokens.size() == plan.decodes.size(),
-           "Scheduler::complete_step: {} + {} tokens for {} prefills and {} decodes", prefill_tokens.size(),
-           decode_tokens.size(), plan.prefills.size(), plan.decodes.size());
+  const auto ended = static_cast<size_t>(
+      std::count_if(plan.prefills.begin(), plan.prefills.end(), [](const StepPlan::Prefill& p) { return p.last; }));
+  TP_CHECK(prefill_tokens.size() == ended && decode_tokens.size() == plan.decodes.size(),
+           "Scheduler::complete_step: {} + {} tokens for {} prompts' last chunks and {} decodes",
+           prefill_tokens.size(), decode_tokens.size(), ended, plan.decodes.size());
   for (size_t i = 0; i < plan.decodes.size(); ++i) push_token(plan.decodes[i].slot, decode_tokens[i]);
-  for (size_t i = 0; i < plan.prefills.size(); ++i) push_token(plan.prefills[i].slot, prefill_tokens[i]);
+  size_t next = 0;
+  for (const StepPlan::Prefill& p : plan.prefills)
+    if (p.last) push_token(p.slot, prefill_tokens[next++]);
 }
 
 const GenerationRequest& Scheduler::request(int64_t slot) const {

@@ -10,6 +10,7 @@ std::vector<int64_t> StepPlan::encode() const {
   w.push_back(static_cast<int64_t>(prefills.size()));
   for (const Prefill& p : prefills) {
     w.push_back(p.slot);
+    w.push_back(p.last ? 1 : 0);
     w.push_back(static_cast<int64_t>(p.ids.size()));
     w.insert(w.end(), p.ids.begin(), p.ids.end());
   }
@@ -37,6 +38,7 @@ StepPlan StepPlan::decode(const std::vector<int64_t>& w) {
   for (int64_t i = 0, n = count(); i < n; ++i) p.resets.push_back(next());
   for (int64_t i = 0, n = count(); i < n; ++i) {
     Prefill f{next(), {}};
+    f.last = next() != 0;
     for (int64_t j = 0, m = count(); j < m; ++j) f.ids.push_back(next());
     p.prefills.push_back(std::move(f));
   }

@@ -14,16 +14,17 @@ struct StepPlan {
   std::vector<int64_t> resets;     // slots whose sequence ended: their cache rows start over
   struct Prefill {
     int64_t slot;
-    std::vector<int64_t> ids;      // the prompt
+    std::vector<int64_t> ids;      // a chunk of the prompt: the next ids after those already cached
+    bool last = true;              // it ends the prompt: the step picks the sequence's first token
   };
-  std::vector<Prefill> prefills;   // new sequences, each prefilled on its own row
+  std::vector<Prefill> prefills;   // prompts' chunks, each continuing its own row
   struct Decode {
     int64_t slot, token;           // the token each running sequence picked last step
   };
   std::vector<Decode> decodes;     // one decode forward over the slots in use
 
   bool empty() const { return !stop && resets.empty() && prefills.empty() && decodes.empty(); }
-  // Flat i64 form: [stop, #resets, resets..., #prefills, (slot, n, ids...)..., #decodes, (slot, token)...].
+  // Flat i64 form: [stop, #resets, resets..., #prefills, (slot, last, n, ids...)..., #decodes, (slot, token)...].
   std::vector<int64_t> encode() const;
   static StepPlan decode(const std::vector<int64_t>& words);
 };
