@@ -2,7 +2,7 @@
 """Load benchmark of `tp serve` on a real-size model (issue 29 item 5).
 
   bench/serving/run_serve_bench.py [--model DIR] [--tp 1,2] [--clients 1,4,8,16] [--requests 3]
-                                   [--max-tokens 32] [--json FILE] [--png FILE]
+                                   [--max-tokens 32] [--max-num-batched-tokens 512] [--json FILE] [--png FILE]
   bench/serving/run_serve_bench.py --from-json FILE     # the table and chart again
 
 The Qwen3-0.6B preset (written with `tp make-model` when --model has none), bf16,
@@ -10,13 +10,15 @@ greedy, prompts of token ids. For each tp size a server is started (tprun,
 one OpenMP thread per rank), and in that run:
   1. the prefill rate alone: one 2048-token prompt, max_tokens 1: its tokens over
      its time to first token (the baseline the aggregate throughput is held to);
-  2. for each client count, every client streams --requests completions back to
-     back, prompts drawn from a fixed mix (64, 128, 256 tokens), max_tokens
+  2. for each client count, every client streams completions back to back (at
+     least --requests, and until the long prompt below has its first token),
+     prompts drawn from a fixed mix (64, 128, 256 tokens), max_tokens
      --max-tokens; once every client has its first token, one 2048-token prompt
      (max_tokens 8) arrives.
 Reported per point: aggregate throughput (prompt + completion tokens over the
-wall time), aggregate decode rate (clients x the median stream's decode rate:
-tokens after the first over the time after it), time to first token p50/p99,
+wall time), aggregate decode rate (clients over the median inter-token latency:
+a decode step's rate, steps that carried prompt chunks being the slow tail),
+each stream's own decode rate (median), time to first token p50/p99,
 and the running streams' inter-token latency p50/p99 (the gap between a stream's
 consecutive chunks over the tokens it carries), steady and while the long prompt
 is admitted (from its arrival to its first token). The targets are ratios to
@@ -62,9 +64,10 @@ def token_times(r):
     return out
 
 
-def start_server(tprun, tp_bin, model, tp, slots, env, log):
+def start_server(tprun, tp_bin, model, tp, slots, step_tokens, env, log):
     cmd = [tprun, "--nproc-per-node", str(tp), tp_bin, "serve", "--model", model, "--port", "0",
-           "--max-num-seqs", str(slots), "--max-model-len", str(LONG + 64), "--disable-log-requests"]
+           "--max-num-seqs", str(slots), "--max-model-len", str(LONG + 64), "--disable-log-requests",
+           "--max-num-batched-tokens", str(step_tokens)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     for _ in range(1200):
         log.flush()
@@ -84,8 +87,11 @@ def run_point(server, clients, requests, max_tokens, vocab):
     streams, first_tokens = [], threading.Semaphore(0)
     t_start = time.time()
 
+    long_done = threading.Event()
+
     def client(c):
-        for r in range(requests):
+        r = 0
+        while r < requests or not long_done.is_set():  # running streams while the long prompt is admitted
             n = MIX[(c + r) % len(MIX)]
             body = {"prompt": prompt(n, 1000 * c + r, vocab), "max_tokens": max_tokens, "temperature": 0,
                     "return_token_ids": True, "stream": True}
@@ -98,6 +104,7 @@ def run_point(server, clients, requests, max_tokens, vocab):
                 streams.append({"prompt": n, "sent": sent - t_start, "tokens": times})
             if r == 0:
                 first_tokens.release()
+            r += 1
 
     long_result = {}
 
@@ -108,6 +115,7 @@ def run_point(server, clients, requests, max_tokens, vocab):
         res = server.stream("/v1/completions", {"prompt": prompt(LONG, 7, vocab), "max_tokens": 8,
                                                 "temperature": 0, "return_token_ids": True})
         long_result.update(sent=sent - t_start, first=sent - t_start + res["ttft"])
+        long_done.set()
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     threads.append(threading.Thread(target=long_prompt))
@@ -130,7 +138,7 @@ def run_point(server, clients, requests, max_tokens, vocab):
     prompt_tokens = sum(s["prompt"] for s in streams) + LONG
     return {"clients": clients, "wall_s": round(wall, 2),
             "throughput_tokens_per_s": round((prompt_tokens + completion) / wall, 1),
-            "decode_tokens_per_s": round(clients * statistics.median(rates), 2),
+            "decode_tokens_per_s": round(clients / percentile(steady, 50), 2),
             "stream_decode_tokens_per_s": round(statistics.median(rates), 2),
             "ttft_p50_ms": round(1000 * percentile(ttft, 50)), "ttft_p99_ms": round(1000 * percentile(ttft, 99)),
             "itl_p50_ms": round(1000 * percentile(steady, 50), 1),
@@ -147,7 +155,8 @@ def measure(a):
     for tp in [int(x) for x in a.tp.split(",")]:
         counts = [int(x) for x in a.clients.split(",")]
         with tempfile.NamedTemporaryFile("w+", suffix=".log") as log:
-            proc, server = start_server(tprun, tp_bin, a.model, tp, max(counts) + 1, env, log)
+            proc, server = start_server(tprun, tp_bin, a.model, tp, max(counts) + 1, a.max_num_batched_tokens, env,
+                                        log)
             try:
                 server.wait_healthy(seconds=600, proc=proc)
                 server.post("/v1/completions", {"prompt": prompt(16, 1, vocab), "max_tokens": 4})  # warm
@@ -201,6 +210,7 @@ def main():
     ap.add_argument("--clients", default="1,4,8,16")
     ap.add_argument("--requests", type=int, default=3, help="completions per client, back to back")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512, help="tp serve's step budget (chunked prefill)")
     ap.add_argument("--json")
     ap.add_argument("--from-json")
     ap.add_argument("--png", default=os.path.join(HERE, "..", "results", "serving_load.png"))
