@@ -13,7 +13,9 @@
 //   eight partial sums, lane l over k = l, l + 8, ... (a chain of FMAs from zero),
 //   added as ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)),
 //   then the last K % 8 terms by FMA in order, then the bias.
-// Tiles of rows × columns only choose which outputs are computed together.
+// Tiles of rows × columns only choose which outputs are computed together, and a
+// bf16 W read by several groups of rows is widened to f32 a column block at a
+// time first (exact: the same values, the same sequence).
 #include <cstdint>
 
 #include "tp/tensor/dtype.h"
