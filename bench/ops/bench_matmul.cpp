@@ -1,6 +1,8 @@
 // Linear-layer throughput: ours (ops::linear through a PackedLinear) against raw
 // oneDNN (a matmul primitive with pre-packed weights, everything created once) in
-// the same run, f32 and bf16 weights.
+// the same run, f32 and bf16 weights; and quantized weights (ops::QuantizedLinear:
+// 8-bit and 4-bit codes in groups of 128), whose GB counter counts the bytes held
+// (codes, scales and zeros).
 //
 //   OMP_NUM_THREADS=1 ./build/bench/ops/bench_matmul --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true      (one line)
@@ -18,6 +20,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
+#include "tp/ops/quantized_linear.h"
 #include "tp/tensor/storage.h"
 
 using namespace tp;
@@ -116,6 +119,39 @@ void bm_onednn(benchmark::State& state, Shape3 s, DType dt, bool huge_pages) {
   set_counters(state, s, dt);
 }
 
+// Random codes, f16-valued scales and zeros in groups of 128 along K.
+__attribute__((noinline)) ops::QuantizedLinear make_quantized(const Shape3& s, int bits, uint64_t seed) {
+  const int64_t groups = (s.k + 127) / 128;
+  Tensor codes = Tensor::empty({s.n, s.k}, DType::U8), zeros = Tensor::empty({s.n, groups}, DType::U8);
+  Tensor scales = Tensor::empty({s.n, groups});
+  uint64_t r = seed * 6364136223846793005ull + 1;
+  auto next = [&r] { return (r = r * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int64_t i = 0; i < s.n * s.k; ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(next() % (1u << bits));
+  for (int64_t i = 0; i < s.n * groups; ++i) {
+    zeros.data<uint8_t>()[i] = static_cast<uint8_t>(next() % (1u << bits));
+    scales.data<float>()[i] = to_f32(to_f16(0.001f + 0.01f * static_cast<float>(next() % 1000) / 1000.f));
+  }
+  return ops::QuantizedLinear(bits, 128, codes, scales, zeros);
+}
+
+void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits) {
+  std::vector<ops::QuantizedLinear> ws{make_quantized(s, bits, 1)};
+  const size_t bytes = ws[0].nbytes();
+  // Decode streams from memory: enough distinct copies (>= 192 MiB) to defeat the caches.
+  const size_t copies = s.m <= kDecodeRows ? std::max<size_t>(2, (size_t{192} << 20) / bytes) : 1;
+  for (size_t c = 1; c < copies; ++c) ws.push_back(make_quantized(s, bits, 1 + c));
+  Tensor x = Tensor::randn({s.m, s.k}, 1), y = Tensor::empty({s.m, s.n});
+  size_t i = 0;
+  for (auto _ : state) {
+    ops::linear_into(y, x, ws[i++ % ws.size()]);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  state.counters["GFLOP"] =
+      benchmark::Counter(2.0 * s.m * s.n * s.k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  if (s.m <= kDecodeRows)
+    state.counters["GB"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 std::string shape_name(const Shape3& s) {
   return "/M:" + std::to_string(s.m) + "/K:" + std::to_string(s.k) + "/N:" + std::to_string(s.n);
 }
@@ -140,6 +176,11 @@ int main(int argc, char** argv) {
         })->UseRealTime();
     }
   }
+  for (const Shape3& s : kShapes)
+    for (int bits : {8, 4})
+      benchmark::RegisterBenchmark(("BM_tp_quantized_int" + std::to_string(bits) + "_g128" + shape_name(s)).c_str(),
+                                   [s, bits](benchmark::State& st) { bm_tp_quantized(st, s, bits); })
+          ->UseRealTime();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

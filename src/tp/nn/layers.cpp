@@ -19,7 +19,7 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
 }
 
 DType Linear::weight_dtype() const {
-  if (packed_valid_) return packed_dtype_;
+  if (quantized_.defined() || packed_valid_) return packed_dtype_;
   return weight.data.defined() ? weight.data.dtype() : DType::F32;
 }
 
@@ -28,7 +28,14 @@ void Linear::mark_fused(DType packed_dtype) {
   packed_dtype_ = packed_dtype;
 }
 
+void Linear::set_quantized(ops::QuantizedLinear w, DType model_dtype) {
+  quantized_ = std::move(w);
+  packed_dtype_ = model_dtype;
+  weight.data = Tensor();
+}
+
 void Linear::finalize_weights(bool inference_only) {
+  if (quantized_.defined()) return;  // nothing to pack: the products read the codes
   bool shared = weight.data.impl_ptr().use_count() > 1;
   if (!fused_) {
     packed_ = ops::PackedLinear(weight.data, /*keep_weight=*/!inference_only || shared);
@@ -52,6 +59,12 @@ Tensor Linear::forward(const std::vector<Tensor>& inputs) {
 
 Tensor Linear::base_forward(const Tensor& x) {
   Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();
+  if (quantized_.defined()) {
+    TP_CHECK(!autograd::needs_grad({x, b}),
+             "{}: its weight is quantized ({}-bit codes): gradients through it are not supported", name(),
+             quantized_.bits());
+    return ops::linear(x.dtype() == DType::BF16 ? x.to(DType::F32) : x, quantized_, b);
+  }
   TP_CHECK(!fused_ || weight.data.defined(),
            "{}: its packed weight lives in its parent's fused GEMM (nn::FusedLinears); "
            "call the parent, or load the model with inference_only = false",

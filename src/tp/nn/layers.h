@@ -4,6 +4,7 @@
 
 #include "tp/nn/module.h"
 #include "tp/ops/linear.h"
+#include "tp/ops/quantized_linear.h"
 
 namespace tp::nn {
 
@@ -38,7 +39,15 @@ class Linear : public Module {
   void finalize_weights(bool inference_only) override;
   void release_packed_weights() override;
   // The matrix's dtype (also after the plain copy was released); f32 before loading.
+  // A quantized weight answers the dtype the rest of the model loaded in (what
+  // caches and activations around it use).
   DType weight_dtype() const;
+
+  // The weight as a quantized checkpoint holds it (models/quantized_checkpoint.h),
+  // set by the loader instead of `weight.data`: inference only, the product runs
+  // on the codes (ops::QuantizedLinear). `model_dtype`: the other weights' dtype.
+  void set_quantized(ops::QuantizedLinear w, DType model_dtype);
+  const ops::QuantizedLinear& quantized() const { return quantized_; }
   // Packed in bf16: a bf16 input goes to the GEMM as is (it would round an f32
   // input to bf16 first). Any other path widens a bf16 input to f32, exactly.
   bool takes_bf16_input() const { return packed_valid_ && packed_dtype_ == DType::BF16 && !adapter_; }
@@ -60,6 +69,7 @@ class Linear : public Module {
   Tensor base_forward(const Tensor& x);
   std::unique_ptr<Adapter> adapter_;
   ops::PackedLinear packed_;
+  ops::QuantizedLinear quantized_;
   bool packed_valid_ = false;
   bool fused_ = false;
   DType packed_dtype_ = DType::F32;  // packed_'s, or the fused copy's

@@ -46,13 +46,6 @@ inline float w_at(const char* w, int64_t p) {
   }
 }
 
-// The header's lane order: ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).
-inline float lane_sum(__m256 v) {
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-}
-
 // MR rows × NR columns of C: MR·NR chains of eight lanes over the whole of K.
 template <int MR, int NR, bool Bf16>
 void tile(const float* a, int64_t lda, const char* w, int64_t ldw_bytes, int64_t k, const float* bias, float* c,
@@ -71,7 +64,7 @@ void tile(const float* a, int64_t lda, const char* w, int64_t ldw_bytes, int64_t
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      float s = lane_sum(acc[i][j]);
+      float s = ordered_lane_sum(acc[i][j]);
       for (int64_t p = k8; p < k; ++p) s = std::fma(a[i * lda + p], w_at<Bf16>(w + j * ldw_bytes, p), s);
       c[i * ldc + j] = bias != nullptr ? s + bias[j] : s;
     }
@@ -109,6 +102,37 @@ void widen_block(const char* w, int64_t ldw_bytes, int64_t cols, int64_t k, floa
   }
 }
 
+// Every row group's tiles over columns [j0, j1) of C, reading W's rows from wb
+// (row stride wb_ld bytes; bf16 unless `wide`).
+void tiles_over_block(int64_t m, int64_t j0, int64_t j1, int64_t k, const float* a, int64_t lda, const char* wb,
+                      int64_t wb_ld, bool bf16, const float* bias, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; i += kMaxRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i));
+    for (int64_t j = j0; j < j1; j += kCols[rows - 1]) {
+      const int cols = static_cast<int>(std::min<int64_t>(kCols[rows - 1], j1 - j));
+      const TileFn tile_fn = bf16 ? tile_for<true>(rows, cols) : tile_for<false>(rows, cols);
+      tile_fn(a + i * lda, lda, wb + (j - j0) * wb_ld, wb_ld, k, bias ? bias + j : nullptr, c + i * ldc + j, ldc);
+    }
+  }
+}
+
+// Columns per block: a block's weights (about 256 KiB as read) stay in L2 while
+// every row passes over them; 12 columns is a whole number of tiles for each row count.
+int64_t block_columns(int64_t k, int64_t read_bytes) {
+  return std::max<int64_t>(12, (256 << 10) / std::max<int64_t>(1, k * read_bytes) / 12 * 12);
+}
+
+bool threaded_blocks(int64_t blocks, int64_t m, int64_t n, int64_t k) {
+  return blocks > 1 && m * n * k >= (int64_t{1} << 18) && !omp_in_parallel();
+}
+
+// A per-thread f32 buffer for one column block (allocated once per thread, reused).
+float* block_buffer(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
 template <bool Bf16>
 void run(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const char* w, int64_t ldw, const float* bias,
          float* c, int64_t ldc) {
@@ -117,32 +141,20 @@ void run(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const cha
   // f32 (widening in the inner loop cost ~30% of the rate: 27 against 39 GFLOP/s
   // on an AVX2 EPYC); one group reads the bf16 as it is (decode: no extra pass).
   const bool widen = Bf16 && m > kMaxRows;
-  // A column block's weights (about 256 KiB as read) stay in L2 while every row
-  // passes over them; 12 columns is a whole number of tiles for each row count.
-  const int64_t read_bytes = Bf16 && !widen ? 2 : 4;
-  const int64_t block = std::max<int64_t>(12, (256 << 10) / std::max<int64_t>(1, k * read_bytes) / 12 * 12);
+  const int64_t block = block_columns(k, Bf16 && !widen ? 2 : 4);
   const int64_t blocks = (n + block - 1) / block;
-  const bool threaded = blocks > 1 && m * n * k >= (int64_t{1} << 18) && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (threaded)
+#pragma omp parallel for schedule(static) if (threaded_blocks(blocks, m, n, k))
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
     const char* wb = w + j0 * ldw_bytes;
     int64_t wb_ld = ldw_bytes;
     if (widen) {
-      thread_local std::vector<float> widened;  // reused: allocated once per thread
-      widened.resize(static_cast<size_t>(block * k));
-      widen_block(wb, ldw_bytes, j1 - j0, k, widened.data());
-      wb = reinterpret_cast<const char*>(widened.data());
+      float* widened = block_buffer(block * k);
+      widen_block(wb, ldw_bytes, j1 - j0, k, widened);
+      wb = reinterpret_cast<const char*>(widened);
       wb_ld = k * 4;
     }
-    for (int64_t i = 0; i < m; i += kMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i));
-      for (int64_t j = j0; j < j1; j += kCols[rows - 1]) {
-        const int cols = static_cast<int>(std::min<int64_t>(kCols[rows - 1], j1 - j));
-        const TileFn tile_fn = widen ? tile_for<false>(rows, cols) : tile_for<Bf16>(rows, cols);
-        tile_fn(a + i * lda, lda, wb + (j - j0) * wb_ld, wb_ld, k, bias ? bias + j : nullptr, c + i * ldc + j, ldc);
-      }
-    }
+    tiles_over_block(m, j0, j1, k, a, lda, wb, wb_ld, Bf16 && !widen, bias, c, ldc);
   }
 }
 
@@ -185,6 +197,20 @@ void ordered_gemm(int64_t m, int64_t n, int64_t k, const void* a, DType a_dtype,
     run<true>(m, n, k, af, lda, wb, ldw, bias, c, ldc);
   else
     run<false>(m, n, k, af, lda, wb, ldw, bias, c, ldc);
+}
+
+void ordered_gemm_filled(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, WeightRowsFn fill,
+                         const void* ctx, const float* bias, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t block = block_columns(k, 4);
+  const int64_t blocks = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) if (threaded_blocks(blocks, m, n, k))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
+    float* rows = block_buffer(block * k);
+    fill(ctx, j0, j1, rows);
+    tiles_over_block(m, j0, j1, k, a, lda, reinterpret_cast<const char*>(rows), k * 4, false, bias, c, ldc);
+  }
 }
 
 }  // namespace tp::ops::detail

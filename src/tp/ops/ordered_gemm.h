@@ -16,11 +16,20 @@
 // Tiles of rows × columns only choose which outputs are computed together, and a
 // bf16 W read by several groups of rows is widened to f32 a column block at a
 // time first (exact: the same values, the same sequence).
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "tp/tensor/dtype.h"
 
 namespace tp::ops::detail {
+
+// The eight lanes of a partial sum added in the order above.
+inline float ordered_lane_sum(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
 
 // Whether inference products (ops::PackedLinear, the MoE experts' forward) run
 // ordered_gemm instead of oneDNN: when oneDNN's f32 matmul here is not its
@@ -35,5 +44,13 @@ bool ordered_gemm_wanted();
 // Column blocks are split over OpenMP threads (outside a parallel region).
 void ordered_gemm(int64_t m, int64_t n, int64_t k, const void* a, DType a_dtype, int64_t lda, const void* w,
                   DType w_dtype, int64_t ldw, const float* bias, float* c, int64_t ldc);
+
+// The same sequence over a W that exists only a column block at a time (a
+// quantized weight, dequantized as it is read): fill(ctx, j0, j1, rows) writes W's
+// rows [j0, j1) as f32 [j1 - j0, k] (row stride k) into a per-thread buffer that
+// stays in L2 while every row of A passes over it. A is f32; the arithmetic is f32.
+using WeightRowsFn = void (*)(const void* ctx, int64_t j0, int64_t j1, float* rows);
+void ordered_gemm_filled(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, WeightRowsFn fill,
+                         const void* ctx, const float* bias, float* c, int64_t ldc);
 
 }  // namespace tp::ops::detail

@@ -1,0 +1,358 @@
+#include "tp/ops/quantized_linear.h"
+
+#include <immintrin.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "tp/ops/ordered_gemm.h"
+
+namespace tp::ops {
+
+// Codes a row: 8-bit ones one a byte; 4-bit ones in chunks of 32 inputs in 16
+// bytes (byte j holds input j in its low nibble and input j + 16 in its high one,
+// so a widening load of 8 bytes, a mask and a shift give two vectors of eight
+// inputs, and of 16 bytes two of sixteen), the last K % 32 two a byte in order.
+struct QuantizedLinear::State {
+  int bits = 4;
+  int64_t n = 0, k = 0, groups = 0;
+  int64_t row_bytes = 0;
+  std::vector<uint8_t> codes;       // [n, row_bytes], inputs in run order
+  std::vector<uint16_t> scales16;   // [n, groups] as f16 when every scale is one exactly,
+  std::vector<float> scales32;      // else as f32
+  std::vector<uint8_t> zeros;       // [n, groups]
+  std::vector<int64_t> run_start;   // runs of inputs (in run order) that share a group: [runs + 1]
+  std::vector<int32_t> run_group;   // each run's group
+  std::vector<int32_t> perm;        // act-order: run-order position p holds input perm[p]; empty: identity
+  // Per chunk of 32 inputs: the group of all its inputs, or -1 when they are not
+  // all in one (a run's edge, the last K % 32): such chunks are read one by one.
+  std::vector<int32_t> chunk_group;
+
+  float scale(int64_t row, int64_t group) const {
+    const size_t i = static_cast<size_t>(row * groups + group);
+    return scales16.empty() ? scales32[i] : _cvtsh_ss(scales16[i]);
+  }
+  int code(const uint8_t* row, int64_t p) const {
+    if (bits == 8) return row[p];
+    const int64_t k32 = k / 32 * 32;
+    if (p < k32) {
+      const int64_t j = p % 32;
+      return (row[p / 32 * 16 + j % 16] >> (j < 16 ? 0 : 4)) & 15;
+    }
+    const int64_t t = p - k32;
+    return (row[k32 / 2 + t / 2] >> (t % 2 == 0 ? 0 : 4)) & 15;
+  }
+  void set_code(uint8_t* row, int64_t p, int value) const {
+    if (bits == 8) {
+      row[p] = static_cast<uint8_t>(value);
+      return;
+    }
+    const int64_t k32 = k / 32 * 32;
+    int64_t byte = 0, shift = 0;
+    if (p < k32) {
+      const int64_t j = p % 32;
+      byte = p / 32 * 16 + j % 16;
+      shift = j < 16 ? 0 : 4;
+    } else {
+      byte = k32 / 2 + (p - k32) / 2;
+      shift = (p - k32) % 2 == 0 ? 0 : 4;
+    }
+    row[byte] = static_cast<uint8_t>(row[byte] | (value << shift));
+  }
+
+  int64_t group_at(int64_t p) const {
+    return run_group[std::upper_bound(run_start.begin(), run_start.end(), p) - run_start.begin() - 1];
+  }
+  // W[row, input at run-order position p] as f32.
+  float value(int64_t row, int64_t p) const;
+  // W's rows [j0, j1) as f32 [j1 - j0, k], inputs in run order.
+  void dequantize_rows(int64_t j0, int64_t j1, float* out) const;
+};
+
+namespace {
+
+// The four vectors of eight W values of chunk c (inputs 32c ..< 32c + 32 of one
+// row, all in one group): scale * (code - zero), in input order.
+inline void chunk_values(const uint8_t* row, int bits, int64_t c, __m256i zero, __m256 scale, __m256 out[4]) {
+  __m256i v[4];
+  if (bits == 8) {
+    for (int i = 0; i < 4; ++i)
+      v[i] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 32 * c + 8 * i)));
+  } else {
+    const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 16 * c)));
+    const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 16 * c + 8)));
+    const __m256i mask = _mm256_set1_epi32(15);
+    v[0] = _mm256_and_si256(b0, mask);
+    v[1] = _mm256_and_si256(b1, mask);
+    v[2] = _mm256_srli_epi32(b0, 4);
+    v[3] = _mm256_srli_epi32(b1, 4);
+  }
+  for (int i = 0; i < 4; ++i) out[i] = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(v[i], zero)));
+}
+
+void fill_rows(const void* ctx, int64_t j0, int64_t j1, float* rows) {
+  static_cast<const QuantizedLinear::State*>(ctx)->dequantize_rows(j0, j1, rows);
+}
+
+// Few rows (decode): MR rows of x against NR rows of W, W's values made in
+// registers as they are read, in ordered_gemm's sequence (ordered_gemm.h): eight
+// lanes over K by FMA from zero, summed in its lane order, then the last K % 8
+// terms in order, then the bias. So the outputs are the bits ordered_gemm gives
+// over dequantize_rows' values, and a row's bits do not depend on the others.
+template <int MR, int NR>
+void fused_tile(const QuantizedLinear::State& s, const float* a, int64_t j, const float* bias, float* c) {
+  const int64_t k = s.k, k8 = k & ~int64_t{7};
+  const int64_t chunks = static_cast<int64_t>(s.chunk_group.size());
+  __m256 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int32_t g = s.chunk_group[ch];
+    const int64_t p = 32 * ch;
+    if (g >= 0) {
+      for (int r = 0; r < NR; ++r) {
+        const int64_t row = j + r;
+        __m256 w[4];
+        chunk_values(s.codes.data() + row * s.row_bytes, s.bits, ch, _mm256_set1_epi32(s.zeros[row * s.groups + g]),
+                     _mm256_set1_ps(s.scale(row, g)), w);
+        for (int v = 0; v < 4; ++v)
+          for (int i = 0; i < MR; ++i)
+            acc[i][r] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i * k + p + 8 * v), w[v], acc[i][r]);
+      }
+      continue;
+    }
+    for (int64_t q = p; q < std::min(k8, p + 32); q += 8)  // a chunk across groups: value by value
+      for (int r = 0; r < NR; ++r) {
+        alignas(32) float w[8];
+        for (int t = 0; t < 8; ++t) w[t] = s.value(j + r, q + t);
+        for (int i = 0; i < MR; ++i)
+          acc[i][r] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i * k + q), _mm256_load_ps(w), acc[i][r]);
+      }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) {
+      float sum = detail::ordered_lane_sum(acc[i][r]);
+      for (int64_t q = k8; q < k; ++q) sum = std::fma(a[i * k + q], s.value(j + r, q), sum);
+      c[i * s.n + j + r] = bias != nullptr ? sum + bias[j + r] : sum;
+    }
+}
+
+// Rows of W a tile, by rows of x: accumulators and W's four vectors fit in the 16 ymm registers.
+constexpr int kFusedRows = 4;
+constexpr int kFusedCols[kFusedRows] = {4, 3, 2, 2};
+
+using FusedTileFn = void (*)(const QuantizedLinear::State&, const float*, int64_t, const float*, float*);
+
+template <int MR, size_t... R>
+constexpr std::array<FusedTileFn, sizeof...(R)> fused_tiles(std::index_sequence<R...>) {
+  return {&fused_tile<MR, static_cast<int>(R) + 1>...};
+}
+
+FusedTileFn fused_tile_for(int rows, int cols) {
+  static constexpr auto one = fused_tiles<1>(std::make_index_sequence<kFusedCols[0]>{});
+  static constexpr auto two = fused_tiles<2>(std::make_index_sequence<kFusedCols[1]>{});
+  static constexpr auto three = fused_tiles<3>(std::make_index_sequence<kFusedCols[2]>{});
+  static constexpr auto four = fused_tiles<4>(std::make_index_sequence<kFusedCols[3]>{});
+  const auto& table = rows == 1 ? one.data() : rows == 2 ? two.data() : rows == 3 ? three.data() : four.data();
+  return table[cols - 1];
+}
+
+void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
+  // Blocks of W's rows split over the threads; each streams its rows once.
+  constexpr int64_t kBlock = 48;
+  const int64_t blocks = (s.n + kBlock - 1) / kBlock;
+  const bool threaded = blocks > 1 && s.n * s.k >= (int64_t{1} << 16) && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (threaded)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j1 = std::min(s.n, (b + 1) * kBlock);
+    const int cols = kFusedCols[m - 1];
+    for (int64_t j = b * kBlock; j < j1; j += cols)
+      fused_tile_for(static_cast<int>(m), static_cast<int>(std::min<int64_t>(cols, j1 - j)))(s, a, j, bias, c);
+  }
+}
+
+}  // namespace
+
+float QuantizedLinear::State::value(int64_t row, int64_t p) const {
+  const int64_t g = group_at(p);
+  return scale(row, g) * static_cast<float>(code(codes.data() + row * row_bytes, p) - zeros[row * groups + g]);
+}
+
+void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out) const {
+  const int64_t chunks = static_cast<int64_t>(chunk_group.size());
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = codes.data() + j * row_bytes;
+    float* dst = out + (j - j0) * k;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t g = chunk_group[c];
+      if (g < 0) {
+        for (int64_t p = 32 * c; p < std::min(k, 32 * c + 32); ++p) dst[p] = value(j, p);
+        continue;
+      }
+      __m256 v[4];
+      chunk_values(row, bits, c, _mm256_set1_epi32(zeros[j * groups + g]), _mm256_set1_ps(scale(j, g)), v);
+      for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 32 * c + 8 * i, v[i]);
+    }
+  }
+}
+
+QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales,
+                                 const Tensor& zeros, const Tensor& g_idx) {
+  TP_CHECK(bits == 4 || bits == 8, "QuantizedLinear: bits must be 4 or 8, got {}", bits);
+  TP_CHECK(codes.defined() && codes.dim() == 2 && codes.dtype() == DType::U8,
+           "QuantizedLinear: codes must be u8 [out, in], got {} {}", codes.defined() ? dtype_name(codes.dtype()) : "",
+           codes.defined() ? shape_str(codes.shape()) : "undefined");
+  auto st = std::make_shared<State>();
+  st->bits = bits;
+  st->n = codes.size(0);
+  st->k = codes.size(1);
+  const int64_t n = st->n, k = st->k;
+  TP_CHECK(g_idx.defined() || group_size > 0, "QuantizedLinear: group_size must be > 0 without g_idx, got {}",
+           group_size);
+  st->groups = g_idx.defined() ? scales.size(1) : (k + group_size - 1) / group_size;
+  const int64_t groups = st->groups;
+  TP_CHECK(scales.dim() == 2 && scales.size(0) == n && scales.size(1) == groups && scales.dtype() == DType::F32,
+           "QuantizedLinear: scales must be f32 [{}, {}], got {} {}", n, groups, dtype_name(scales.dtype()),
+           shape_str(scales.shape()));
+  TP_CHECK(zeros.dim() == 2 && zeros.size(0) == n && zeros.size(1) == groups && zeros.dtype() == DType::U8,
+           "QuantizedLinear: zeros must be u8 [{}, {}], got {} {}", n, groups, dtype_name(zeros.dtype()),
+           shape_str(zeros.shape()));
+  const int limit = 1 << bits;
+
+  // Group of each input, then the run order: inputs sorted by group (stable).
+  std::vector<int32_t> group_of(static_cast<size_t>(k));
+  if (g_idx.defined()) {
+    TP_CHECK(g_idx.dim() == 1 && g_idx.size(0) == k && g_idx.dtype() == DType::I32,
+             "QuantizedLinear: g_idx must be i32 [{}], got {} {}", k, dtype_name(g_idx.dtype()),
+             shape_str(g_idx.shape()));
+    const int32_t* gi = g_idx.data<int32_t>();
+    for (int64_t i = 0; i < k; ++i) {
+      TP_CHECK(gi[i] >= 0 && gi[i] < groups, "QuantizedLinear: g_idx[{}] = {} is not a group in [0, {})", i, gi[i],
+               groups);
+      group_of[static_cast<size_t>(i)] = gi[i];
+    }
+  } else {
+    for (int64_t i = 0; i < k; ++i) group_of[static_cast<size_t>(i)] = static_cast<int32_t>(i / group_size);
+  }
+  std::vector<int32_t> order(static_cast<size_t>(k));
+  std::iota(order.begin(), order.end(), 0);
+  if (!std::is_sorted(group_of.begin(), group_of.end())) {
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return group_of[a] < group_of[b]; });
+    st->perm = order;
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const int32_t g = group_of[static_cast<size_t>(order[static_cast<size_t>(p)])];
+    if (p == 0 || g != st->run_group.back()) {
+      st->run_start.push_back(p);
+      st->run_group.push_back(g);
+    }
+  }
+  st->run_start.push_back(k);
+  for (int64_t c = 0; c < (k + 31) / 32; ++c) {
+    const int64_t g = st->group_at(32 * c);
+    const bool whole = 32 * c + 32 <= k && st->group_at(32 * c + 31) == g &&
+                       std::upper_bound(st->run_start.begin(), st->run_start.end(), 32 * c) ==
+                           std::upper_bound(st->run_start.begin(), st->run_start.end(), 32 * c + 31);
+    st->chunk_group.push_back(whole ? static_cast<int32_t>(g) : -1);
+  }
+
+  st->row_bytes = bits == 8 ? k : (k + 1) / 2;
+  st->codes.assign(static_cast<size_t>(n * st->row_bytes), 0);
+  const uint8_t* c = codes.data<uint8_t>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t p = 0; p < k; ++p) {
+      const int v = c[r * k + order[static_cast<size_t>(p)]];
+      TP_CHECK(v < limit, "QuantizedLinear: code [{}, {}] = {} does not fit in {} bits", r, order[p], v, bits);
+      st->set_code(st->codes.data() + r * st->row_bytes, p, v);
+    }
+
+  const float* s = scales.data<float>();
+  bool f16_exact = true;
+  for (int64_t i = 0; i < n * groups; ++i) {
+    TP_CHECK(std::isfinite(s[i]), "QuantizedLinear: scale [{}, {}] is {}", i / groups, i % groups, s[i]);
+    f16_exact = f16_exact && to_f32(to_f16(s[i])) == s[i];
+  }
+  if (f16_exact) {
+    st->scales16.resize(static_cast<size_t>(n * groups));
+    for (int64_t i = 0; i < n * groups; ++i) st->scales16[i] = to_f16(s[i]).bits;
+  } else {
+    st->scales32.assign(s, s + n * groups);
+  }
+  const uint8_t* z = zeros.data<uint8_t>();
+  for (int64_t i = 0; i < n * groups; ++i)
+    TP_CHECK(z[i] < limit, "QuantizedLinear: zero point [{}, {}] = {} does not fit in {} bits", i / groups,
+             i % groups, z[i], bits);
+  st->zeros.assign(z, z + n * groups);
+  state_ = std::move(st);
+}
+
+int QuantizedLinear::bits() const { return state_ ? state_->bits : 0; }
+int64_t QuantizedLinear::out_features() const { return state_ ? state_->n : 0; }
+int64_t QuantizedLinear::in_features() const { return state_ ? state_->k : 0; }
+int64_t QuantizedLinear::groups() const { return state_ ? state_->groups : 0; }
+
+size_t QuantizedLinear::nbytes() const {
+  if (!state_) return 0;
+  const State& s = *state_;
+  return s.codes.size() + s.scales16.size() * 2 + s.scales32.size() * 4 + s.zeros.size() + s.perm.size() * 4;
+}
+
+Tensor QuantizedLinear::dequantize() const {
+  TP_CHECK(defined(), "QuantizedLinear::dequantize: no weight");
+  const State& s = *state_;
+  Tensor out = Tensor::empty({s.n, s.k});
+  s.dequantize_rows(0, s.n, out.data<float>());
+  if (s.perm.empty()) return out;
+  Tensor ordered = Tensor::empty({s.n, s.k});
+  const float* src = out.data<float>();
+  float* dst = ordered.data<float>();
+  for (int64_t r = 0; r < s.n; ++r)
+    for (int64_t p = 0; p < s.k; ++p) dst[r * s.k + s.perm[static_cast<size_t>(p)]] = src[r * s.k + p];
+  return ordered;
+}
+
+Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b) {
+  TP_CHECK(w.defined(), "linear: the quantized weight is not loaded");
+  Shape shape = x.shape();
+  TP_CHECK(!shape.empty(), "linear: input must have at least one dim");
+  shape.back() = w.out_features();
+  Tensor out = Tensor::empty(shape);
+  linear_into(out, x, w, b);
+  return out;
+}
+
+void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b) {
+  TP_CHECK(w.defined(), "linear: the quantized weight is not loaded");
+  const QuantizedLinear::State& s = *w.state_;
+  TP_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == s.k && x.dtype() == DType::F32,
+           "linear: input must be f32 [..., {}] for this quantized weight [{}, {}], got {} {}", s.k, s.n, s.k,
+           x.defined() ? dtype_name(x.dtype()) : "", x.defined() ? shape_str(x.shape()) : "undefined");
+  const int64_t m = s.k == 0 ? 0 : x.numel() / s.k;
+  TP_CHECK(out.dtype() == DType::F32 && out.numel() == m * s.n, "linear: output must be f32 with {} x {} values",
+           m, s.n);
+  Tensor bias = b.defined() && b.dtype() != DType::F32 ? b.to(DType::F32) : b;
+  TP_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == s.n), "linear: bias shape {} does not match [{}]",
+           shape_str(bias.shape()), s.n);
+  const float* a = x.data<float>();
+  if (!s.perm.empty()) {  // act-order: x's inputs in run order
+    thread_local std::vector<float> permuted;
+    permuted.resize(static_cast<size_t>(m * s.k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < s.k; ++p) permuted[i * s.k + p] = a[i * s.k + s.perm[static_cast<size_t>(p)]];
+    a = permuted.data();
+  }
+  if (m == 0 || s.n == 0) return;
+  const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
+  if (m <= kFusedRows) {
+    fused_product(s, m, a, bias_ptr, out.data<float>());
+    return;
+  }
+  detail::ordered_gemm_filled(m, s.n, s.k, a, s.k, &fill_rows, &s, bias_ptr, out.data<float>(), s.n);
+}
+
+}  // namespace tp::ops

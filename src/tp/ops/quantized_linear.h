@@ -1,0 +1,59 @@
+#pragma once
+// A linear weight held quantized: W [N, K] as 4- or 8-bit integer codes with one
+// scale and one integer zero point per row and group of inputs,
+//
+//   W[n, k] = scale[n, grp(k)] * (code[n, k] - zero[n, grp(k)])
+//   grp(k) = k / group_size, or g_idx[k] (GPTQ's act-order: groups in any order),
+//
+// the form GPTQ, AWQ and compressed-tensors checkpoints share once unpacked
+// (models/quantized_checkpoint.h reads them). Only the codes, the scales and the
+// zeros are resident: 4.2 bits a weight for 4-bit codes in groups of 128.
+//
+// Products run ordered_gemm's fixed sequence (ordered_gemm.h) over W's values,
+// dequantized a column block at a time into a per-thread buffer that stays in L2:
+// W's f32 values are fl(scale * (code - zero)) (one rounding: code - zero is an
+// exact small integer), so a row's output has the same bits whatever the batch
+// around it, and equals ordered_gemm over dequantize() bit for bit. Under
+// act-order the inputs are permuted once at load so that each group's inputs are
+// contiguous (runs), and x is permuted the same way per call; the sums then run
+// over K in that order.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tp/tensor/tensor.h"
+
+namespace tp::ops {
+
+class QuantizedLinear {
+ public:
+  QuantizedLinear() = default;
+  // codes u8 [N, K] (one code a byte, < 2^bits), scales f32 [N, G], zeros u8 [N, G]
+  // (< 2^bits), g_idx i32 [K] with values < G or undefined (then group k / group_size,
+  // G = ceil(K / group_size)). Errors name what does not fit.
+  QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales, const Tensor& zeros,
+                  const Tensor& g_idx = Tensor());
+
+  bool defined() const { return state_ != nullptr; }
+  int bits() const;
+  int64_t out_features() const;
+  int64_t in_features() const;
+  int64_t groups() const;
+  // Bytes held: codes, scales, zeros and the input permutation (act-order).
+  size_t nbytes() const;
+  // W as f32 [N, K], in the checkpoint's input order (tests, merges, references).
+  Tensor dequantize() const;
+
+  struct State;
+
+ private:
+  friend void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b);
+  std::shared_ptr<const State> state_;
+};
+
+// y [..., N] = x [..., K] · W^T (+ b [N]); x f32. No gradients (inference).
+Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor());
+// The same into a preallocated f32 out [..., N].
+void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor());
+
+}  // namespace tp::ops
