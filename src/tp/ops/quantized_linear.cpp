@@ -7,22 +7,29 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "tp/ops/ordered_gemm.h"
 
 namespace tp::ops {
 
-// Codes a row: 8-bit ones one a byte; 4-bit ones in chunks of 32 inputs in 16
-// bytes (byte j holds input j in its low nibble and input j + 16 in its high one,
-// so a widening load of 8 bytes, a mask and a shift give two vectors of eight
-// inputs, and of 16 bytes two of sixteen), the last K % 32 two a byte in order.
+// Codes in panels of 8 rows: each chunk of 32 inputs holds the 8 rows' codes of
+// those inputs one row after the other, 32 bytes a row for 8-bit codes, 16 for
+// 4-bit ones (byte j holds input j in its low nibble and input j + 16 in its high
+// one, so a widening load of 8 bytes, a mask and a shift give two vectors of eight
+// inputs). A tile of rows then streams one run of memory. The last K % 32 inputs of
+// every row follow all panels, one or two a byte in order.
 struct QuantizedLinear::State {
+  static constexpr int64_t kPanel = 8;
   int bits = 4;
   int64_t n = 0, k = 0, groups = 0;
-  int64_t row_bytes = 0;
-  std::vector<uint8_t> codes;       // [n, row_bytes], inputs in run order
+  int64_t chunks32 = 0;    // whole chunks of 32 inputs: k / 32
+  int64_t chunk_bytes = 0;  // one row's codes in one chunk: 16 or 32
+  int64_t tail_bytes = 0;   // one row's codes past the chunks
+  std::vector<uint8_t> codes;       // panels, then the tails; inputs in run order
   std::vector<uint16_t> scales16;   // [n, groups] as f16 when every scale is one exactly,
   std::vector<float> scales32;      // else as f32
   std::vector<uint8_t> zeros;       // [n, groups]
@@ -37,32 +44,32 @@ struct QuantizedLinear::State {
     const size_t i = static_cast<size_t>(row * groups + group);
     return scales16.empty() ? scales32[i] : _cvtsh_ss(scales16[i]);
   }
-  int code(const uint8_t* row, int64_t p) const {
-    if (bits == 8) return row[p];
-    const int64_t k32 = k / 32 * 32;
-    if (p < k32) {
-      const int64_t j = p % 32;
-      return (row[p / 32 * 16 + j % 16] >> (j < 16 ? 0 : 4)) & 15;
-    }
-    const int64_t t = p - k32;
-    return (row[k32 / 2 + t / 2] >> (t % 2 == 0 ? 0 : 4)) & 15;
+  // Row `row`'s codes of chunk ch (< chunks32).
+  const uint8_t* chunk(int64_t row, int64_t ch) const {
+    return codes.data() + ((row / kPanel * chunks32 + ch) * kPanel + row % kPanel) * chunk_bytes;
   }
-  void set_code(uint8_t* row, int64_t p, int value) const {
-    if (bits == 8) {
-      row[p] = static_cast<uint8_t>(value);
-      return;
-    }
-    const int64_t k32 = k / 32 * 32;
-    int64_t byte = 0, shift = 0;
+  size_t panel_bytes() const { return static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel * chunks32 * chunk_bytes); }
+  // The byte holding input p of a row and the shift of its bits there.
+  std::pair<size_t, int> code_at(int64_t row, int64_t p) const {
+    const int64_t k32 = chunks32 * 32;
     if (p < k32) {
+      const size_t base = static_cast<size_t>(chunk(row, p / 32) - codes.data());
       const int64_t j = p % 32;
-      byte = p / 32 * 16 + j % 16;
-      shift = j < 16 ? 0 : 4;
-    } else {
-      byte = k32 / 2 + (p - k32) / 2;
-      shift = (p - k32) % 2 == 0 ? 0 : 4;
+      if (bits == 8) return {base + j, 0};
+      return {base + j % 16, j < 16 ? 0 : 4};
     }
-    row[byte] = static_cast<uint8_t>(row[byte] | (value << shift));
+    const size_t base = panel_bytes() + static_cast<size_t>(row * tail_bytes);
+    const int64_t t = p - k32;
+    if (bits == 8) return {base + t, 0};
+    return {base + t / 2, t % 2 == 0 ? 0 : 4};
+  }
+  int code(int64_t row, int64_t p) const {
+    const auto [byte, shift] = code_at(row, p);
+    return (codes[byte] >> shift) & ((1 << bits) - 1);
+  }
+  void set_code(int64_t row, int64_t p, int value) {
+    const auto [byte, shift] = code_at(row, p);
+    codes[byte] = static_cast<uint8_t>(codes[byte] | (value << shift));
   }
 
   int64_t group_at(int64_t p) const {
@@ -78,14 +85,14 @@ namespace {
 
 // The four vectors of eight W values of chunk c (inputs 32c ..< 32c + 32 of one
 // row, all in one group): scale * (code - zero), in input order.
-inline void chunk_values(const uint8_t* row, int bits, int64_t c, __m256i zero, __m256 scale, __m256 out[4]) {
+inline void chunk_values(const uint8_t* codes, int bits, __m256i zero, __m256 scale, __m256 out[4]) {
   __m256i v[4];
   if (bits == 8) {
     for (int i = 0; i < 4; ++i)
-      v[i] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 32 * c + 8 * i)));
+      v[i] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * i)));
   } else {
-    const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 16 * c)));
-    const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 16 * c + 8)));
+    const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+    const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8)));
     const __m256i mask = _mm256_set1_epi32(15);
     v[0] = _mm256_and_si256(b0, mask);
     v[1] = _mm256_and_si256(b1, mask);
@@ -97,6 +104,15 @@ inline void chunk_values(const uint8_t* row, int bits, int64_t c, __m256i zero, 
 
 void fill_rows(const void* ctx, int64_t j0, int64_t j1, float* rows) {
   static_cast<const QuantizedLinear::State*>(ctx)->dequantize_rows(j0, j1, rows);
+}
+
+// TP_QUANTIZED_ISA=avx2 keeps the AVX2 kernel on an AVX-512 CPU (tests compare the two).
+bool avx2_forced() {
+  static const bool forced = [] {
+    const char* env = std::getenv("TP_QUANTIZED_ISA");
+    return env != nullptr && std::string(env) == "avx2";
+  }();
+  return forced;
 }
 
 // Few rows (decode): MR rows of x against NR rows of W, W's values made in
@@ -118,7 +134,7 @@ void fused_tile(const QuantizedLinear::State& s, const float* a, int64_t j, cons
       for (int r = 0; r < NR; ++r) {
         const int64_t row = j + r;
         __m256 w[4];
-        chunk_values(s.codes.data() + row * s.row_bytes, s.bits, ch, _mm256_set1_epi32(s.zeros[row * s.groups + g]),
+        chunk_values(s.chunk(row, ch), s.bits, _mm256_set1_epi32(s.zeros[row * s.groups + g]),
                      _mm256_set1_ps(s.scale(row, g)), w);
         for (int v = 0; v < 4; ++v)
           for (int i = 0; i < MR; ++i)
@@ -144,7 +160,7 @@ void fused_tile(const QuantizedLinear::State& s, const float* a, int64_t j, cons
 
 // Rows of W a tile, by rows of x: accumulators and W's four vectors fit in the 16 ymm registers.
 constexpr int kFusedRows = 4;
-constexpr int kFusedCols[kFusedRows] = {4, 3, 2, 2};
+constexpr int kFusedCols[kFusedRows] = {4, 4, 2, 2};
 
 using FusedTileFn = void (*)(const QuantizedLinear::State&, const float*, int64_t, const float*, float*);
 
@@ -162,16 +178,154 @@ FusedTileFn fused_tile_for(int rows, int cols) {
   return table[cols - 1];
 }
 
+// The same sequence on AVX-512, two rows of W a register: lanes 0-7 are row a's
+// eight lanes, 8-15 row b's, against x's eight values in both halves. 4-bit codes
+// become W's values by a lookup in the 16 values scale * (q - zero) of each row's
+// current group (the same roundings as the product), 8-bit ones as on AVX2.
+#define TP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+TP_AVX512 inline __m512 halves(float a, float b) {
+  return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+
+// Row pair q's two rows, as a zmm of W values for the eight inputs 8v ..< 8v + 8 of chunk ch.
+struct PairState {
+  __m512 table_a, table_b;  // 4-bit: the rows' 16 values in the current group
+  __m512 scale;             // 8-bit: each half's scale and zero
+  __m512i zero;
+};
+
+TP_AVX512 inline void pair_group(const QuantizedLinear::State& s, int64_t ra, int32_t g, PairState& ps) {
+  const float sa = s.scale(ra, g), sb = s.scale(ra + 1, g);
+  const int za = s.zeros[ra * s.groups + g], zb = s.zeros[(ra + 1) * s.groups + g];
+  if (s.bits == 4) {
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    ps.table_a = _mm512_mul_ps(_mm512_set1_ps(sa), _mm512_cvtepi32_ps(_mm512_sub_epi32(iota, _mm512_set1_epi32(za))));
+    ps.table_b = _mm512_mul_ps(_mm512_set1_ps(sb), _mm512_cvtepi32_ps(_mm512_sub_epi32(iota, _mm512_set1_epi32(zb))));
+  } else {
+    ps.scale = halves(sa, sb);
+    ps.zero = _mm512_inserti32x8(_mm512_set1_epi32(za), _mm256_set1_epi32(zb), 1);
+  }
+}
+
+TP_AVX512 inline void pair_values(const QuantizedLinear::State& s, int64_t ra, int64_t ch, const PairState& ps,
+                                  __m512 w[4]) {
+  const uint8_t* row_a = s.chunk(ra, ch);  // ra is even: ra + 1 is in the same panel, right after it
+  const uint8_t* row_b = row_a + s.chunk_bytes;
+  if (s.bits == 4) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_a));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_b));
+    const __m512i lo = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(a, b));  // bytes 0-7 of each: inputs 0-7 and 16-23
+    const __m512i hi = _mm512_cvtepu8_epi32(_mm_unpackhi_epi64(a, b));  // bytes 8-15: inputs 8-15 and 24-31
+    const __m512i mask = _mm512_set1_epi32(15);
+    const __m512i upper = _mm512_inserti32x8(_mm512_setzero_si512(), _mm256_set1_epi32(16), 1);  // row b's table
+    const __m512i idx[4] = {_mm512_or_si512(_mm512_and_si512(lo, mask), upper),
+                            _mm512_or_si512(_mm512_and_si512(hi, mask), upper),
+                            _mm512_or_si512(_mm512_srli_epi32(lo, 4), upper),
+                            _mm512_or_si512(_mm512_srli_epi32(hi, 4), upper)};
+    for (int v = 0; v < 4; ++v) w[v] = _mm512_permutex2var_ps(ps.table_a, idx[v], ps.table_b);
+    return;
+  }
+  for (int v = 0; v < 4; ++v) {
+    const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_a + 8 * v));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_b + 8 * v));
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(a, b));
+    w[v] = _mm512_mul_ps(ps.scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(codes, ps.zero)));
+  }
+}
+
+template <int MR, int NP>
+TP_AVX512 void fused_pair_tile(const QuantizedLinear::State& s, const float* a, int64_t j, const float* bias,
+                               float* c) {
+  const int64_t k = s.k, k8 = k & ~int64_t{7};
+  const int64_t chunks = static_cast<int64_t>(s.chunk_group.size());
+  __m512 acc[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) acc[i][q] = _mm512_setzero_ps();
+  PairState ps[NP];
+  int32_t group = -1;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int32_t g = s.chunk_group[ch];
+    const int64_t p = 32 * ch;
+    if (g >= 0) {
+      if (g != group)
+        for (int q = 0; q < NP; ++q) pair_group(s, j + 2 * q, g, ps[q]);
+      group = g;
+      for (int q = 0; q < NP; ++q) {
+        __m512 w[4];
+        pair_values(s, j + 2 * q, ch, ps[q], w);
+        for (int v = 0; v < 4; ++v)
+          for (int i = 0; i < MR; ++i)
+            acc[i][q] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(a + i * k + p + 8 * v)), w[v], acc[i][q]);
+      }
+      continue;
+    }
+    for (int64_t e = p; e < std::min(k8, p + 32); e += 8)  // a chunk across groups: value by value
+      for (int q = 0; q < NP; ++q) {
+        alignas(64) float w[16];
+        for (int t = 0; t < 8; ++t) {
+          w[t] = s.value(j + 2 * q, e + t);
+          w[8 + t] = s.value(j + 2 * q + 1, e + t);
+        }
+        for (int i = 0; i < MR; ++i)
+          acc[i][q] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(a + i * k + e)), _mm512_load_ps(w),
+                                      acc[i][q]);
+      }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = j + 2 * q + h;
+        const __m256 lanes = h == 0 ? _mm512_castps512_ps256(acc[i][q]) : _mm512_extractf32x8_ps(acc[i][q], 1);
+        float sum = detail::ordered_lane_sum(lanes);
+        for (int64_t e = k8; e < k; ++e) sum = std::fma(a[i * k + e], s.value(row, e), sum);
+        c[i * s.n + row] = bias != nullptr ? sum + bias[row] : sum;
+      }
+}
+
+// Row pairs a tile, by rows of x (32 zmm registers: accumulators, two tables a pair).
+constexpr int kPairCols[kFusedRows] = {4, 4, 3, 3};
+
+template <int MR, size_t... Q>
+constexpr std::array<FusedTileFn, sizeof...(Q)> pair_tiles(std::index_sequence<Q...>) {
+  return {&fused_pair_tile<MR, static_cast<int>(Q) + 1>...};
+}
+
+FusedTileFn pair_tile_for(int rows, int pairs) {
+  static constexpr auto one = pair_tiles<1>(std::make_index_sequence<kPairCols[0]>{});
+  static constexpr auto two = pair_tiles<2>(std::make_index_sequence<kPairCols[1]>{});
+  static constexpr auto three = pair_tiles<3>(std::make_index_sequence<kPairCols[2]>{});
+  static constexpr auto four = pair_tiles<4>(std::make_index_sequence<kPairCols[3]>{});
+  const auto& table = rows == 1 ? one.data() : rows == 2 ? two.data() : rows == 3 ? three.data() : four.data();
+  return table[pairs - 1];
+}
+
+bool avx512_available() {
+  static const bool available = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return available;
+}
+
 void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
   // Blocks of W's rows split over the threads; each streams its rows once.
   constexpr int64_t kBlock = 48;
   const int64_t blocks = (s.n + kBlock - 1) / kBlock;
   const bool threaded = blocks > 1 && s.n * s.k >= (int64_t{1} << 16) && !omp_in_parallel();
+  const bool avx512 = avx512_available() && !avx2_forced();
 #pragma omp parallel for schedule(static) if (threaded)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j1 = std::min(s.n, (b + 1) * kBlock);
+    int64_t j = b * kBlock;
+    if (avx512) {
+      const int pairs = kPairCols[m - 1];
+      for (; j + 1 < j1; j += 2 * pairs) {
+        const int here = static_cast<int>(std::min<int64_t>(pairs, (j1 - j) / 2));
+        pair_tile_for(static_cast<int>(m), here)(s, a, j, bias, c);
+        if (here < pairs) j -= 2 * (pairs - here);  // the last pairs of the block
+      }
+    }
     const int cols = kFusedCols[m - 1];
-    for (int64_t j = b * kBlock; j < j1; j += cols)
+    for (; j < j1; j += cols)
       fused_tile_for(static_cast<int>(m), static_cast<int>(std::min<int64_t>(cols, j1 - j)))(s, a, j, bias, c);
   }
 }
@@ -180,13 +334,12 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
 
 float QuantizedLinear::State::value(int64_t row, int64_t p) const {
   const int64_t g = group_at(p);
-  return scale(row, g) * static_cast<float>(code(codes.data() + row * row_bytes, p) - zeros[row * groups + g]);
+  return scale(row, g) * static_cast<float>(code(row, p) - zeros[row * groups + g]);
 }
 
 void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out) const {
   const int64_t chunks = static_cast<int64_t>(chunk_group.size());
   for (int64_t j = j0; j < j1; ++j) {
-    const uint8_t* row = codes.data() + j * row_bytes;
     float* dst = out + (j - j0) * k;
     for (int64_t c = 0; c < chunks; ++c) {
       const int32_t g = chunk_group[c];
@@ -195,7 +348,7 @@ void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out)
         continue;
       }
       __m256 v[4];
-      chunk_values(row, bits, c, _mm256_set1_epi32(zeros[j * groups + g]), _mm256_set1_ps(scale(j, g)), v);
+      chunk_values(chunk(j, c), bits, _mm256_set1_epi32(zeros[j * groups + g]), _mm256_set1_ps(scale(j, g)), v);
       for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 32 * c + 8 * i, v[i]);
     }
   }
@@ -261,14 +414,16 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
     st->chunk_group.push_back(whole ? static_cast<int32_t>(g) : -1);
   }
 
-  st->row_bytes = bits == 8 ? k : (k + 1) / 2;
-  st->codes.assign(static_cast<size_t>(n * st->row_bytes), 0);
+  st->chunks32 = k / 32;
+  st->chunk_bytes = bits == 8 ? 32 : 16;
+  st->tail_bytes = bits == 8 ? k % 32 : (k % 32 + 1) / 2;
+  st->codes.assign(st->panel_bytes() + static_cast<size_t>(n * st->tail_bytes), 0);
   const uint8_t* c = codes.data<uint8_t>();
   for (int64_t r = 0; r < n; ++r)
     for (int64_t p = 0; p < k; ++p) {
       const int v = c[r * k + order[static_cast<size_t>(p)]];
       TP_CHECK(v < limit, "QuantizedLinear: code [{}, {}] = {} does not fit in {} bits", r, order[p], v, bits);
-      st->set_code(st->codes.data() + r * st->row_bytes, p, v);
+      st->set_code(r, p, v);
     }
 
   const float* s = scales.data<float>();
