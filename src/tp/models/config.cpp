@@ -193,6 +193,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
       into.emplace_back(it.key(), it.value().get<std::string>());
     }
   }
+  c.quantization = parse_quantization_config(j, source);
   return c;
 }
 

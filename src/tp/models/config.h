@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "tp/models/quantization_config.h"
+
 namespace tp {
 
 // rope_scaling (or rope_parameters in newer files). rope_type is one of
@@ -54,6 +56,8 @@ struct ModelConfig {
   std::vector<std::pair<std::string, std::string>> base_model_tp_plan;
   // The same for expert parallelism (MoE models), applied when ep_size > 1.
   std::vector<std::pair<std::string, std::string>> base_model_ep_plan;
+  // quantization_config (GPTQ, AWQ, compressed-tensors, MXFP4), validated; nothing for unquantized weights.
+  std::optional<QuantizationConfig> quantization;
   nlohmann::json raw;  // every key of the file
   std::string source;  // where it was read from (the file, or "preset llama/tiny"), for errors
 

@@ -6,6 +6,7 @@
 #include "tp/models/layout.h"
 #include "tp/models/mxfp4.h"
 #include "tp/models/moe_checkpoint.h"
+#include "tp/models/quantized_shapes.h"
 #include "tp/tensor/error.h"
 
 namespace tp {
@@ -114,11 +115,30 @@ struct Checker {
     }
   }
 
+  // A Linear stored as a quantized checkpoint's packed tensors (quantized_shapes.h) instead of `.weight`.
+  bool stored_packed(const ParamSpec& p) const {
+    if (p.shape.size() != 2 || !p.name.ends_with(".weight")) return false;
+    const std::string module = p.name.substr(0, p.name.size() - 7);
+    const io::TensorInfo* packed = find(module + ".qweight");
+    if (!packed) packed = find(module + ".weight_packed");
+    if (!packed) return false;
+    const std::optional<QuantizationConfig>& q = c.quantization;
+    TP_CHECK(q && q->packs_linears(),
+             "{}: tensor '{}' holds '{}' quantized, but {} has no quantization_config (gptq, awq or "
+             "compressed-tensors) saying how it is packed", packed->file.string(), packed->name, p.name, cfg);
+    TP_CHECK(q->quantizes(module), "{}: tensor '{}' holds '{}' quantized, but {}'s quantization_config leaves "
+             "'{}' unquantized (modules_to_not_convert / ignore)", packed->file.string(), packed->name, p.name, cfg,
+             module);
+    check_packed_tensors(*q, module, p.shape, [this](const std::string& n) { return find(n); }, cfg, dir);
+    return true;
+  }
+
   // Every tensor; bounded now that the layer count equals the weights'.
   void layout() const {
     for (const ParamSpec& p : checkpoint_layout(c)) {
       const io::TensorInfo* t = find(p.name);
       if (!t && already_fused(p)) continue;
+      if (!t && stored_packed(p)) continue;
       if (!t && find(p.name + "_blocks") != nullptr) {  // MXFP4 (mxfp4.h): both tensors' shapes and dtypes
         check_mxfp4(p);
         continue;
