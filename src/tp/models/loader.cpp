@@ -2,6 +2,8 @@
 
 #include "tp/models/moe_checkpoint.h"
 #include "tp/models/mxfp4.h"
+#include "tp/models/quantized_checkpoint.h"
+#include "tp/nn/layers.h"
 
 namespace tp {
 
@@ -16,10 +18,23 @@ bool same_slice(const parallel::ParamShard& a, const parallel::ParamShard& b) {
 
 void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype,
                          const std::map<std::string, std::string>& tied,
-                         const std::map<std::string, nn::Parameter*>& by_name) {
+                         const std::map<std::string, nn::Parameter*>& by_name, bool inference_only) {
   for (nn::Parameter* p : module.own_parameters()) {
     std::string source = p->name;
     DType as = p->global_shape.size() >= 2 ? dtype : DType::F32;
+    if (reads_quantized(ckpt, p->name)) {  // GPTQ / AWQ / compressed-tensors: the codes stay packed
+      auto* linear = dynamic_cast<nn::Linear*>(&module);
+      TP_CHECK(linear != nullptr && p == &linear->weight,
+               "{}: '{}' is quantized in the checkpoint, but only a Linear's weight can be held quantized",
+               ckpt.dir().string(), p->name);
+      TP_CHECK(inference_only,
+               "{}: '{}' is quantized ({}): its codes can be read for inference only; training or fine-tuning "
+               "needs an unquantized checkpoint (QLoRA, a frozen quantized base under LoRA, is not supported)",
+               ckpt.dir().string(), p->name, ckpt.config().quantization->method);
+      QuantizedSlice q = read_quantized(ckpt, p->name, p->global_shape, p->shard);
+      linear->set_quantized(ops::QuantizedLinear(q.bits, q.group_size, q.codes, q.scales, q.zeros, q.g_idx), dtype);
+      continue;
+    }
     if (reads_mxfp4(ckpt, p->name)) {  // GPT-OSS's MXFP4 experts: this rank's slice dequantised
       p->data = read_mxfp4(ckpt, p->name, p->global_shape, p->shard, as);
       continue;
@@ -54,6 +69,7 @@ void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
                      const std::map<std::string, std::string>& tied, bool inference_only, bool pack) {
   std::map<std::string, nn::Parameter*> by_name;
   for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;
+  check_quantized_shards(ckpt, root.parameters());  // a shard that cuts a group: before any weight is read
   // Pre-order, each module packed right after its own weights are read (peak
   // memory: the plain copies go as the packed ones come), except that a parent
   // fusing its children's weights gets its whole subtree read first.
@@ -61,12 +77,12 @@ void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
   for (size_t i = 0; i < all.size(); ++i) {
     nn::Module* m = all[i];
     if (!pack || !m->fuses_children()) {
-      load_own_parameters(*m, ckpt, dtype, tied, by_name);
+      load_own_parameters(*m, ckpt, dtype, tied, by_name, inference_only);
       if (pack) m->finalize_weights(inference_only);
       continue;
     }
     const std::vector<nn::Module*> subtree = m->modules();  // m first: all[i, i + size)
-    for (nn::Module* s : subtree) load_own_parameters(*s, ckpt, dtype, tied, by_name);
+    for (nn::Module* s : subtree) load_own_parameters(*s, ckpt, dtype, tied, by_name, inference_only);
     for (nn::Module* s : subtree) s->finalize_weights(inference_only);
     i += subtree.size() - 1;
   }

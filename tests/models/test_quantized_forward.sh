@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Inference on quantized checkpoints, against two oracles, for every checkpoint make_quantized_models.sh writes:
+#  - the independent one: `tp forward` on the quantized checkpoint (codes kept packed, ops::QuantizedLinear) gives
+#    the logits of the f32 checkpoint that numpy dequantized from the same files (<name>.deq), within 1e-5 of the
+#    largest logit, and greedy `tp generate` the same tokens;
+#  - tp = N against tp = 1: 2 ranks (every format), 4 ranks where each rank holds whole groups; where a rank
+#    would cut a group of 128 (o_proj's 256 inputs are 64 a rank at tp 4), the run is refused naming the layer.
+# Usage: test_quantized_forward.sh TP TPRUN MODELS_DIR SOURCE_DIR
+set -euo pipefail
+tp=$1
+tprun=$2
+models=$3
+src=$4
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+ids=1,17,300,5,99,42,511,7,256,3
+gen=(generate --dtype f32 --input-ids 1,2,3 --input-ids 9,8 --max-new-tokens 6 --json)
+
+# compare A B TOL WHAT: the logits of two `tp forward` files agree within TOL x max |logit of A|.
+compare() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, struct, sys
+def logits(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    e = json.loads(data[8:8 + n])["logits"]
+    b, t = e["data_offsets"]
+    return struct.unpack(f"<{(t - b) // 4}f", data[8 + n + b:8 + n + t])
+a, b = logits(sys.argv[1]), logits(sys.argv[2])
+assert len(a) == len(b), (len(a), len(b))
+scale = max(abs(x) for x in a)
+diff = max(abs(x - y) for x, y in zip(a, b))
+if not diff <= float(sys.argv[3]) * scale:
+    sys.exit(f"{sys.argv[4]}: max diff {diff:.3g} over max |logit| {scale:.3g} (tolerance {sys.argv[3]})")
+print(f"  {sys.argv[4]}: max diff {diff:.3g} (max |logit| {scale:.3g})")
+PY
+}
+tokens() { sed -n 's/.*"token_ids":\(\[\[[^]]*\],\[[^]]*\]\]\).*/\1/p'; }
+
+[ -s "$models/models.txt" ] || { echo "no $models/models.txt: run make_quantized_models.sh first"; exit 1; }
+count=0
+while read -r -u 3 name; do
+  q=$models/$name
+  echo "$name"
+  "$tp" forward --model "$q" --dtype f32 --input-ids $ids --out "$dir/q1.safetensors" 2>"$dir/err.txt" ||
+    { cat "$dir/err.txt"; exit 1; }
+  "$tp" forward --model "$q.deq" --dtype f32 --input-ids $ids --out "$dir/d1.safetensors" 2>/dev/null
+  compare "$dir/d1.safetensors" "$dir/q1.safetensors" 1e-5 "quantized vs numpy-dequantized, tp 1"
+  "$tprun" --nproc-per-node 2 "$tp" forward --model "$q" --dtype f32 --input-ids $ids \
+    --out "$dir/q2.safetensors" 2>"$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+  compare "$dir/q1.safetensors" "$dir/q2.safetensors" 1e-5 "tp 2 vs tp 1"
+  set +e
+  "$tprun" --nproc-per-node 4 "$tp" forward --model "$q" --dtype f32 --input-ids $ids \
+    --out "$dir/q4.safetensors" 2>"$dir/err.txt"
+  rc=$?
+  set -e
+  if [[ $name == *g128* && $name != *act* ]]; then
+    [ $rc -ne 0 ] && grep -q "self_attn.o_proj.weight': the input size is not aligned with the quantized weight shape: in_features 256 under tp size 4 (256 / 64)" "$dir/err.txt" ||
+      { echo "tp 4 should refuse o_proj's cut group (rc $rc):"; cat "$dir/err.txt"; exit 1; }
+    echo "  tp 4: refused, o_proj's 64 inputs a rank cut a group of 128"
+  else
+    [ $rc -eq 0 ] || { cat "$dir/err.txt"; exit 1; }
+    compare "$dir/q1.safetensors" "$dir/q4.safetensors" 1e-5 "tp 4 vs tp 1"
+  fi
+  t_deq=$("$tp" "${gen[@]}" --model "$q.deq" 2>/dev/null | tokens)
+  t1=$("$tp" "${gen[@]}" --model "$q" 2>/dev/null | tokens)
+  t2=$("$tprun" --nproc-per-node 2 "$tp" "${gen[@]}" --model "$q" 2>/dev/null | tokens)
+  [ -n "$t1" ] && [ "$t1" = "$t_deq" ] && [ "$t1" = "$t2" ] ||
+    { echo "generate: dequantized $t_deq, tp 1 $t1, tp 2 $t2"; exit 1; }
+  echo "  greedy tokens: dequantized = tp 1 = tp 2 = $t1"
+  count=$((count + 1))
+done 3<"$models/models.txt"
+[ $count -ge 17 ] || { echo "only $count checkpoints"; exit 1; }
+
+# Training reads weights it can change: a quantized checkpoint is refused by name, before a step.
+set +e
+"$tp" make-model --arch qwen3 --preset tiny --tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json" \
+  --out "$dir/base" >/dev/null
+"$tp" quantize --model "$dir/base" --out "$dir/gptq" --format gptq --bits 4 --group-size 32 >/dev/null
+printf 'a few words of training text, repeated.\n%.0s' {1..20} >"$dir/train.txt"
+"$tp" train --model "$dir/gptq" --data "$dir/train.txt" --max-steps 1 --seq-len 8 --output-dir "$dir/trained" 2>"$dir/err.txt" >/dev/null
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "is quantized (gptq): its codes can be read for inference only" "$dir/err.txt" ||
+  { echo "tp train on a quantized checkpoint (rc $rc):"; cat "$dir/err.txt"; exit 1; }
+echo "tp train on a quantized checkpoint: refused"
+echo "$count quantized checkpoints: ok"
