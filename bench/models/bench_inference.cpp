@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
   }
 
   // What one token costs this rank: every Linear's weight is read once per
-  // decode step (bf16), and prefill multiplies every token by all of them but
+  // decode step (bf16, or a quantized checkpoint's codes, scales and zeros), and prefill multiplies every token by all of them but
   // lm_head (logits only for the last position).
   int64_t weight_bytes = 0, active_bytes = 0, expert_bytes = 0;  // this rank's; the whole model's active; all experts'
   double prefill_flops = 0;
@@ -242,9 +242,15 @@ int main(int argc, char** argv) {
     }
     auto* linear = dynamic_cast<nn::Linear*>(m);
     if (linear == nullptr) continue;
-    active_bytes += numel(linear->weight.global_shape) * 2;
     int64_t n = numel(nn::local_shape(linear->weight));
-    weight_bytes += n * 2;
+    if (linear->quantized().defined()) {  // a quantized checkpoint's: its codes, scales and zeros are what is read
+      const int64_t held = static_cast<int64_t>(linear->quantized().nbytes());
+      weight_bytes += held;
+      active_bytes += held * (numel(linear->weight.global_shape) / n);
+    } else {
+      weight_bytes += n * 2;
+      active_bytes += numel(linear->weight.global_shape) * 2;
+    }
     prefill_flops += 2.0 * static_cast<double>(n) * static_cast<double>(linear->name() == "lm_head" ? 1 : prefill);
   }
   // Attention's two matmuls (Q K^T and P V) over the causal triangle, this rank's heads.

@@ -72,6 +72,43 @@ while read -r -u 3 name; do
 done 3<"$models/models.txt"
 [ $count -ge 17 ] || { echo "only $count checkpoints"; exit 1; }
 
+# tp plan: a quantized Linear's bytes per rank are its codes (bits / 8 a weight), f16 scales and u8 zero points per
+# row and group (act-order: every group's, and the input permutation), and within 3% of the checkpoint's packed
+# tensors over tp; unquantized tensors as before.
+for name in gptq-v1-4b-g128-asym gptq-v1-4b-g128-asym-act awq-4b-g32 ct-8b-channel-sym; do
+  "$tp" plan --model "$models/$name" --tp-size 2 --json >"$dir/plan.json" 2>/dev/null
+  /usr/bin/python3 - "$dir/plan.json" "$models/$name" <<'PY'
+import json, math, struct, sys
+plan, ckpt = json.load(open(sys.argv[1])), sys.argv[2]
+q = json.load(open(f"{ckpt}/config.json"))["quantization_config"]
+bits = q.get("bits") or q.get("config_groups", {}).get("group_0", {}).get("weights", {}).get("num_bits")
+group = q.get("group_size") or q.get("config_groups", {}).get("group_0", {}).get("weights", {}).get("group_size") or -1
+act = q.get("desc_act", False)
+data = open(f"{ckpt}/model.safetensors", "rb").read(8 + struct.unpack("<Q", open(f"{ckpt}/model.safetensors", "rb").read(8))[0])
+header = json.loads(data[8:])
+seen = 0
+for p in plan["parameters"]:
+    module = p["name"][: -len(".weight")]
+    packed = [(n, t) for n, t in header.items() if n.startswith(module + ".") and not n.endswith(".bias")]
+    if "quantized" not in p:
+        assert not any(n.startswith(module + ".q") or n.startswith(module + ".weight_packed") for n in header), p["name"]
+        continue
+    seen += 1
+    N, K = p["global_shape"]
+    for rank, (n, k) in enumerate(p["local_shapes"]):
+        groups = 1 if group is None or group <= 0 else math.ceil((K if act else k) / group)
+        want = n * k * bits // 8 + n * groups * 3 + (4 * k if act else 0)
+        assert p["bytes_per_rank"][rank] == want, (p["name"], rank, p["bytes_per_rank"][rank], want)
+    # (GPTQ writes g_idx without act-order too, where it is k / group_size and nothing needs to hold it)
+    disk = sum((t["data_offsets"][1] - t["data_offsets"][0]) for n, t in packed if act or not n.endswith(".g_idx"))
+    # (act-order under a row split keeps every group's scales on each rank: more than the checkpoint's share)
+    assert act or abs(sum(p["bytes_per_rank"]) - disk) <= 0.03 * disk, (p["name"], p["bytes_per_rank"], disk)
+assert seen == 14, seen  # 2 layers x q, k, v, o, gate, up, down
+print(f"  tp plan at tp 2: {seen} quantized weights, {plan['total_bytes_per_rank']} bytes per rank")
+PY
+  echo "$name: plan ok"
+done
+
 # Training reads weights it can change: a quantized checkpoint is refused by name, before a step.
 set +e
 "$tp" make-model --arch qwen3 --preset tiny --tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json" \

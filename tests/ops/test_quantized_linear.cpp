@@ -135,6 +135,17 @@ TEST(QuantizedLinear, HoldsOnlyCodesScalesAndZeros) {
   EXPECT_EQ(make(q8).nbytes(), size_t{64 * 1024 + 64 * 8 * 4 + 64 * 8});  // scales not f16: kept f32
 }
 
+// What tp plan reports per rank before reading a weight is what loading holds (f16 scales), for the shapes with
+// panel padding (n not a multiple of 8), tails (k not a multiple of 32) and act-order's permutation.
+TEST(QuantizedLinear, ResidentBytesAreWhatItHolds) {
+  for (const Shape3& s : {Shape3{4, 40, 256, 128}, Shape3{4, 13, 100, 32}, Shape3{8, 7, 37, 16}, Shape3{4, 5, 23, 8}})
+    for (bool act : {false, true}) {
+      const Quantized q = random_quantized(s.bits, s.n, s.k, s.group_size, act, 7);
+      EXPECT_EQ(make(q).nbytes(), ops::QuantizedLinear::resident_bytes(s.bits, s.n, s.k, q.groups, act))
+          << s.bits << "-bit [" << s.n << ", " << s.k << "] g" << s.group_size << (act ? " act-order" : "");
+    }
+}
+
 TEST(QuantizedLinear, RefusesWhatDoesNotFit) {
   Quantized q = random_quantized(4, 4, 32, 16, false, 3);
   q.codes.data<uint8_t>()[5] = 16;

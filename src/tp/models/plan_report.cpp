@@ -2,11 +2,14 @@
 
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <map>
 #include <ostream>
 
 #include "tp/models/config_check.h"
+#include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
+#include "tp/ops/quantized_linear.h"
 #include "tp/parallel/apply.h"
 
 namespace tp {
@@ -25,6 +28,28 @@ std::string human_bytes(int64_t b) {
   return fmt::format("{} B", b);
 }
 
+// A quantized checkpoint's Linear weights by name, with their format as the report shows it.
+std::map<std::string, std::string> quantized_weights(CausalLM& model, const ModelConfig& config) {
+  std::map<std::string, std::string> out;
+  const std::optional<QuantizationConfig>& q = config.quantization;
+  if (!q || !q->packs_linears()) return out;
+  const std::string format = fmt::format("{} {}-bit {}", q->method, q->bits,
+                                         q->group_size > 0 ? fmt::format("g{}", q->group_size) : "per-channel");
+  for (const nn::Module* m : model.modules())
+    if (const auto* linear = dynamic_cast<const nn::Linear*>(m); linear && q->quantizes(m->name()))
+      out[linear->weight.name] = format + (q->method == "gptq" && q->desc_act ? " act-order" : "");
+  return out;
+}
+
+// This rank's slice of a quantized [N, K] weight as the loader holds it (quantized_checkpoint.h's rules: a row
+// split keeps whole groups, act-order keeps every group's scales).
+int64_t quantized_bytes(const QuantizationConfig& q, const Shape& global, const Shape& local) {
+  const int64_t n = local[0], k = local[1];
+  const bool act = q.method == "gptq" && q.desc_act;
+  const int64_t groups = q.group_size <= 0 ? 1 : ((act ? global[1] : k) + q.group_size - 1) / q.group_size;
+  return static_cast<int64_t>(ops::QuantizedLinear::resident_bytes(q.bits, n, k, groups, act));
+}
+
 }  // namespace
 
 PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& dc, DType dtype) {
@@ -38,6 +63,7 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
   parallel::StyleOverrides overrides;
   parallel::ResolvedPlan resolved = resolve_model_plan(*model, dc, tp, &overrides);
   std::map<std::string, std::string> tied = model->tied_parameters();
+  const std::map<std::string, std::string> quantized = quantized_weights(*model, config);
 
   PlanReport r;
   r.tp_size = tp;
@@ -71,6 +97,10 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       if (auto it = resolved.param_style.find(p.name); it != resolved.param_style.end()) row.style = it->second;
       Shape local = nn::local_shape(p);
       int64_t bytes = param_bytes(local, dtype);
+      if (auto qw = quantized.find(p.name); qw != quantized.end()) {
+        row.quantized = qw->second;
+        bytes = quantized_bytes(*config.quantization, p.global_shape, local);
+      }
       if (auto t = tied.find(p.name); t != tied.end() && by_name.count(t->second)) {
         const nn::Parameter& src = *by_name[t->second];
         if (nn::local_shape(src) == local && src.shard.spans.size() == p.shard.spans.size()) {
@@ -81,7 +111,10 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       row.local_shapes.push_back(local);
       row.bytes_per_rank.push_back(bytes);
       r.total_bytes_per_rank[rank] += bytes;
-      if (rank == 0) r.total_bytes_unsharded += row.tied_to.empty() ? param_bytes(p.global_shape, dtype) : 0;
+      if (rank == 0 && row.tied_to.empty())
+        r.total_bytes_unsharded += row.quantized.empty()
+                                       ? param_bytes(p.global_shape, dtype)
+                                       : quantized_bytes(*config.quantization, p.global_shape, p.global_shape);
     }
   }
   for (nn::Module* m : model->modules()) {
@@ -110,6 +143,7 @@ nlohmann::ordered_json plan_report_json(const PlanReport& r) {
     e["name"] = p.name;
     e["style"] = p.style.empty() ? "replicated" : p.style;
     if (!p.tied_to.empty()) e["tied_to"] = p.tied_to;
+    if (!p.quantized.empty()) e["quantized"] = p.quantized;
     e["global_shape"] = p.global_shape;
     e["local_shapes"] = p.local_shapes;
     e["bytes_per_rank"] = p.bytes_per_rank;
@@ -131,13 +165,18 @@ void print_plan_report(std::ostream& out, const PlanReport& r) {
   if (r.num_experts > 0)
     fmt::print(out, "experts per layer: {} · per rank: {}\n", r.num_experts, r.experts_per_rank);
   fmt::print(out, "\n");
-  fmt::print(out, "{:<52} {:<30} {:<16} {:<16} {:>12}\n", "parameter", "style", "global", "rank 0", "bytes/rank");
-  for (const PlanParamRow& p : r.parameters) {
+  auto style_of = [](const PlanParamRow& p) {
     std::string style = p.style.empty() ? "(replicated)" : p.style;
     if (!p.tied_to.empty()) style += " (tied)";
-    fmt::print(out, "{:<52} {:<30} {:<16} {:<16} {:>12}\n", p.name, style, shape_str(p.global_shape),
+    if (!p.quantized.empty()) style += ", " + p.quantized;
+    return style;
+  };
+  size_t width = 30;
+  for (const PlanParamRow& p : r.parameters) width = std::max(width, style_of(p).size() + 1);
+  fmt::print(out, "{:<52} {:<{}} {:<16} {:<16} {:>12}\n", "parameter", "style", width, "global", "rank 0", "bytes/rank");
+  for (const PlanParamRow& p : r.parameters)
+    fmt::print(out, "{:<52} {:<{}} {:<16} {:<16} {:>12}\n", p.name, style_of(p), width, shape_str(p.global_shape),
                shape_str(p.local_shapes.at(0)), human_bytes(p.bytes_per_rank.at(0)));
-  }
   int64_t per_token = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> by_op;  // op -> (count, bytes per token)
   for (const PlanCollective& c : r.collectives) {

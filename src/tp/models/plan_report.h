@@ -15,6 +15,8 @@ struct PlanParamRow {
   std::string name;
   std::string style;                   // "" when replicated by default
   std::string tied_to;                 // shares this tensor's slice (no bytes of its own)
+  std::string quantized;               // "gptq 4-bit g128" when the checkpoint holds it packed, else ""
+                                       // (its bytes then: codes, f16 scales, zeros as ops::QuantizedLinear holds them)
   Shape global_shape;
   std::vector<Shape> local_shapes;     // one per rank
   std::vector<int64_t> bytes_per_rank;  // one per rank (the world's ranks with ep_size > 1)

@@ -48,6 +48,13 @@ struct QuantizedLinear::State {
   const uint8_t* chunk(int64_t row, int64_t ch) const {
     return codes.data() + ((row / kPanel * chunks32 + ch) * kPanel + row % kPanel) * chunk_bytes;
   }
+  // The codes' layout for `bits` and k (n set): whole chunks of 32 inputs in panels, then each row's tail.
+  void lay_out_codes() {
+    chunks32 = k / 32;
+    chunk_bytes = bits == 8 ? 32 : 16;
+    tail_bytes = bits == 8 ? k % 32 : (k % 32 + 1) / 2;
+  }
+  size_t code_bytes() const { return panel_bytes() + static_cast<size_t>(n * tail_bytes); }
   size_t panel_bytes() const { return static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel * chunks32 * chunk_bytes); }
   // The byte holding input p of a row and the shift of its bits there.
   std::pair<size_t, int> code_at(int64_t row, int64_t p) const {
@@ -414,10 +421,8 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
     st->chunk_group.push_back(whole ? static_cast<int32_t>(g) : -1);
   }
 
-  st->chunks32 = k / 32;
-  st->chunk_bytes = bits == 8 ? 32 : 16;
-  st->tail_bytes = bits == 8 ? k % 32 : (k % 32 + 1) / 2;
-  st->codes.assign(st->panel_bytes() + static_cast<size_t>(n * st->tail_bytes), 0);
+  st->lay_out_codes();
+  st->codes.assign(st->code_bytes(), 0);
   const uint8_t* c = codes.data<uint8_t>();
   for (int64_t r = 0; r < n; ++r)
     for (int64_t p = 0; p < k; ++p) {
@@ -455,6 +460,15 @@ size_t QuantizedLinear::nbytes() const {
   if (!state_) return 0;
   const State& s = *state_;
   return s.codes.size() + s.scales16.size() * 2 + s.scales32.size() * 4 + s.zeros.size() + s.perm.size() * 4;
+}
+
+size_t QuantizedLinear::resident_bytes(int bits, int64_t n, int64_t k, int64_t groups, bool permuted) {
+  State s;
+  s.bits = bits;
+  s.n = n;
+  s.k = k;
+  s.lay_out_codes();
+  return s.code_bytes() + static_cast<size_t>(n * groups) * 3 + (permuted ? static_cast<size_t>(k) * 4 : 0);
 }
 
 Tensor QuantizedLinear::dequantize() const {

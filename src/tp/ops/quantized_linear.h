@@ -41,6 +41,9 @@ class QuantizedLinear {
   int64_t groups() const;
   // Bytes held: codes, scales, zeros and the input permutation (act-order).
   size_t nbytes() const;
+  // What nbytes() will be for an [n, k] weight in `groups` groups whose scales are all f16 values (GPTQ's and
+  // AWQ's are f16; a scale that is not one costs 2 bytes more): what a plan reports before any weight is read.
+  static size_t resident_bytes(int bits, int64_t n, int64_t k, int64_t groups, bool permuted);
   // W as f32 [N, K], in the checkpoint's input order (tests, merges, references).
   Tensor dequantize() const;
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Issue-28 benchmark: the qwen3-0.6b preset with bf16 weights, and the same weights as tp quantize writes them
+in GPTQ 8-bit and 4-bit (groups of 128; lm_head and the embeddings stay bf16), batch 1, prefill 512 and decode
+64 tokens, at tp = 1 (1 thread) and tp = 2 (1 thread per rank).
+
+Rounds, as run_inference_bench.py's pairs: each round runs the three checkpoints at tp = 1 (pinned to one core,
+alternating between rounds) and then at tp = 2, back to back, so that every ratio against bf16 is taken within a
+round whose memory bandwidth was about the same; the report gives the median (min-max) over the rounds. Each tp = 1
+run measures the machine's ceilings right after itself (bench_inference: the bf16 matmul rate, the read
+bandwidth, and a short read pass around each 16-token decode chunk). Bytes read per token are what the ranks
+hold of the Linears (bf16: 2 a weight; quantized: codes, f16 scales and zero points as ops::QuantizedLinear
+holds them), from bench_inference's weight_bytes_rank0.
+
+  bench/models/run_quant_bench.py [--build build] [--model out/qwen3-0.6b] [--rounds 3] [--chart PNG] [--json F]
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from paired_runs import draw_lines, inference_arguments, run_json, setup, summary  # noqa: E402
+
+VARIANTS = [("bf16", None), ("int8", ["--bits", "8"]), ("int4-g128", ["--bits", "4"])]
+
+
+def quantized_checkpoint(build, model, name, flags):
+    """`model` quantized by tp quantize into `model`-`name` (written once)."""
+    out = f"{model.rstrip('/')}-{name}"
+    if not os.path.exists(os.path.join(out, "config.json")):
+        tp = os.path.join(build, "src", "tp")
+        subprocess.run([tp, "quantize", "--model", model, "--out", out, "--format", "gptq", "--group-size", "128"]
+                       + flags, check=True)
+    return out
+
+
+def main():
+    ap = inference_arguments(__doc__, "out/qwen3-0.6b", 3, 64)
+    ap.set_defaults(pairs=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--chart", help="a PNG of decode tokens/s by tp size and weight format")
+    ap.add_argument("--json", help="also write every run's numbers here")
+    a = ap.parse_args()
+
+    bench, tprun, env = setup(a.build, "models/bench_inference", a.model)
+    models = {name: a.model if flags is None else quantized_checkpoint(a.build, a.model, name, flags)
+              for name, flags in VARIANTS}
+    cores = sorted(os.sched_getaffinity(0))
+    rounds = []
+    for i in range(a.rounds):
+        core = cores[i % len(cores)]
+        runs = {}
+        for name, _ in VARIANTS:
+            args = ["--model", models[name], "--reps", "1", "--prefill", str(a.prefill), "--decode", str(a.decode)]
+            one = run_json(["taskset", "-c", str(core), bench] + args, env)
+            two = run_json([tprun, "--nproc-per-node", "2", bench] + args + ["--skip-ceilings"], env)
+            runs[name] = {"tp1": one, "tp2": two}
+            print(f"round {i + 1}/{a.rounds} {name}: tp1 on core {core}: prefill {one['prefill_s_median']:.3f} s, "
+                  f"decode {one['decode_tokens_per_s']:.1f} tok/s | tp2: prefill {two['prefill_s_median']:.3f} s, "
+                  f"decode {two['decode_tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        rounds.append(runs)
+
+    def each(f):
+        return [f(r) for r in rounds]
+
+    print(f"qwen3-0.6b shape, prefill {a.prefill} + decode {a.decode}, over {a.rounds} rounds, median (min-max):")
+    for name, _ in VARIANTS:
+        one = each(lambda r: r[name]["tp1"])
+        bytes_tp1 = one[0]["weight_bytes_rank0"]
+        bytes_tp2 = rounds[0][name]["tp2"]["weight_bytes_rank0"]
+        print(f"{name}: Linear bytes read per token {bytes_tp1 / 1e6:.0f} MB at tp1, {bytes_tp2 / 1e6:.0f} MB a rank at tp2")
+        print(f"  tp1 decode {summary([o['decode_tokens_per_s'] for o in one], '{:.1f}')} tok/s, "
+              f"{summary(each(lambda r: r[name]['tp1']['decode_tokens_per_s'] / r['bf16']['tp1']['decode_tokens_per_s']), '{:.2f}')}x bf16's; "
+              f"weights read at {summary([o['decode_weight_read_share_by_chunk_median'] for o in one], '{:.0%}')} of the "
+              f"read bandwidth around each chunk ({summary([o['read_bandwidth_gbs_same_run'] for o in one], '{:.1f}')} GB/s "
+              f"after the run)")
+        print(f"  tp1 prefill {summary([o['prefill_tokens_per_s'] for o in one], '{:.0f}')} tok/s, "
+              f"{summary(each(lambda r: r['bf16']['tp1']['prefill_s_median'] / r[name]['tp1']['prefill_s_median']), '{:.2f}')}x "
+              f"bf16's rate ({summary([o['prefill_matmul_gflops_per_rank'] for o in one], '{:.0f}')} GFLOP/s; bf16 matmul "
+              f"{summary([o['bf16_matmul_gflops_same_run'] for o in one], '{:.0f}')})")
+        print(f"  tp2 / tp1: decode {summary(each(lambda r: r[name]['tp2']['decode_tokens_per_s'] / r[name]['tp1']['decode_tokens_per_s']), '{:.2f}')}x, "
+              f"prefill {summary(each(lambda r: r[name]['tp1']['prefill_s_median'] / r[name]['tp2']['prefill_s_median']), '{:.2f}')}x; "
+              f"peak RSS a rank {max(rounds[0][name]['tp2']['peak_rss_bytes_per_rank']) / 2**30:.2f} GiB "
+              f"(tp1 {one[0]['peak_rss_bytes_per_rank'][0] / 2**30:.2f})")
+        same = all(r[name]["tp1"]["tokens"] == r[name]["tp2"]["tokens"] for r in rounds)
+        print(f"  greedy tokens tp1 == tp2: {same}")
+    if a.chart:
+        import statistics
+        series = [(name, [(tp, statistics.median(each(lambda r: r[name][f"tp{tp}"]["decode_tokens_per_s"])))
+                          for tp in (1, 2)], "linespoints") for name, _ in VARIANTS]
+        if draw_lines(a.chart, f"qwen3-0.6b decode (batch 1, after {a.prefill} tokens): tokens/s by weight format",
+                      "ranks (tp size)", "tokens/s", series):
+            print(f"chart: {a.chart}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rounds, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
