@@ -3,6 +3,8 @@
 // modules_to_not_convert / ignore matching leaves unquantized; the packed shapes each format implies.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "ops/op_test_util.h"
 #include "tp/models/config.h"
 #include "tp/models/quantized_shapes.h"
@@ -119,6 +121,19 @@ TEST(QuantizationConfig, EachFormatMatchesNotConvertedItsOwnWay) {
   EXPECT_TRUE(c.quantizes("model.layers.1.self_attn.q_proj"));  // exact names only
   EXPECT_FALSE(c.quantizes("model.layers.5.mlp.gate"));
   EXPECT_TRUE(c.quantizes("model.layers.5.mlp.gate_proj"));
+}
+
+// A pattern whose backtracking grows exponentially with the name (std::regex hung the fuzzer on one) is
+// refused by name in bounded time; one that does not compile matches as plain text.
+TEST(QuantizationConfig, PatternsThatBacktrackWithoutBoundAreRefused) {
+  QuantizationConfig g = parse({{"quant_method", "gptq"}, {"bits", 4}, {"modules_to_not_convert", {"(a|aa)*(a|aa)*c"}}});
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { g.quantizes(std::string(40, 'a') + "b.c"); }, {"/(a|aa)*(a|aa)*c/", "backtracking"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  QuantizationConfig bad = parse({{"quant_method", "gptq"}, {"bits", 4},
+                                  {"modules_to_not_convert", {"model.layers.**mlp", "model[0"}}});
+  EXPECT_TRUE(bad.quantizes("model.layers.0.mlp.up_proj"));
+  EXPECT_FALSE(bad.quantizes("model[0.mlp.up_proj"));  // the plain-text prefix
 }
 
 TEST(QuantizationConfig, PackedShapesPerFormat) {

@@ -456,6 +456,10 @@ TEST(Linear, OneRowBf16KernelGivesOneDnnBits) {
   // bits: the probe finds oneDNN's K chunking per weight shape (a shape it can't
   // match keeps oneDNN, and then this test says so and checks nothing else).
   if (!ops::detail::bf16_gemv_available()) GTEST_SKIP() << "no AVX512-BF16 here: oneDNN runs every one-row product";
+  // TP_GEMM=ordered and TP_BF16_GEMM=widen run inference products elsewhere (ordered_gemm, oneDNN's f32): no
+  // oneDNN bf16 bits to give.
+  if (ops::detail::ordered_gemm_wanted() || !ops::detail::bf16_matmul_available())
+    GTEST_SKIP() << "TP_GEMM=ordered or TP_BF16_GEMM=widen: the one-row products do not run oneDNN's bf16 kernel";
   if (ops::detail::bf16_gemm_forced_native()) {  // the user's switch keeps oneDNN
     ops::PackedLinear p(Tensor::randn({64, 96}, 60).to(DType::BF16));
     Tensor y = Tensor::empty({1, 64});

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <regex>
+#include <memory>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "tp/tensor/error.h"
 
@@ -237,18 +240,37 @@ QuantizationConfig parse_mxfp4(const Keys& k) {
   return q;
 }
 
+// Backtracking steps one pattern may take on one module name. Module-name patterns ("re:.*lm_head",
+// "model.layers.0.mlp") take a few hundred; a nested quantifier such as "(.*)*x" takes exponentially many, and
+// would hang the loader (std::regex did, in the fuzzer) where PCRE2 stops and says so.
+constexpr uint32_t kMatchLimit = 100000;
+
 // A regex from the start of `name`, ending at its end or at a '.' (so "model.layers.1" is not
-// "model.layers.10"). An invalid regex matches as plain text.
+// "model.layers.10"). A pattern that does not compile matches as plain text (Python's re would refuse it,
+// but a module name with a '[' or '*' is still a module name).
 bool matches_from_start(const std::string& pattern, const std::string& name, bool to_end) {
-  try {
-    std::smatch m;
-    const std::regex re(pattern);
-    if (!std::regex_search(name, m, re, std::regex_constants::match_continuous)) return false;
-    const size_t end = static_cast<size_t>(m.length(0));
-    return to_end ? end == name.size() : end == name.size() || name[end] == '.' || pattern.back() == '.';
-  } catch (const std::regex_error&) {
-    return name == pattern || name.starts_with(pattern + ".");
-  }
+  int err = 0;
+  PCRE2_SIZE offset = 0;
+  const std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code(
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_ANCHORED, &err, &offset,
+                    nullptr),
+      pcre2_code_free);
+  if (!code) return name == pattern || name.starts_with(pattern + ".");
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+      pcre2_match_data_create_from_pattern(code.get(), nullptr), pcre2_match_data_free);
+  const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> ctx(
+      pcre2_match_context_create(nullptr), pcre2_match_context_free);
+  pcre2_set_match_limit(ctx.get(), kMatchLimit);
+  pcre2_set_depth_limit(ctx.get(), kMatchLimit);
+  const int rc = pcre2_match(code.get(), reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0, 0, md.get(),
+                             ctx.get());
+  TP_CHECK(rc != PCRE2_ERROR_MATCHLIMIT && rc != PCRE2_ERROR_DEPTHLIMIT,
+           "quantization_config: the module pattern /{}/ takes more than {} backtracking steps on '{}' (a nested "
+           "quantifier such as '(.*)*'?); patterns like 're:.*lm_head' or 'model.layers.0.mlp' are accepted",
+           pattern, kMatchLimit, name);
+  if (rc < 0) return false;
+  const size_t end = pcre2_get_ovector_pointer(md.get())[1];
+  return to_end ? end == name.size() : end == name.size() || name[end] == '.' || pattern.back() == '.';
 }
 
 bool names_module(const std::string& method, const std::string& entry, const std::string& name) {
