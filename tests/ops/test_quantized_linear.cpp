@@ -1,9 +1,11 @@
 // ops::QuantizedLinear: W = scale * (code - zero) per row and group, its products
-// the fixed sequence of ordered_gemm over W's f32 values.
+// the fixed sequence of ordered_gemm over W's f32 values, or (decode's 1-2 rows of
+// 4-bit codes where AVX512-BF16 is) within 2^-16 of sum |x w| of the exact product.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -60,6 +62,27 @@ float reference_weight(const Quantized& q, int64_t r, int64_t c) {
   return static_cast<float>(s * (q.codes.data<uint8_t>()[r * q.k + c] - z));
 }
 
+// Whether a product of m rows runs the AVX512-BF16 dot-product kernel (else the exact sequence).
+bool dot_kernel(int bits, int64_t m) {
+  return m <= 4 && ops::detail::quantized_decode_kernel(bits, m) == ops::detail::QuantizedKernel::Avx512Bf16;
+}
+
+// |y - x . W| over each output of x [m, k] against the double-precision product, within `tolerance` of
+// sum |x w| (the scale of the rounding).
+void expect_near_double(const Quantized& q, const Tensor& x, const Tensor& y, double tolerance, const char* what) {
+  const int64_t m = x.size(0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < q.n; ++j) {
+      double want = 0, magnitude = 0;
+      for (int64_t c = 0; c < q.k; ++c) {
+        const double t = static_cast<double>(x.data<float>()[i * q.k + c]) * reference_weight(q, j, c);
+        want += t;
+        magnitude += std::fabs(t);
+      }
+      ASSERT_NEAR(y.data<float>()[i * q.n + j], want, tolerance * magnitude + 1e-30) << what << " " << i << "," << j;
+    }
+}
+
 struct Shape3 {
   int bits;
   int64_t n, k, group_size;
@@ -80,7 +103,8 @@ TEST_P(QuantizedShapes, DequantizeIsTheDefinition) {
 }
 
 // Without act-order the product is ordered_gemm over dequantize(), bit for bit,
-// for every row count (decode's one row to prefill's many) and with a bias.
+// for every row count (decode's one row to prefill's many) and with a bias; where the
+// dot-product kernel runs, within 2^-16 of sum |x w| of the exact product instead.
 TEST_P(QuantizedShapes, ProductIsOrderedGemmOverTheDequantizedWeight) {
   const Shape3 p = GetParam();
   const Quantized q = random_quantized(p.bits, p.n, p.k, p.group_size, false, 11);
@@ -93,31 +117,35 @@ TEST_P(QuantizedShapes, ProductIsOrderedGemmOverTheDequantizedWeight) {
     std::vector<float> want(static_cast<size_t>(m * p.n));
     ops::detail::ordered_gemm(m, p.n, p.k, x.raw_data(), DType::F32, p.k, dense.raw_data(), DType::F32, p.k,
                               bias.data<float>(), want.data(), p.n);
+    if (dot_kernel(p.bits, m)) {
+      const Tensor unbiased = ops::linear(x, w);
+      expect_near_double(q, x, unbiased, 1.0 / 65536, "dot-product kernel");
+      for (int64_t i = 0; i < m * p.n; ++i)  // the bias is added once, last
+        ASSERT_EQ(y.data<float>()[i], unbiased.data<float>()[i] + bias.data<float>()[i % p.n]) << i;
+      continue;
+    }
     for (int64_t i = 0; i < m * p.n; ++i) ASSERT_EQ(y.data<float>()[i], want[i]) << "m " << m << " at " << i;
   }
 }
 
-// Act-order included: each row's output is the same bits alone and in a batch,
-// and within f32 rounding of the double-precision product.
+// Act-order included: each row's output is the same bits alone and in a batch run
+// by the same kind of kernel (2 rows: decode's; 9: prefill's, exact like decode's
+// exact kernels), and within f32 rounding of the double-precision product (2^-16 of
+// sum |x w| for the dot-product kernel).
 TEST_P(QuantizedShapes, RowsAreIndependentAndMatchDouble) {
   const Shape3 p = GetParam();
   for (bool act_order : {false, true}) {
     const Quantized q = random_quantized(p.bits, p.n, p.k, p.group_size, act_order, 13);
     const ops::QuantizedLinear w = make(q);
-    const int64_t m = 9;
-    const Tensor x = Tensor::randn({m, p.k}, 17);
-    const Tensor y = ops::linear(x, w);
-    for (int64_t i = 0; i < m; ++i) {
-      const Tensor alone = ops::linear(x.narrow(0, i, 1), w);
-      for (int64_t j = 0; j < p.n; ++j) {
-        ASSERT_EQ(alone.data<float>()[j], y.data<float>()[i * p.n + j]) << i << "," << j;
-        double want = 0, magnitude = 0;
-        for (int64_t c = 0; c < p.k; ++c) {
-          const double t = static_cast<double>(x.data<float>()[i * p.k + c]) * reference_weight(q, j, c);
-          want += t;
-          magnitude += std::fabs(t);
-        }
-        ASSERT_NEAR(y.data<float>()[i * p.n + j], want, 1e-6 * magnitude + 1e-30) << i << "," << j;
+    for (int64_t m : {2, 9}) {
+      const Tensor x = Tensor::randn({m, p.k}, 17);
+      const Tensor y = ops::linear(x, w);
+      expect_near_double(q, x, y, dot_kernel(p.bits, m) ? 1.0 / 65536 : 1e-6, "batch");
+      if (dot_kernel(p.bits, 1) != dot_kernel(p.bits, m)) continue;
+      for (int64_t i = 0; i < m; ++i) {
+        const Tensor alone = ops::linear(x.narrow(0, i, 1), w);
+        for (int64_t j = 0; j < p.n; ++j)
+          ASSERT_EQ(alone.data<float>()[j], y.data<float>()[i * p.n + j]) << "m " << m << ": " << i << "," << j;
       }
     }
   }
@@ -126,6 +154,19 @@ TEST_P(QuantizedShapes, RowsAreIndependentAndMatchDouble) {
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantizedShapes,
                          ::testing::Values(Shape3{4, 40, 256, 128}, Shape3{4, 13, 100, 32}, Shape3{8, 40, 256, 64},
                                            Shape3{8, 7, 37, 16}, Shape3{4, 30, 96, 96}, Shape3{4, 5, 23, 8}));
+
+// Where the CPU has AVX512-BF16, decode's 4-bit products run the dot-product kernel (so the tests above check
+// it), unless TP_GEMM=ordered or TP_QUANTIZED_ISA asks for an exact one; 8-bit codes and 3-4 rows never do.
+TEST(QuantizedLinear, DecodeRunsTheDotProductKernelWhereAvx512Bf16Is) {
+  using ops::detail::QuantizedKernel;
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX512-BF16 here: the exact kernels run";
+  if (std::getenv("TP_QUANTIZED_ISA") != nullptr || ops::detail::ordered_gemm_wanted())
+    GTEST_SKIP() << "TP_QUANTIZED_ISA or TP_GEMM=ordered chose the kernel";
+  EXPECT_EQ(ops::detail::quantized_decode_kernel(4, 1), QuantizedKernel::Avx512Bf16);
+  EXPECT_EQ(ops::detail::quantized_decode_kernel(4, 2), QuantizedKernel::Avx512Bf16);
+  EXPECT_EQ(ops::detail::quantized_decode_kernel(4, 3), QuantizedKernel::Avx512);
+  EXPECT_EQ(ops::detail::quantized_decode_kernel(8, 1), QuantizedKernel::Avx512);
+}
 
 TEST(QuantizedLinear, HoldsOnlyCodesScalesAndZeros) {
   const Quantized q4 = random_quantized(4, 64, 1024, 128, false, 1);

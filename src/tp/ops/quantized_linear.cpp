@@ -113,14 +113,13 @@ void fill_rows(const void* ctx, int64_t j0, int64_t j1, float* rows) {
   static_cast<const QuantizedLinear::State*>(ctx)->dequantize_rows(j0, j1, rows);
 }
 
-// TP_QUANTIZED_ISA=avx2 keeps the AVX2 kernel on an AVX-512 CPU (tests compare the two).
-bool avx2_forced() {
-  static const bool forced = [] {
-    const char* env = std::getenv("TP_QUANTIZED_ISA");
-    return env != nullptr && std::string(env) == "avx2";
-  }();
-  return forced;
-}
+// x's rows as the decode kernels read them: f32, and (bf16 dot-product kernel) each value split into two bf16
+// values whose sum is x within 2^-17 of it.
+struct Rows {
+  const float* a;
+  const uint16_t* hi;
+  const uint16_t* lo;
+};
 
 // Few rows (decode): MR rows of x against NR rows of W, W's values made in
 // registers as they are read, in ordered_gemm's sequence (ordered_gemm.h): eight
@@ -128,7 +127,8 @@ bool avx2_forced() {
 // terms in order, then the bias. So the outputs are the bits ordered_gemm gives
 // over dequantize_rows' values, and a row's bits do not depend on the others.
 template <int MR, int NR>
-void fused_tile(const QuantizedLinear::State& s, const float* a, int64_t j, const float* bias, float* c) {
+void fused_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias, float* c) {
+  const float* a = x.a;
   const int64_t k = s.k, k8 = k & ~int64_t{7};
   const int64_t chunks = static_cast<int64_t>(s.chunk_group.size());
   __m256 acc[MR][NR];
@@ -167,22 +167,35 @@ void fused_tile(const QuantizedLinear::State& s, const float* a, int64_t j, cons
 
 // Rows of W a tile, by rows of x: accumulators and W's four vectors fit in the 16 ymm registers.
 constexpr int kFusedRows = 4;
+constexpr int kDotRows = 2;  // the AVX512-BF16 kernel's (quantized_decode_kernel)
 constexpr int kFusedCols[kFusedRows] = {4, 4, 2, 2};
 
-using FusedTileFn = void (*)(const QuantizedLinear::State&, const float*, int64_t, const float*, float*);
+using FusedTileFn = void (*)(const QuantizedLinear::State&, const Rows&, int64_t, const float*, float*);
 
-template <int MR, size_t... R>
-constexpr std::array<FusedTileFn, sizeof...(R)> fused_tiles(std::index_sequence<R...>) {
-  return {&fused_tile<MR, static_cast<int>(R) + 1>...};
+// Tile functions by rows of x and columns: Tile<MR, NC>::fn for NC in 1 ..< Cols + 1 (rows without columns:
+// none).
+template <template <int, int> class Tile, int MR, int Cols>
+constexpr std::array<FusedTileFn, 4> tile_row() {
+  std::array<FusedTileFn, 4> out{};
+  [&]<size_t... C>(std::index_sequence<C...>) { ((out[C] = Tile<MR, static_cast<int>(C) + 1>::fn), ...); }(
+      std::make_index_sequence<Cols>{});
+  return out;
 }
 
+template <template <int, int> class Tile, int C1, int C2, int C3 = 0, int C4 = 0>
+FusedTileFn tile_for(int rows, int cols) {
+  static constexpr std::array<std::array<FusedTileFn, 4>, 4> table{
+      tile_row<Tile, 1, C1>(), tile_row<Tile, 2, C2>(), tile_row<Tile, 3, C3>(), tile_row<Tile, 4, C4>()};
+  return table[rows - 1][cols - 1];
+}
+
+template <int MR, int NR>
+struct FusedTile {
+  static constexpr FusedTileFn fn = &fused_tile<MR, NR>;
+};
+
 FusedTileFn fused_tile_for(int rows, int cols) {
-  static constexpr auto one = fused_tiles<1>(std::make_index_sequence<kFusedCols[0]>{});
-  static constexpr auto two = fused_tiles<2>(std::make_index_sequence<kFusedCols[1]>{});
-  static constexpr auto three = fused_tiles<3>(std::make_index_sequence<kFusedCols[2]>{});
-  static constexpr auto four = fused_tiles<4>(std::make_index_sequence<kFusedCols[3]>{});
-  const auto& table = rows == 1 ? one.data() : rows == 2 ? two.data() : rows == 3 ? three.data() : four.data();
-  return table[cols - 1];
+  return tile_for<FusedTile, kFusedCols[0], kFusedCols[1], kFusedCols[2], kFusedCols[3]>(rows, cols);
 }
 
 // The same sequence on AVX-512, two rows of W a register: lanes 0-7 are row a's
@@ -241,10 +254,48 @@ TP_AVX512 inline void pair_values(const QuantizedLinear::State& s, int64_t ra, i
   }
 }
 
+// A chunk (inputs p ..< p + 32, fewer at K's end) whose inputs are not all in one group (a run's edge, the last
+// K % 32): W's values one by one, eight inputs at a time by FMA into acc (lanes 0-7 row a's, 8-15 row b's); the
+// last K % 8 are store_pair_rows'.
 template <int MR, int NP>
-TP_AVX512 void fused_pair_tile(const QuantizedLinear::State& s, const float* a, int64_t j, const float* bias,
-                               float* c) {
+TP_AVX512 inline void straddling_chunk(const QuantizedLinear::State& s, const float* a, int64_t j, int64_t p,
+                                       __m512 (&acc)[MR][NP]) {
   const int64_t k = s.k, k8 = k & ~int64_t{7};
+  for (int64_t e = p; e < std::min(k8, p + 32); e += 8)
+    for (int q = 0; q < NP; ++q) {
+      alignas(64) float w[16];
+      for (int t = 0; t < 8; ++t) {
+        w[t] = s.value(j + 2 * q, e + t);
+        w[8 + t] = s.value(j + 2 * q + 1, e + t);
+      }
+      for (int i = 0; i < MR; ++i)
+        acc[i][q] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(a + i * k + e)), _mm512_load_ps(w),
+                                    acc[i][q]);
+    }
+}
+
+// Each row's output: its eight lanes summed in ordered_gemm's order, then its last K % 8 terms in order, then
+// the bias.
+template <int MR, int NP>
+TP_AVX512 inline void store_pair_rows(const QuantizedLinear::State& s, const float* a, int64_t j,
+                                      const __m512 (&acc)[MR][NP], const float* bias, float* c) {
+  const int64_t k = s.k, k8 = k & ~int64_t{7};
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = j + 2 * q + h;
+        const __m256 lanes = h == 0 ? _mm512_castps512_ps256(acc[i][q]) : _mm512_extractf32x8_ps(acc[i][q], 1);
+        float sum = detail::ordered_lane_sum(lanes);
+        for (int64_t e = k8; e < k; ++e) sum = std::fma(a[i * k + e], s.value(row, e), sum);
+        c[i * s.n + row] = bias != nullptr ? sum + bias[row] : sum;
+      }
+}
+
+template <int MR, int NP>
+TP_AVX512 void fused_pair_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias,
+                               float* c) {
+  const float* a = x.a;
+  const int64_t k = s.k;
   const int64_t chunks = static_cast<int64_t>(s.chunk_group.size());
   __m512 acc[MR][NP];
   for (int i = 0; i < MR; ++i)
@@ -267,44 +318,21 @@ TP_AVX512 void fused_pair_tile(const QuantizedLinear::State& s, const float* a, 
       }
       continue;
     }
-    for (int64_t e = p; e < std::min(k8, p + 32); e += 8)  // a chunk across groups: value by value
-      for (int q = 0; q < NP; ++q) {
-        alignas(64) float w[16];
-        for (int t = 0; t < 8; ++t) {
-          w[t] = s.value(j + 2 * q, e + t);
-          w[8 + t] = s.value(j + 2 * q + 1, e + t);
-        }
-        for (int i = 0; i < MR; ++i)
-          acc[i][q] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(a + i * k + e)), _mm512_load_ps(w),
-                                      acc[i][q]);
-      }
+    straddling_chunk<MR, NP>(s, a, j, p, acc);
   }
-  for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < NP; ++q)
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = j + 2 * q + h;
-        const __m256 lanes = h == 0 ? _mm512_castps512_ps256(acc[i][q]) : _mm512_extractf32x8_ps(acc[i][q], 1);
-        float sum = detail::ordered_lane_sum(lanes);
-        for (int64_t e = k8; e < k; ++e) sum = std::fma(a[i * k + e], s.value(row, e), sum);
-        c[i * s.n + row] = bias != nullptr ? sum + bias[row] : sum;
-      }
+  store_pair_rows<MR, NP>(s, a, j, acc, bias, c);
 }
 
 // Row pairs a tile, by rows of x (32 zmm registers: accumulators, two tables a pair).
 constexpr int kPairCols[kFusedRows] = {4, 4, 3, 3};
 
-template <int MR, size_t... Q>
-constexpr std::array<FusedTileFn, sizeof...(Q)> pair_tiles(std::index_sequence<Q...>) {
-  return {&fused_pair_tile<MR, static_cast<int>(Q) + 1>...};
-}
+template <int MR, int NP>
+struct PairTile {
+  static constexpr FusedTileFn fn = &fused_pair_tile<MR, NP>;
+};
 
 FusedTileFn pair_tile_for(int rows, int pairs) {
-  static constexpr auto one = pair_tiles<1>(std::make_index_sequence<kPairCols[0]>{});
-  static constexpr auto two = pair_tiles<2>(std::make_index_sequence<kPairCols[1]>{});
-  static constexpr auto three = pair_tiles<3>(std::make_index_sequence<kPairCols[2]>{});
-  static constexpr auto four = pair_tiles<4>(std::make_index_sequence<kPairCols[3]>{});
-  const auto& table = rows == 1 ? one.data() : rows == 2 ? two.data() : rows == 3 ? three.data() : four.data();
-  return table[pairs - 1];
+  return tile_for<PairTile, kPairCols[0], kPairCols[1], kPairCols[2], kPairCols[3]>(rows, pairs);
 }
 
 bool avx512_available() {
@@ -313,31 +341,197 @@ bool avx512_available() {
   return available;
 }
 
+// Few rows (decode) of 4-bit codes with AVX512-BF16: one VDPBF16PS multiplies 32 weights where an FMA does 16,
+// and a code becomes its weight by one VPERMW lookup, so a weight costs fewer instructions than in the exact
+// kernels above, which are bound by them (their 4-bit decode ran at ~0.9x bf16's rate). Per group, with W's rows
+// a and b of a pair in the two halves of a register:
+//   acc += x_hi . (code - zero) + x_lo . (code - zero)   (x = x_hi + x_lo within 2^-17 |x|; code - zero, |.| < 16,
+//                                                          is an exact bf16 integer)
+//   total += scale * acc                                  (each lane, at the group's end)
+// so the product is within about 2^-17 of sum |x w| of the exact one rather than ordered_gemm's bits; a row's
+// output still does not depend on the rows around it. TP_GEMM=ordered keeps the exact kernels.
+#define TP_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+
+bool avx512_bf16_available() {
+  static const bool available = avx512_available() && __builtin_cpu_supports("avx512bf16");
+  return available;
+}
+
+// x's rows [m, k] as hi = bf16(x) and lo = bf16(x - hi), round to nearest even.
+TP_AVX512_BF16 void split_bf16(const float* a, int64_t count, uint16_t* hi, uint16_t* lo) {
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 mask = count - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, a + i);
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    const __m256i l = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back));
+    _mm256_mask_storeu_epi16(hi + i, mask, h);
+    _mm256_mask_storeu_epi16(lo + i, mask, l);
+  }
+}
+
+// A row pair's lookup table for group g (words 0-15 row a's value of each code, 16-31 row b's) and each half's
+// scale.
+struct DotPair {
+  __m512i table;
+  __m512 scale;
+};
+
+TP_AVX512_BF16 inline void dot_pair_group(const QuantizedLinear::State& s, int64_t ra, int32_t g, DotPair& dp) {
+  const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 ta = _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>(s.zeros[ra * s.groups + g])));
+  const __m512 tb = _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>(s.zeros[(ra + 1) * s.groups + g])));
+  dp.table = (__m512i)_mm512_cvtne2ps_pbh(tb, ta);  // words 0-15 from ta
+  dp.scale = halves(s.scale(ra, g), s.scale(ra + 1, g));
+}
+
+// 32 code bytes (16 of row a, 16 of row b) as two index vectors: the low and the high nibbles, row b's + 16.
+TP_AVX512_BF16 inline void nibble_indices(__m256i bytes, __m512i& lo, __m512i& hi) {
+  const __m512i w = _mm512_cvtepu8_epi16(bytes);
+  const __m512i m15 = _mm512_set1_epi16(15);
+  const __m512i upper = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
+  lo = _mm512_ternarylogic_epi32(w, m15, upper, 0xEA);  // (w & 15) | upper
+  hi = _mm512_or_si512(_mm512_srli_epi16(w, 4), upper);
+}
+
+// acc[0] += w . x_hi, acc[1] += w . x_lo.
+TP_AVX512_BF16 inline void dot2(__m512& acc_hi, __m512& acc_lo, __m512i w, __m512i xh, __m512i xl) {
+  acc_hi = _mm512_dpbf16_ps(acc_hi, (__m512bh)w, (__m512bh)xh);
+  acc_lo = _mm512_dpbf16_ps(acc_lo, (__m512bh)w, (__m512bh)xl);
+}
+
+// 16 bf16 values of x (inputs p ..< p + 16 of a row) in both halves.
+TP_AVX512_BF16 inline __m512i both_halves(const uint16_t* x) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+}
+
+// A group's end: its sums (x_hi's and x_lo's, in two accumulators so that the products do not wait on each
+// other), times its scales, into the totals.
+template <int MR, int NP>
+TP_AVX512_BF16 inline void flush_groups(__m512 (&acc)[2][MR][NP], const DotPair (&dp)[NP], __m512 (&total)[MR][NP]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q) {
+      total[i][q] = _mm512_fmadd_ps(_mm512_add_ps(acc[0][i][q], acc[1][i][q]), dp[q].scale, total[i][q]);
+      acc[0][i][q] = acc[1][i][q] = _mm512_setzero_ps();
+    }
+}
+
+template <int MR, int NP>
+TP_AVX512_BF16 void dot_pair_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias,
+                                  float* c) {
+  const int64_t k = s.k;
+  const int64_t chunks = static_cast<int64_t>(s.chunk_group.size());
+  __m512 total[MR][NP], acc[2][MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) total[i][q] = acc[0][i][q] = acc[1][i][q] = _mm512_setzero_ps();
+  DotPair dp[NP];
+  int32_t group = -1;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int32_t g = s.chunk_group[ch];
+    const int64_t p = 32 * ch;
+    if (g >= 0) {
+      if (g != group) {
+        if (group >= 0) flush_groups<MR, NP>(acc, dp, total);
+        for (int q = 0; q < NP; ++q) dot_pair_group(s, j + 2 * q, g, dp[q]);
+        group = g;
+      }
+#pragma GCC unroll 4
+      for (int q = 0; q < NP; ++q) {
+        // Row a's 16 code bytes then row b's (j is even: they follow in the panel); low nibbles are inputs
+        // p ..< p + 16, high ones p + 16 ..< p + 32.
+        __m512i lo, hi;
+        nibble_indices(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.chunk(j + 2 * q, ch))), lo, hi);
+        const __m512i w_lo = _mm512_permutexvar_epi16(lo, dp[q].table);
+        const __m512i w_hi = _mm512_permutexvar_epi16(hi, dp[q].table);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const uint16_t* xh = x.hi + i * k + p;
+          const uint16_t* xl = x.lo + i * k + p;
+          dot2(acc[0][i][q], acc[1][i][q], w_lo, both_halves(xh), both_halves(xl));
+          dot2(acc[0][i][q], acc[1][i][q], w_hi, both_halves(xh + 16), both_halves(xl + 16));
+        }
+      }
+      continue;
+    }
+    straddling_chunk<MR, NP>(s, x.a, j, p, total);  // f32 values into the totals
+  }
+  if (group >= 0) flush_groups<MR, NP>(acc, dp, total);
+  store_pair_rows<MR, NP>(s, x.a, j, total, bias, c);
+}
+
+constexpr int kDotPairCols[kDotRows] = {4, 3};
+
+template <int MR, int NP>
+struct DotPairTile {
+  static constexpr FusedTileFn fn = &dot_pair_tile<MR, NP>;
+};
+
+FusedTileFn dot_pair_tile_for(int rows, int pairs) {
+  return tile_for<DotPairTile, kDotPairCols[0], kDotPairCols[1]>(rows, pairs);
+}
+
 void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
+  const detail::QuantizedKernel kernel = detail::quantized_decode_kernel(s.bits, m);
+  Rows x{a, nullptr, nullptr};
+  thread_local std::vector<uint16_t> split;
+  if (kernel == detail::QuantizedKernel::Avx512Bf16) {
+    split.resize(static_cast<size_t>(2 * m * s.k + 16));  // + 16: a chunk's 16-value loads end within it
+    split_bf16(a, m * s.k, split.data(), split.data() + m * s.k);
+    x.hi = split.data();
+    x.lo = split.data() + m * s.k;
+  }
   // Blocks of W's rows split over the threads; each streams its rows once.
   constexpr int64_t kBlock = 48;
   const int64_t blocks = (s.n + kBlock - 1) / kBlock;
   const bool threaded = blocks > 1 && s.n * s.k >= (int64_t{1} << 16) && !omp_in_parallel();
-  const bool avx512 = avx512_available() && !avx2_forced();
 #pragma omp parallel for schedule(static) if (threaded)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j1 = std::min(s.n, (b + 1) * kBlock);
     int64_t j = b * kBlock;
-    if (avx512) {
-      const int pairs = kPairCols[m - 1];
+    if (kernel != detail::QuantizedKernel::Avx2) {
+      const bool dot = kernel == detail::QuantizedKernel::Avx512Bf16;
+      const int pairs = (dot ? kDotPairCols : kPairCols)[m - 1];
       for (; j + 1 < j1; j += 2 * pairs) {
         const int here = static_cast<int>(std::min<int64_t>(pairs, (j1 - j) / 2));
-        pair_tile_for(static_cast<int>(m), here)(s, a, j, bias, c);
+        (dot ? dot_pair_tile_for : pair_tile_for)(static_cast<int>(m), here)(s, x, j, bias, c);
         if (here < pairs) j -= 2 * (pairs - here);  // the last pairs of the block
       }
     }
     const int cols = kFusedCols[m - 1];
     for (; j < j1; j += cols)
-      fused_tile_for(static_cast<int>(m), static_cast<int>(std::min<int64_t>(cols, j1 - j)))(s, a, j, bias, c);
+      fused_tile_for(static_cast<int>(m), static_cast<int>(std::min<int64_t>(cols, j1 - j)))(s, x, j, bias, c);
   }
 }
 
 }  // namespace
+
+namespace detail {
+
+QuantizedKernel quantized_decode_kernel(int bits, int64_t rows) {
+  static const QuantizedKernel kernel = [] {
+    const QuantizedKernel best = avx512_bf16_available() && !ordered_gemm_wanted() ? QuantizedKernel::Avx512Bf16
+                                 : avx512_available()                                ? QuantizedKernel::Avx512
+                                                                                     : QuantizedKernel::Avx2;
+    const char* env = std::getenv("TP_QUANTIZED_ISA");
+    if (env == nullptr || *env == 0) return best;
+    const std::string v(env);
+    TP_CHECK(v == "avx2" || v == "avx512" || v == "avx512bf16",
+             "TP_QUANTIZED_ISA='{}' is not one of avx2, avx512, avx512bf16", v);
+    const QuantizedKernel want = v == "avx2" ? QuantizedKernel::Avx2
+                                 : v == "avx512" ? QuantizedKernel::Avx512 : QuantizedKernel::Avx512Bf16;
+    TP_CHECK(want == QuantizedKernel::Avx2 || (want == QuantizedKernel::Avx512 ? avx512_available()
+                                                                                : avx512_bf16_available()),
+             "TP_QUANTIZED_ISA={}: this CPU does not have it", v);
+    return want;
+  }();
+  // The dot-product kernel was no faster than the exact AVX-512 one on 8-bit codes (two lookups a weight:
+  // |code - zero| < 256 is no exact bf16) nor on 3-4 rows (its registers spill), so it runs 1-2 rows of 4-bit ones.
+  return kernel == QuantizedKernel::Avx512Bf16 && (bits != 4 || rows > kDotRows) ? QuantizedKernel::Avx512 : kernel;
+}
+
+}  // namespace detail
 
 float QuantizedLinear::State::value(int64_t row, int64_t p) const {
   const int64_t g = group_at(p);
