@@ -348,8 +348,9 @@ bool avx512_available() {
 //   acc += x_hi . (code - zero) + x_lo . (code - zero)   (x = x_hi + x_lo within 2^-17 |x|; code - zero, |.| < 16,
 //                                                          is an exact bf16 integer)
 //   total += scale * acc                                  (each lane, at the group's end)
-// so the product is within about 2^-17 of sum |x w| of the exact one rather than ordered_gemm's bits; a row's
-// output still does not depend on the rows around it. TP_GEMM=ordered keeps the exact kernels.
+// so the product is within about 2^-17 of sum |x w| of the exact one (tested within 2^-16) rather than
+// ordered_gemm's bits; a row's output still does not depend on the rows around it. TP_GEMM=ordered keeps the exact
+// kernels.
 #define TP_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 
 bool avx512_bf16_available() {
@@ -477,7 +478,7 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
   Rows x{a, nullptr, nullptr};
   thread_local std::vector<uint16_t> split;
   if (kernel == detail::QuantizedKernel::Avx512Bf16) {
-    split.resize(static_cast<size_t>(2 * m * s.k + 16));  // + 16: a chunk's 16-value loads end within it
+    split.resize(static_cast<size_t>(2 * m * s.k));  // only whole chunks (32 inputs in a row) are read from it
     split_bf16(a, m * s.k, split.data(), split.data() + m * s.k);
     x.hi = split.data();
     x.lo = split.data() + m * s.k;

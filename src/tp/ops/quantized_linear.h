@@ -9,16 +9,17 @@
 // (models/quantized_checkpoint.h reads them). Only the codes, the scales and the
 // zeros are resident: 4.2 bits a weight for 4-bit codes in groups of 128.
 //
-// Products of more than 4 rows, and every product under TP_GEMM=ordered, run ordered_gemm's fixed sequence (ordered_gemm.h) over W's values,
-// dequantized a column block at a time into a per-thread buffer that stays in L2:
+// Products run ordered_gemm's fixed sequence (ordered_gemm.h) over W's values (but see the
+// dot-product kernel below), dequantized a column block at a time into a per-thread buffer that
+// stays in L2 (decode's 1-4 rows: in registers, in the same sequence):
 // W's f32 values are fl(scale * (code - zero)) (one rounding: code - zero is an
 // exact small integer), so a row's output has the same bits whatever the batch
 // around it, and equals ordered_gemm over dequantize() bit for bit. Under
 // act-order the inputs are permuted once at load so that each group's inputs are
 // contiguous (runs), and x is permuted the same way per call; the sums then run
 // over K in that order. Decode's 1-2 rows of 4-bit codes on a CPU with AVX512-BF16 run a
-// dot-product kernel instead (quantized_linear.cpp), within ~2^-17 of sum |x w| of the exact
-// product; each row's output still does not depend on the rows around it.
+// dot-product kernel instead (quantized_linear.cpp), within 2^-16 of sum |x w| of the exact
+// product (tested); each row's output still does not depend on the rows around it.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -58,8 +59,9 @@ class QuantizedLinear {
 
 namespace detail {
 // The kernel of a product of `rows` (1-4) rows of x with `bits`-bit codes: TP_QUANTIZED_ISA (avx2, avx512,
-// avx512bf16) or the best this CPU has, the exact ones (avx2, avx512) under TP_GEMM=ordered; avx512bf16 runs
-// 1-2 rows of 4-bit codes only (the rest run avx512).
+// avx512bf16) or the best this CPU has, an exact one (avx2, avx512) where inference products run ordered_gemm
+// (ordered_gemm_wanted: TP_GEMM=ordered, or no brgemm f32 matmul); avx512bf16 runs 1-2 rows of 4-bit codes only
+// (the rest run avx512).
 enum class QuantizedKernel { Avx2, Avx512, Avx512Bf16 };
 QuantizedKernel quantized_decode_kernel(int bits, int64_t rows);
 }  // namespace detail
