@@ -1,8 +1,9 @@
 // Linear-layer throughput: ours (ops::linear through a PackedLinear) against raw
 // oneDNN (a matmul primitive with pre-packed weights, everything created once) in
 // the same run, f32 and bf16 weights; and quantized weights (ops::QuantizedLinear:
-// 8-bit and 4-bit codes in groups of 128), whose GB counter counts the bytes held
-// (codes, scales and zeros).
+// 8-bit and 4-bit codes in groups of 128; prefill shapes in f32 and, suffix _bf16, in
+// a bf16 model's arithmetic), whose GB counter counts the bytes held (codes, scales
+// and zeros).
 //
 //   OMP_NUM_THREADS=1 ./build/bench/ops/bench_matmul --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true      (one line)
@@ -134,7 +135,7 @@ __attribute__((noinline)) ops::QuantizedLinear make_quantized(const Shape3& s, i
   return ops::QuantizedLinear(bits, 128, codes, scales, zeros);
 }
 
-void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits) {
+void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits, DType compute) {
   std::vector<ops::QuantizedLinear> ws{make_quantized(s, bits, 1)};
   const size_t bytes = ws[0].nbytes();
   // Decode streams from memory: enough distinct copies (>= 192 MiB) to defeat the caches.
@@ -143,7 +144,7 @@ void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits) {
   Tensor x = Tensor::randn({s.m, s.k}, 1), y = Tensor::empty({s.m, s.n});
   size_t i = 0;
   for (auto _ : state) {
-    ops::linear_into(y, x, ws[i++ % ws.size()]);
+    ops::linear_into(y, x, ws[i++ % ws.size()], Tensor(), compute);
     benchmark::DoNotOptimize(y.raw_data());
   }
   state.counters["GFLOP"] =
@@ -176,11 +177,17 @@ int main(int argc, char** argv) {
         })->UseRealTime();
     }
   }
+  // Prefill shapes in both arithmetics (f32; bf16, a bf16 model's); decode's kernels are the same in both.
   for (const Shape3& s : kShapes)
     for (int bits : {8, 4})
-      benchmark::RegisterBenchmark(("BM_tp_quantized_int" + std::to_string(bits) + "_g128" + shape_name(s)).c_str(),
-                                   [s, bits](benchmark::State& st) { bm_tp_quantized(st, s, bits); })
-          ->UseRealTime();
+      for (DType compute : {DType::F32, DType::BF16}) {
+        if (compute == DType::BF16 && s.m <= kDecodeRows) continue;
+        const std::string name = "BM_tp_quantized_int" + std::to_string(bits) + "_g128" +
+                                 (compute == DType::BF16 ? "_bf16" : "") + shape_name(s);
+        benchmark::RegisterBenchmark(name.c_str(), [s, bits, compute](benchmark::State& st) {
+          bm_tp_quantized(st, s, bits, compute);
+        })->UseRealTime();
+      }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

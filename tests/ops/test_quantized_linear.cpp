@@ -1,15 +1,19 @@
-// ops::QuantizedLinear: W = scale * (code - zero) per row and group, its products
-// the fixed sequence of ordered_gemm over W's f32 values, or (decode's 1-2 rows of
-// 4-bit codes where AVX512-BF16 is) within 2^-16 of sum |x w| of the exact product.
+// ops::QuantizedLinear: W = scale * (code - zero) per row and group. Decode's products
+// (1-4 rows) are the fixed sequence of ordered_gemm over W's f32 values, or (where
+// AVX512-VNNI is) within half a step of x quantized per row to 16 bits, times sum |w|;
+// prefill's are the GEMM over dequantize(), in f32 or in bf16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
 #include "tp/ops/quantized_linear.h"
 #include "tp/tensor/error.h"
@@ -62,26 +66,66 @@ float reference_weight(const Quantized& q, int64_t r, int64_t c) {
   return static_cast<float>(s * (q.codes.data<uint8_t>()[r * q.k + c] - z));
 }
 
-// Whether a product of m rows runs the AVX512-BF16 dot-product kernel (else the exact sequence).
-bool dot_kernel(int bits, int64_t m) {
-  return m <= 4 && ops::detail::quantized_decode_kernel(bits, m) == ops::detail::QuantizedKernel::Avx512Bf16;
+// Whether a product of m rows runs the AVX512-VNNI integer kernel (else the exact sequence).
+bool dot_kernel(int64_t m) {
+  return m <= 4 && ops::detail::quantized_decode_kernel(m) == ops::detail::QuantizedKernel::Avx512Vnni;
+}
+
+// What more rows than decode's get: the GEMM a PackedLinear runs (oneDNN's, or ordered_gemm where inference
+// products run it) over `dense` (W in run order) laid out at the row stride GEMMs run fastest at, under
+// `compute` (bf16: x and W rounded to bf16 first).
+std::vector<float> prefill_reference(const Tensor& x, const Tensor& dense, const Tensor& bias, DType compute) {
+  const int64_t m = x.size(0), n = dense.size(0), k = dense.size(1);
+  const Tensor a = compute == DType::BF16 ? x.to(DType::BF16) : x;
+  const int64_t ld = ops::detail::unconflicted_row_stride(k, dtype_size(compute));
+  const Tensor values = compute == DType::BF16 ? dense.to(DType::BF16) : dense;
+  const size_t esize = dtype_size(compute);
+  Tensor w = Tensor::zeros({n, ld}, compute);
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(static_cast<char*>(w.raw_data()) + r * ld * esize,
+                static_cast<const char*>(values.raw_data()) + r * k * esize, k * esize);
+  const float* b = bias.defined() ? bias.data<float>() : nullptr;
+  std::vector<float> c(static_cast<size_t>(m * n));
+  if (ops::detail::ordered_gemm_wanted()) {
+    ops::detail::ordered_gemm(m, n, k, a.raw_data(), compute, k, w.raw_data(), compute, ld, b, c.data(), n);
+    return c;
+  }
+  ops::detail::GemmSpec spec;
+  spec.m = m;
+  spec.n = n;
+  spec.k = k;
+  spec.trans_b = true;
+  spec.a_dtype = spec.b_dtype = compute;
+  spec.ldb = ld;
+  ops::detail::gemm(spec, a.raw_data(), w.raw_data(), b, c.data());
+  return c;
 }
 
 // |y - x . W| over each output of x [m, k] against the double-precision product, within `tolerance` of
-// sum |x w| (the scale of the rounding).
-void expect_near_double(const Quantized& q, const Tensor& x, const Tensor& y, double tolerance, const char* what) {
+// sum |x w| (the scale of f32's and bf16's rounding), or with `per_row_x`, within tolerance of
+// max |x of the row| * sum |w| (the scale of x quantized per row) plus 2^-20 of sum |x w|.
+void expect_near_double(const Quantized& q, const Tensor& x, const Tensor& y, double tolerance, const char* what,
+                        bool per_row_x = false) {
   const int64_t m = x.size(0);
-  for (int64_t i = 0; i < m; ++i)
+  for (int64_t i = 0; i < m; ++i) {
+    double x_max = 0;
+    for (int64_t c = 0; c < q.k; ++c) x_max = std::max(x_max, std::fabs(double{x.data<float>()[i * q.k + c]}));
     for (int64_t j = 0; j < q.n; ++j) {
-      double want = 0, magnitude = 0;
+      double want = 0, magnitude = 0, w_sum = 0;
       for (int64_t c = 0; c < q.k; ++c) {
         const double t = static_cast<double>(x.data<float>()[i * q.k + c]) * reference_weight(q, j, c);
         want += t;
         magnitude += std::fabs(t);
+        w_sum += std::fabs(reference_weight(q, j, c));
       }
-      ASSERT_NEAR(y.data<float>()[i * q.n + j], want, tolerance * magnitude + 1e-30) << what << " " << i << "," << j;
+      const double bound = per_row_x ? tolerance * x_max * w_sum + magnitude / (1 << 20) : tolerance * magnitude;
+      ASSERT_NEAR(y.data<float>()[i * q.n + j], want, bound + 1e-30) << what << " " << i << "," << j;
     }
+  }
 }
+
+// The integer kernel's bound: x quantized to 16 bits a row, half a step of max |x| / 32767.
+constexpr double kRowQuantized = 0.5 / 32767;
 
 struct Shape3 {
   int bits;
@@ -102,10 +146,11 @@ TEST_P(QuantizedShapes, DequantizeIsTheDefinition) {
   }
 }
 
-// Without act-order the product is ordered_gemm over dequantize(), bit for bit,
-// for every row count (decode's one row to prefill's many) and with a bias; where the
-// dot-product kernel runs, within 2^-16 of sum |x w| of the exact product instead.
-TEST_P(QuantizedShapes, ProductIsOrderedGemmOverTheDequantizedWeight) {
+// Without act-order decode's product (1-4 rows) is ordered_gemm over dequantize(), bit for bit, with a bias
+// too (where the integer kernel runs: within its bound, kRowQuantized), and prefill's (more
+// rows) the GEMM over dequantize() in f32 and in bf16, bit for bit; bf16 is within 2^-8 of sum |x w| (x and W
+// each rounded once to 8 bits).
+TEST_P(QuantizedShapes, ProductIsTheGemmOverTheDequantizedWeight) {
   const Shape3 p = GetParam();
   const Quantized q = random_quantized(p.bits, p.n, p.k, p.group_size, false, 11);
   const ops::QuantizedLinear w = make(q);
@@ -113,13 +158,24 @@ TEST_P(QuantizedShapes, ProductIsOrderedGemmOverTheDequantizedWeight) {
   const Tensor bias = Tensor::randn({p.n}, 5);
   for (int64_t m : {1, 2, 3, 4, 7, 16, 33}) {
     const Tensor x = Tensor::randn({m, p.k}, 100 + m);
+    if (m > 4) {
+      for (DType compute : {DType::F32, DType::BF16}) {
+        const Tensor y = ops::linear(x, w, bias, compute);
+        const std::vector<float> want = prefill_reference(x, dense, bias, compute);
+        for (int64_t i = 0; i < m * p.n; ++i)
+          ASSERT_EQ(y.data<float>()[i], want[i]) << "m " << m << " " << dtype_name(compute) << " at " << i;
+      }
+      expect_near_double(q, x, ops::linear(x, w, Tensor(), DType::BF16), 1.0 / 256, "bf16 prefill");
+      continue;
+    }
     const Tensor y = ops::linear(x, w, bias);
+    EXPECT_TRUE(equal(y, ops::linear(x, w, bias, DType::BF16))) << "decode computes in f32 either way";
     std::vector<float> want(static_cast<size_t>(m * p.n));
     ops::detail::ordered_gemm(m, p.n, p.k, x.raw_data(), DType::F32, p.k, dense.raw_data(), DType::F32, p.k,
                               bias.data<float>(), want.data(), p.n);
-    if (dot_kernel(p.bits, m)) {
+    if (dot_kernel(m)) {
       const Tensor unbiased = ops::linear(x, w);
-      expect_near_double(q, x, unbiased, 1.0 / 65536, "dot-product kernel");
+      expect_near_double(q, x, unbiased, kRowQuantized, "integer kernel", true);
       for (int64_t i = 0; i < m * p.n; ++i)  // the bias is added once, last
         ASSERT_EQ(y.data<float>()[i], unbiased.data<float>()[i] + bias.data<float>()[i % p.n]) << i;
       continue;
@@ -128,10 +184,9 @@ TEST_P(QuantizedShapes, ProductIsOrderedGemmOverTheDequantizedWeight) {
   }
 }
 
-// Act-order included: each row's output is the same bits alone and in a batch run
-// by the same kind of kernel (2 rows: decode's; 9: prefill's, exact like decode's
-// exact kernels), and within f32 rounding of the double-precision product (2^-16 of
-// sum |x w| for the dot-product kernel).
+// Act-order included: each row's output is the same bits alone and in a batch run by the same kind of kernel
+// (decode's 1-2 rows; prefill's 5 and 9), and within f32 rounding of the double-precision product (the
+// integer kernel: within its bound).
 TEST_P(QuantizedShapes, RowsAreIndependentAndMatchDouble) {
   const Shape3 p = GetParam();
   for (bool act_order : {false, true}) {
@@ -140,12 +195,19 @@ TEST_P(QuantizedShapes, RowsAreIndependentAndMatchDouble) {
     for (int64_t m : {2, 9}) {
       const Tensor x = Tensor::randn({m, p.k}, 17);
       const Tensor y = ops::linear(x, w);
-      expect_near_double(q, x, y, dot_kernel(p.bits, m) ? 1.0 / 65536 : 1e-6, "batch");
-      if (dot_kernel(p.bits, 1) != dot_kernel(p.bits, m)) continue;
-      for (int64_t i = 0; i < m; ++i) {
-        const Tensor alone = ops::linear(x.narrow(0, i, 1), w);
-        for (int64_t j = 0; j < p.n; ++j)
-          ASSERT_EQ(alone.data<float>()[j], y.data<float>()[i * p.n + j]) << "m " << m << ": " << i << "," << j;
+      if (dot_kernel(m))
+        expect_near_double(q, x, y, kRowQuantized, "batch", true);
+      else
+        expect_near_double(q, x, y, 1e-6, "batch");
+      // Alone: one row where decode's kernel runs both; else in batches of 5 (the first five rows, the last five).
+      const int64_t alone = m <= 4 ? 1 : 5;
+      if (m <= 4 && dot_kernel(1) != dot_kernel(m)) continue;
+      for (int64_t start : {int64_t{0}, m - alone}) {
+        const Tensor part = ops::linear(x.narrow(0, start, alone), w);
+        for (int64_t i = start; i < start + alone; ++i)
+          for (int64_t j = 0; j < p.n; ++j)
+            ASSERT_EQ(part.data<float>()[(i - start) * p.n + j], y.data<float>()[i * p.n + j])
+                << "m " << m << ": " << i << "," << j;
       }
     }
   }
@@ -153,19 +215,37 @@ TEST_P(QuantizedShapes, RowsAreIndependentAndMatchDouble) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantizedShapes,
                          ::testing::Values(Shape3{4, 40, 256, 128}, Shape3{4, 13, 100, 32}, Shape3{8, 40, 256, 64},
-                                           Shape3{8, 7, 37, 16}, Shape3{4, 30, 96, 96}, Shape3{4, 5, 23, 8}));
+                                           Shape3{8, 7, 37, 16}, Shape3{4, 30, 96, 96}, Shape3{4, 5, 23, 8},
+                                           // rows padded for the GEMM (6144 inputs)
+                                           Shape3{4, 150, 6144, 128}, Shape3{8, 150, 6144, 64}));
 
-// Where the CPU has AVX512-BF16, decode's 4-bit products run the dot-product kernel (so the tests above check
-// it), unless TP_GEMM=ordered or TP_QUANTIZED_ISA asks for an exact one; 8-bit codes and 3-4 rows never do.
-TEST(QuantizedLinear, DecodeRunsTheDotProductKernelWhereAvx512Bf16Is) {
+// Where the CPU has AVX512-VNNI, decode's products (1-4 rows) run the integer kernel (so the tests above check
+// it), unless TP_GEMM=ordered or TP_QUANTIZED_ISA asks for an exact one; prefill's never do.
+TEST(QuantizedLinear, DecodeRunsTheIntegerKernelWhereAvx512VnniIs) {
   using ops::detail::QuantizedKernel;
-  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX512-BF16 here: the exact kernels run";
+  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
+    GTEST_SKIP() << "no AVX512-VNNI here: the exact kernels run";
   if (std::getenv("TP_QUANTIZED_ISA") != nullptr || ops::detail::ordered_gemm_wanted())
     GTEST_SKIP() << "TP_QUANTIZED_ISA or TP_GEMM=ordered chose the kernel";
-  EXPECT_EQ(ops::detail::quantized_decode_kernel(4, 1), QuantizedKernel::Avx512Bf16);
-  EXPECT_EQ(ops::detail::quantized_decode_kernel(4, 2), QuantizedKernel::Avx512Bf16);
-  EXPECT_EQ(ops::detail::quantized_decode_kernel(4, 3), QuantizedKernel::Avx512);
-  EXPECT_EQ(ops::detail::quantized_decode_kernel(8, 1), QuantizedKernel::Avx512);
+  for (int64_t rows = 1; rows <= 4; ++rows)
+    EXPECT_EQ(ops::detail::quantized_decode_kernel(rows), QuantizedKernel::Avx512Vnni) << rows;
+  EXPECT_EQ(ops::detail::quantized_decode_kernel(5), QuantizedKernel::Avx512);
+}
+
+// A row of zeros (scale 0) and rows with one large value (most of the row a few steps of 16 bits) in the
+// integer kernel: still within its bound, and zeros give the bias alone.
+TEST(QuantizedLinear, IntegerKernelKeepsItsBoundOnOutliersAndZeros) {
+  const Quantized q = random_quantized(8, 24, 256, 64, false, 21);
+  const ops::QuantizedLinear w = make(q);
+  Tensor x = Tensor::randn({3, 256}, 23);
+  for (int64_t c = 0; c < 256; ++c) x.data<float>()[c] = 0.f;
+  x.data<float>()[256 + 7] = 1000.f;
+  x.data<float>()[512 + 255] = -3e4f;
+  const Tensor bias = Tensor::randn({24}, 3);
+  const Tensor y = ops::linear(x, w, bias);
+  for (int64_t j = 0; j < 24; ++j) EXPECT_EQ(y.data<float>()[j], bias.data<float>()[j]) << j;
+  expect_near_double(q, x.narrow(0, 1, 2), ops::linear(x.narrow(0, 1, 2), w),
+                     dot_kernel(2) ? kRowQuantized : 1e-6, "outliers", dot_kernel(2));
 }
 
 TEST(QuantizedLinear, HoldsOnlyCodesScalesAndZeros) {
@@ -185,6 +265,43 @@ TEST(QuantizedLinear, ResidentBytesAreWhatItHolds) {
       EXPECT_EQ(make(q).nbytes(), ops::QuantizedLinear::resident_bytes(s.bits, s.n, s.k, q.groups, act))
           << s.bits << "-bit [" << s.n << ", " << s.k << "] g" << s.group_size << (act ? " act-order" : "");
     }
+}
+
+// A frozen quantized weight under LoRA (QLoRA): x's gradient is dy . W over the weight's values, computed in
+// double here from the definition (act-order's inputs back in the checkpoint's order), within f32 rounding (bf16
+// arithmetic: within 2^-8 of sum |dy w|, dy and W each rounded once); W and its bias take none, and a bias that
+// asks for one is refused.
+TEST(QuantizedLinear, InputGradientIsDyTimesTheWeight) {
+  for (bool act_order : {false, true})
+    for (int bits : {4, 8})
+      for (DType compute : {DType::F32, DType::BF16}) {
+        const Quantized q = random_quantized(bits, 40, 96, 32, act_order, 31);
+        const ops::QuantizedLinear w = make(q);
+        Tensor x = Tensor::randn({2, 3, q.k}, 7);
+        x.set_requires_grad(true);
+        const Tensor y = ops::linear(x, w, Tensor(), compute);
+        ASSERT_EQ(y.shape(), (Shape{2, 3, q.n}));
+        const Tensor dy = Tensor::randn(y.shape(), 8);
+        autograd::backward(y, dy);
+        ASSERT_TRUE(x.grad().defined());
+        ASSERT_EQ(x.grad().shape(), x.shape());
+        const double tolerance = compute == DType::BF16 ? 1.0 / 256 : 1e-6;
+        for (int64_t i = 0; i < 6; ++i)
+          for (int64_t c = 0; c < q.k; ++c) {
+            double want = 0, magnitude = 0;
+            for (int64_t j = 0; j < q.n; ++j) {
+              const double t = static_cast<double>(dy.data<float>()[i * q.n + j]) * reference_weight(q, j, c);
+              want += t;
+              magnitude += std::fabs(t);
+            }
+            ASSERT_NEAR(x.grad().data<float>()[i * q.k + c], want, tolerance * magnitude)
+                << bits << "-bit, act-order " << act_order << ", " << dtype_name(compute) << " at " << i << "," << c;
+          }
+      }
+  const Quantized q = random_quantized(4, 8, 64, 32, false, 5);
+  Tensor bias = Tensor::randn({8}, 1);
+  bias.set_requires_grad(true);
+  EXPECT_THROW(ops::linear(Tensor::randn({2, 64}, 2), make(q), bias), Error);
 }
 
 TEST(QuantizedLinear, RefusesWhatDoesNotFit) {

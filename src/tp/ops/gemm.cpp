@@ -203,7 +203,7 @@ namespace {
 bool conflicting_stride(size_t row_bytes) { return row_bytes % 2048 == 0 && (row_bytes & (row_bytes - 1)) != 0; }
 
 const void* padded_copy(const void* b, int64_t rows, int64_t cols, int64_t ld, size_t esize, int64_t* new_ld) {
-  *new_ld = cols + static_cast<int64_t>(64 / esize);
+  *new_ld = cols + static_cast<int64_t>(64 / esize);  // (unconflicted_row_stride's)
   thread_local std::shared_ptr<Storage> buffer;
   const size_t bytes = static_cast<size_t>(rows * *new_ld) * esize;
   if (!buffer || buffer->bytes() < bytes) buffer = Storage::allocate(bytes);
@@ -219,6 +219,10 @@ const void* padded_copy(const void* b, int64_t rows, int64_t cols, int64_t ld, s
 
 
 }  // namespace
+
+int64_t unconflicted_row_stride(int64_t cols, size_t esize) {
+  return conflicting_stride(static_cast<size_t>(cols) * esize) ? cols + static_cast<int64_t>(64 / esize) : cols;
+}
 
 const float* bf16_valued_f32(const void* src, DType dtype, int64_t rows, int64_t cols, int64_t ld, int slot) {
   if (ld == 0) ld = cols;

@@ -47,6 +47,12 @@ bool bf16_gemm_forced_native();
 // bf16 PackedLinear packs its weight widened (twice the bytes it reads).
 bool bf16_matmul_available();
 
+// The row stride (in elements) at which an operand with rows of `cols` values of `esize` bytes multiplies fastest
+// here: cols, or cols + 64 bytes where a row's bytes are a multiple of 2 KiB but no power of two (such rows
+// conflict in the caches' sets: oneDNN's brgemm ran at under half speed over them). gemm() copies a large
+// row-major B into such rows; code that writes an operand itself can lay it out so.
+int64_t unconflicted_row_stride(int64_t cols, size_t esize);
+
 // Primitives created so far (a repeated call must not add one).
 size_t gemm_primitives_created();
 

@@ -199,18 +199,4 @@ void ordered_gemm(int64_t m, int64_t n, int64_t k, const void* a, DType a_dtype,
     run<false>(m, n, k, af, lda, wb, ldw, bias, c, ldc);
 }
 
-void ordered_gemm_filled(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, WeightRowsFn fill,
-                         const void* ctx, const float* bias, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  const int64_t block = block_columns(k, 4);
-  const int64_t blocks = (n + block - 1) / block;
-#pragma omp parallel for schedule(static) if (threaded_blocks(blocks, m, n, k))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
-    float* rows = block_buffer(block * k);
-    fill(ctx, j0, j1, rows);
-    tiles_over_block(m, j0, j1, k, a, lda, reinterpret_cast<const char*>(rows), k * 4, false, bias, c, ldc);
-  }
-}
-
 }  // namespace tp::ops::detail

@@ -45,12 +45,4 @@ bool ordered_gemm_wanted();
 void ordered_gemm(int64_t m, int64_t n, int64_t k, const void* a, DType a_dtype, int64_t lda, const void* w,
                   DType w_dtype, int64_t ldw, const float* bias, float* c, int64_t ldc);
 
-// The same sequence over a W that exists only a column block at a time (a
-// quantized weight, dequantized as it is read): fill(ctx, j0, j1, rows) writes W's
-// rows [j0, j1) as f32 [j1 - j0, k] (row stride k) into a per-thread buffer that
-// stays in L2 while every row of A passes over it. A is f32; the arithmetic is f32.
-using WeightRowsFn = void (*)(const void* ctx, int64_t j0, int64_t j1, float* rows);
-void ordered_gemm_filled(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, WeightRowsFn fill,
-                         const void* ctx, const float* bias, float* c, int64_t ldc);
-
 }  // namespace tp::ops::detail

@@ -12,7 +12,11 @@
 #include <string>
 #include <utility>
 
+#include "tp/autograd/tape.h"
+#include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
+#include "tp/tensor/convert.h"
+#include "tp/tensor/storage.h"
 
 namespace tp::ops {
 
@@ -84,8 +88,10 @@ struct QuantizedLinear::State {
   }
   // W[row, input at run-order position p] as f32.
   float value(int64_t row, int64_t p) const;
-  // W's rows [j0, j1) as f32 [j1 - j0, k], inputs in run order.
-  void dequantize_rows(int64_t j0, int64_t j1, float* out) const;
+  // W's rows [j0, j1) as f32 [j1 - j0, k] (row stride ld, 0: k), inputs in run order.
+  void dequantize_rows(int64_t j0, int64_t j1, float* out, int64_t ld = 0) const;
+  // The same values rounded to bf16 (round to nearest even).
+  void dequantize_rows_bf16(int64_t j0, int64_t j1, bf16* out, int64_t ld) const;
 };
 
 namespace {
@@ -109,16 +115,12 @@ inline void chunk_values(const uint8_t* codes, int bits, __m256i zero, __m256 sc
   for (int i = 0; i < 4; ++i) out[i] = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(v[i], zero)));
 }
 
-void fill_rows(const void* ctx, int64_t j0, int64_t j1, float* rows) {
-  static_cast<const QuantizedLinear::State*>(ctx)->dequantize_rows(j0, j1, rows);
-}
-
-// x's rows as the decode kernels read them: f32, and (bf16 dot-product kernel) each value split into two bf16
-// values whose sum is x within 2^-17 of it.
+// x's rows as the decode kernels read them: f32, and (the integer dot-product kernel) each row as 16-bit
+// integers q with one scale, x ~ scale * q.
 struct Rows {
   const float* a;
-  const uint16_t* hi;
-  const uint16_t* lo;
+  const int16_t* q;
+  const float* q_scale;
 };
 
 // Few rows (decode): MR rows of x against NR rows of W, W's values made in
@@ -167,7 +169,7 @@ void fused_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const
 
 // Rows of W a tile, by rows of x: accumulators and W's four vectors fit in the 16 ymm registers.
 constexpr int kFusedRows = 4;
-constexpr int kDotRows = 2;  // the AVX512-BF16 kernel's (quantized_decode_kernel)
+constexpr int kDotRows = 4;  // the AVX512-VNNI kernel's (quantized_decode_kernel)
 constexpr int kFusedCols[kFusedRows] = {4, 4, 2, 2};
 
 using FusedTileFn = void (*)(const QuantizedLinear::State&, const Rows&, int64_t, const float*, float*);
@@ -341,128 +343,157 @@ bool avx512_available() {
   return available;
 }
 
-// Few rows (decode) of 4-bit codes with AVX512-BF16: one VDPBF16PS multiplies 32 weights where an FMA does 16,
-// and a code becomes its weight by one VPERMW lookup, so a weight costs fewer instructions than in the exact
-// kernels above, which are bound by them (their 4-bit decode ran at ~0.9x bf16's rate). Per group, with W's rows
-// a and b of a pair in the two halves of a register:
-//   acc += x_hi . (code - zero) + x_lo . (code - zero)   (x = x_hi + x_lo within 2^-17 |x|; code - zero, |.| < 16,
-//                                                          is an exact bf16 integer)
-//   total += scale * acc                                  (each lane, at the group's end)
-// so the product is within about 2^-17 of sum |x w| of the exact one (tested within 2^-16) rather than
-// ordered_gemm's bits; a row's output still does not depend on the rows around it. TP_GEMM=ordered keeps the exact
-// kernels.
-#define TP_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+// Few rows (decode) with AVX512-VNNI: VPDPWSSD multiplies 32 pairs of 16-bit integers into 16 sums a lane, so
+// a weight costs fewer instructions than in the exact kernels above, which are bound by them (their decode ran
+// at 0.45x (8-bit) and 0.9x (4-bit) bf16's rate). Each row of x is quantized once per call to 16-bit integers
+// with one scale (x ~ sx * xq, sx = max |x| / 32767); W's values are code - zero, exact 16-bit integers (a
+// 4-bit code's by one VPERMW lookup in its group's table, an 8-bit one's by a widening and a subtraction).
+// Per group, with W's rows a and b of a pair in the two halves of a register:
+//   acc += xq . (code - zero)                  (exact, in 32-bit integers; emptied every 512 inputs too)
+//   total += (scale * sx) * float(acc)        (each lane, at the group's end)
+// so the only roughly rounding is x's: the product is within sx / 2 * sum |w| (+ f32 rounding) of the exact one
+// (tested), rather than ordered_gemm's bits; a row's output does not depend on the rows around it.
+// TP_GEMM=ordered keeps the exact kernels.
+#define TP_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
-bool avx512_bf16_available() {
-  static const bool available = avx512_available() && __builtin_cpu_supports("avx512bf16");
+bool avx512_vnni_available() {
+  static const bool available = avx512_available() && __builtin_cpu_supports("avx512vnni");
   return available;
 }
 
-// x's rows [m, k] as hi = bf16(x) and lo = bf16(x - hi), round to nearest even.
-TP_AVX512_BF16 void split_bf16(const float* a, int64_t count, uint16_t* hi, uint16_t* lo) {
-  for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 mask = count - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(mask, a + i);
-    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
-    const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    const __m256i l = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back));
-    _mm256_mask_storeu_epi16(hi + i, mask, h);
-    _mm256_mask_storeu_epi16(lo + i, mask, l);
+// x's rows [m, k] as 16-bit integers, each row with its scale: q = round(x / scale), scale = max |x| / 32767
+// (0 for a row of zeros).
+TP_AVX512_VNNI void quantize_rows(const float* a, int64_t m, int64_t k, int16_t* q, float* scale) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* x = a + r * k;
+    __m512 top = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 16) {
+      const __mmask16 mask = k - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - i)) - 1);
+      top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, x + i)));
+    }
+    const float max = _mm512_reduce_max_ps(top);
+    scale[r] = max / 32767.f;
+    const __m512 inverse = _mm512_set1_ps(max > 0 ? 32767.f / max : 0.f);
+    for (int64_t i = 0; i < k; i += 16) {
+      const __mmask16 mask = k - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - i)) - 1);
+      const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + i), inverse));
+      _mm256_mask_storeu_epi16(q + r * k + i, mask, _mm512_cvtsepi32_epi16(v));
+    }
   }
 }
 
-// A row pair's lookup table for group g (words 0-15 row a's value of each code, 16-31 row b's) and each half's
-// scale.
+// A row pair's state in group g: its scales (one a half), and for 4-bit codes the lookup table (words 0-15 row
+// a's code - zero for each code, 16-31 row b's), for 8-bit ones the zero points (a half each, as words).
 struct DotPair {
   __m512i table;
   __m512 scale;
 };
 
-TP_AVX512_BF16 inline void dot_pair_group(const QuantizedLinear::State& s, int64_t ra, int32_t g, DotPair& dp) {
-  const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512 ta = _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>(s.zeros[ra * s.groups + g])));
-  const __m512 tb = _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>(s.zeros[(ra + 1) * s.groups + g])));
-  dp.table = (__m512i)_mm512_cvtne2ps_pbh(tb, ta);  // words 0-15 from ta
+TP_AVX512_VNNI inline void dot_pair_group(const QuantizedLinear::State& s, int64_t ra, int32_t g, DotPair& dp) {
+  const __m512i zero = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(s.zeros[ra * s.groups + g])),
+                                          _mm256_set1_epi16(static_cast<int16_t>(s.zeros[(ra + 1) * s.groups + g])),
+                                          1);
+  const __m512i iota = _mm512_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11,
+                                        10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  dp.table = s.bits == 4 ? _mm512_sub_epi16(iota, zero) : zero;
   dp.scale = halves(s.scale(ra, g), s.scale(ra + 1, g));
 }
 
-// 32 code bytes (16 of row a, 16 of row b) as two index vectors: the low and the high nibbles, row b's + 16.
-TP_AVX512_BF16 inline void nibble_indices(__m256i bytes, __m512i& lo, __m512i& hi) {
-  const __m512i w = _mm512_cvtepu8_epi16(bytes);
-  const __m512i m15 = _mm512_set1_epi16(15);
-  const __m512i upper = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
-  lo = _mm512_ternarylogic_epi32(w, m15, upper, 0xEA);  // (w & 15) | upper
-  hi = _mm512_or_si512(_mm512_srli_epi16(w, 4), upper);
+// Row pair (ra, ra + 1)'s W values of chunk ch as words: w[0] inputs p ..< p + 16, w[1] p + 16 ..< p + 32, row
+// a's in the low half, row b's in the high one.
+TP_AVX512_VNNI inline void dot_pair_values(const QuantizedLinear::State& s, int64_t ra, int64_t ch, const DotPair& dp,
+                                           __m512i w[2]) {
+  const uint8_t* row_a = s.chunk(ra, ch);  // ra is even: ra + 1 is in the same panel, right after it
+  if (s.bits == 4) {
+    // 16 code bytes of row a then 16 of row b; low nibbles are inputs p ..< p + 16, high ones the rest.
+    const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_a)));
+    const __m512i upper = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
+    const __m512i lo = _mm512_ternarylogic_epi32(bytes, _mm512_set1_epi16(15), upper, 0xEA);  // (b & 15) | upper
+    const __m512i hi = _mm512_or_si512(_mm512_srli_epi16(bytes, 4), upper);
+    w[0] = _mm512_permutexvar_epi16(lo, dp.table);
+    w[1] = _mm512_permutexvar_epi16(hi, dp.table);
+    return;
+  }
+  const uint8_t* row_b = row_a + s.chunk_bytes;
+  for (int h = 0; h < 2; ++h) {
+    const __m256i bytes =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row_a + 16 * h))),
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_b + 16 * h)), 1);
+    w[h] = _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), dp.table);
+  }
 }
 
-// acc[0] += w . x_hi, acc[1] += w . x_lo.
-TP_AVX512_BF16 inline void dot2(__m512& acc_hi, __m512& acc_lo, __m512i w, __m512i xh, __m512i xl) {
-  acc_hi = _mm512_dpbf16_ps(acc_hi, (__m512bh)w, (__m512bh)xh);
-  acc_lo = _mm512_dpbf16_ps(acc_lo, (__m512bh)w, (__m512bh)xl);
-}
-
-// 16 bf16 values of x (inputs p ..< p + 16 of a row) in both halves.
-TP_AVX512_BF16 inline __m512i both_halves(const uint16_t* x) {
+// 16 values of x's row (inputs p ..< p + 16) in both halves.
+TP_AVX512_VNNI inline __m512i both_halves(const int16_t* x) {
   return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
 }
 
-// A group's end: its sums (x_hi's and x_lo's, in two accumulators so that the products do not wait on each
-// other), times its scales, into the totals.
+// The integer sums so far (two accumulators, so that the products do not wait on each other), times the
+// group's scales and x's, into the totals.
 template <int MR, int NP>
-TP_AVX512_BF16 inline void flush_groups(__m512 (&acc)[2][MR][NP], const DotPair (&dp)[NP], __m512 (&total)[MR][NP]) {
+TP_AVX512_VNNI inline void flush_groups(__m512i (&acc)[2][MR][NP], const DotPair (&dp)[NP], const float* q_scale,
+                                        __m512 (&total)[MR][NP]) {
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int q = 0; q < NP; ++q) {
-      total[i][q] = _mm512_fmadd_ps(_mm512_add_ps(acc[0][i][q], acc[1][i][q]), dp[q].scale, total[i][q]);
-      acc[0][i][q] = acc[1][i][q] = _mm512_setzero_ps();
+      const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(acc[0][i][q], acc[1][i][q]));
+      total[i][q] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dp[q].scale, _mm512_set1_ps(q_scale[i])), total[i][q]);
+      acc[0][i][q] = acc[1][i][q] = _mm512_setzero_si512();
     }
 }
 
+// Chunks between flushes within a group: 16 (512 inputs) keep each accumulator's lanes under 2^29 in magnitude
+// (16 x 2 products of at most 255 x 32767), their sum in 32 bits.
+constexpr int64_t kFlushChunks = 16;
+
 template <int MR, int NP>
-TP_AVX512_BF16 void dot_pair_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias,
+TP_AVX512_VNNI void dot_pair_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias,
                                   float* c) {
   const int64_t k = s.k;
   const int64_t chunks = static_cast<int64_t>(s.chunk_group.size());
-  __m512 total[MR][NP], acc[2][MR][NP];
+  __m512 total[MR][NP];
+  __m512i acc[2][MR][NP];
   for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < NP; ++q) total[i][q] = acc[0][i][q] = acc[1][i][q] = _mm512_setzero_ps();
+    for (int q = 0; q < NP; ++q) {
+      total[i][q] = _mm512_setzero_ps();
+      acc[0][i][q] = acc[1][i][q] = _mm512_setzero_si512();
+    }
   DotPair dp[NP];
   int32_t group = -1;
+  int64_t pending = 0;  // chunks in the accumulators
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const int32_t g = s.chunk_group[ch];
     const int64_t p = 32 * ch;
     if (g >= 0) {
-      if (g != group) {
-        if (group >= 0) flush_groups<MR, NP>(acc, dp, total);
-        for (int q = 0; q < NP; ++q) dot_pair_group(s, j + 2 * q, g, dp[q]);
+      if (g != group || pending == kFlushChunks) {
+        if (pending > 0) flush_groups<MR, NP>(acc, dp, x.q_scale, total);
+        pending = 0;
+        if (g != group)
+          for (int q = 0; q < NP; ++q) dot_pair_group(s, j + 2 * q, g, dp[q]);
         group = g;
       }
+      ++pending;
 #pragma GCC unroll 4
       for (int q = 0; q < NP; ++q) {
-        // Row a's 16 code bytes then row b's (j is even: they follow in the panel); low nibbles are inputs
-        // p ..< p + 16, high ones p + 16 ..< p + 32.
-        __m512i lo, hi;
-        nibble_indices(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.chunk(j + 2 * q, ch))), lo, hi);
-        const __m512i w_lo = _mm512_permutexvar_epi16(lo, dp[q].table);
-        const __m512i w_hi = _mm512_permutexvar_epi16(hi, dp[q].table);
+        __m512i w[2];
+        dot_pair_values(s, j + 2 * q, ch, dp[q], w);
 #pragma GCC unroll 4
         for (int i = 0; i < MR; ++i) {
-          const uint16_t* xh = x.hi + i * k + p;
-          const uint16_t* xl = x.lo + i * k + p;
-          dot2(acc[0][i][q], acc[1][i][q], w_lo, both_halves(xh), both_halves(xl));
-          dot2(acc[0][i][q], acc[1][i][q], w_hi, both_halves(xh + 16), both_halves(xl + 16));
+          const int16_t* xq = x.q + i * k + p;
+          acc[0][i][q] = _mm512_dpwssd_epi32(acc[0][i][q], w[0], both_halves(xq));
+          acc[1][i][q] = _mm512_dpwssd_epi32(acc[1][i][q], w[1], both_halves(xq + 16));
         }
       }
       continue;
     }
     straddling_chunk<MR, NP>(s, x.a, j, p, total);  // f32 values into the totals
   }
-  if (group >= 0) flush_groups<MR, NP>(acc, dp, total);
+  if (pending > 0) flush_groups<MR, NP>(acc, dp, x.q_scale, total);
   store_pair_rows<MR, NP>(s, x.a, j, total, bias, c);
 }
 
-constexpr int kDotPairCols[kDotRows] = {4, 3};
+constexpr int kDotPairCols[kDotRows] = {4, 3, 2, 2};
 
 template <int MR, int NP>
 struct DotPairTile {
@@ -470,18 +501,19 @@ struct DotPairTile {
 };
 
 FusedTileFn dot_pair_tile_for(int rows, int pairs) {
-  return tile_for<DotPairTile, kDotPairCols[0], kDotPairCols[1]>(rows, pairs);
+  return tile_for<DotPairTile, kDotPairCols[0], kDotPairCols[1], kDotPairCols[2], kDotPairCols[3]>(rows, pairs);
 }
 
 void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
-  const detail::QuantizedKernel kernel = detail::quantized_decode_kernel(s.bits, m);
+  const detail::QuantizedKernel kernel = detail::quantized_decode_kernel(m);
   Rows x{a, nullptr, nullptr};
-  thread_local std::vector<uint16_t> split;
-  if (kernel == detail::QuantizedKernel::Avx512Bf16) {
-    split.resize(static_cast<size_t>(2 * m * s.k));  // only whole chunks (32 inputs in a row) are read from it
-    split_bf16(a, m * s.k, split.data(), split.data() + m * s.k);
-    x.hi = split.data();
-    x.lo = split.data() + m * s.k;
+  thread_local std::vector<int16_t> quantized;
+  float q_scale[kDotRows];
+  if (kernel == detail::QuantizedKernel::Avx512Vnni) {
+    quantized.resize(static_cast<size_t>(m * s.k));
+    quantize_rows(a, m, s.k, quantized.data(), q_scale);
+    x.q = quantized.data();
+    x.q_scale = q_scale;
   }
   // Blocks of W's rows split over the threads; each streams its rows once.
   constexpr int64_t kBlock = 48;
@@ -492,7 +524,7 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
     const int64_t j1 = std::min(s.n, (b + 1) * kBlock);
     int64_t j = b * kBlock;
     if (kernel != detail::QuantizedKernel::Avx2) {
-      const bool dot = kernel == detail::QuantizedKernel::Avx512Bf16;
+      const bool dot = kernel == detail::QuantizedKernel::Avx512Vnni;
       const int pairs = (dot ? kDotPairCols : kPairCols)[m - 1];
       for (; j + 1 < j1; j += 2 * pairs) {
         const int here = static_cast<int>(std::min<int64_t>(pairs, (j1 - j) / 2));
@@ -506,30 +538,124 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
   }
 }
 
+
+// Prefill (more rows than the decode kernels take): W dequantized by every thread into a reused buffer (the
+// largest layer's size in the compute dtype), then the GEMM a PackedLinear of the compute dtype runs (oneDNN's,
+// or ordered_gemm where inference products run it). f32: over W's f32 values, as exact as the decode kernels;
+// bf16 (a bf16 model's Linears): x and W's values rounded to bf16, the arithmetic of every bf16 Linear, at the
+// bf16 GEMM's rate (twice f32's where the CPU has AVX512-BF16). Dequantizing is one pass over the codes per
+// call against the product's 2 m N K flops (measured: 0.9x a bf16 PackedLinear's rate at 512 rows).
+// (Panels of W's rows, to stay in cache, changed oneDNN's bits with the panel's size and were no faster.)
+// W dequantized whole, in run order, into a buffer reused by every call on this thread (the largest layer's
+// size): f32 values, or for bf16 arithmetic those values rounded to bf16; rows `*ld` elements apart (the stride
+// the GEMMs run fastest at).
+const void* dequantized_weight(const QuantizedLinear::State& s, DType compute, int64_t* ld) {
+  const bool bf16_math = compute == DType::BF16;
+  const size_t esize = bf16_math ? 2 : 4;
+  *ld = detail::unconflicted_row_stride(s.k, esize);
+  const int64_t stride = *ld;
+  thread_local std::shared_ptr<Storage> buffer;
+  const size_t bytes = static_cast<size_t>(s.n * stride) * esize;
+  if (!buffer || buffer->bytes() < bytes) buffer = Storage::allocate(bytes);
+  void* const w = buffer->data();  // (the threads below see their own thread_local, not this one)
+  constexpr int64_t kRows = 8;
+  const int64_t blocks = (s.n + kRows - 1) / kRows;
+#pragma omp parallel for schedule(static) if (blocks > 1 && !omp_in_parallel())
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t r0 = b * kRows, r1 = std::min(s.n, r0 + kRows);
+    if (bf16_math)
+      s.dequantize_rows_bf16(r0, r1, static_cast<bf16*>(w) + r0 * stride, stride);
+    else
+      s.dequantize_rows(r0, r1, static_cast<float*>(w) + r0 * stride, stride);
+  }
+  return w;
+}
+
+// a as the GEMM's left operand in `compute`'s arithmetic: as is, or rounded to bf16 into a scratch buffer.
+const void* gemm_operand(const float* a, int64_t count, DType compute) {
+  if (compute != DType::BF16) return a;
+  bf16* rounded = detail::bf16_scratch(static_cast<size_t>(count));
+  detail::to_bf16_parallel(a, rounded, static_cast<size_t>(count));
+  return rounded;
+}
+
+// Prefill (more rows than the decode kernels take): W dequantized (dequantized_weight), then the GEMM a
+// PackedLinear of the compute dtype runs (oneDNN's, or ordered_gemm where inference products run it). f32: over
+// W's f32 values, as exact as the decode kernels; bf16 (a bf16 model's Linears): x and W's values rounded to
+// bf16, the arithmetic of every bf16 Linear, at the bf16 GEMM's rate (twice f32's where the CPU has
+// AVX512-BF16). Dequantizing is one pass over the codes per call against the product's 2 m N K flops
+// (measured: 0.9x a bf16 PackedLinear's rate at 512 rows). (Panels of W's rows, to stay in cache, changed
+// oneDNN's bits with the panel's size and were no faster.)
+void prefill_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c,
+                     DType compute) {
+  const DType dtype = compute == DType::BF16 ? DType::BF16 : DType::F32;
+  int64_t ld = 0;
+  const void* w = dequantized_weight(s, dtype, &ld);
+  const void* x = gemm_operand(a, m * s.k, dtype);
+  if (detail::ordered_gemm_wanted()) {
+    detail::ordered_gemm(m, s.n, s.k, x, dtype, s.k, w, dtype, ld, bias, c, s.n);
+    return;
+  }
+  detail::GemmSpec spec;
+  spec.m = m;
+  spec.n = s.n;
+  spec.k = s.k;
+  spec.trans_b = true;
+  spec.a_dtype = spec.b_dtype = dtype;
+  spec.ldb = ld;
+  detail::gemm(spec, x, w, bias, c);
+}
+
+// dx [m, k] = dy [m, n] . W [n, k] (the backward of a frozen quantized weight), over the same dequantized W in
+// the same arithmetic as the forward; under act-order the inputs come back from run order to the checkpoint's.
+Tensor input_grad(const QuantizedLinear::State& s, const Tensor& dy, const Shape& x_shape, DType compute) {
+  const Tensor g = dy.to(DType::F32);
+  const int64_t m = s.n == 0 ? 0 : g.numel() / s.n;
+  Tensor dx = Tensor::zeros(x_shape);
+  if (m == 0 || s.k == 0) return dx;
+  const DType dtype = compute == DType::BF16 ? DType::BF16 : DType::F32;
+  int64_t ld = 0;
+  const void* w = dequantized_weight(s, dtype, &ld);
+  detail::GemmSpec spec;
+  spec.m = m;
+  spec.n = s.k;
+  spec.k = s.n;
+  spec.a_dtype = spec.b_dtype = dtype;
+  spec.ldb = ld;
+  if (s.perm.empty()) {
+    detail::gemm(spec, gemm_operand(g.data<float>(), m * s.n, dtype), w, nullptr, dx.data<float>());
+    return dx;
+  }
+  std::vector<float> run_order(static_cast<size_t>(m * s.k));
+  detail::gemm(spec, gemm_operand(g.data<float>(), m * s.n, dtype), w, nullptr, run_order.data());
+  float* out = dx.data<float>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < s.k; ++p) out[i * s.k + s.perm[static_cast<size_t>(p)]] = run_order[i * s.k + p];
+  return dx;
+}
+
 }  // namespace
 
 namespace detail {
 
-QuantizedKernel quantized_decode_kernel(int bits, int64_t rows) {
+QuantizedKernel quantized_decode_kernel(int64_t rows) {
   static const QuantizedKernel kernel = [] {
-    const QuantizedKernel best = avx512_bf16_available() && !ordered_gemm_wanted() ? QuantizedKernel::Avx512Bf16
+    const QuantizedKernel best = avx512_vnni_available() && !ordered_gemm_wanted() ? QuantizedKernel::Avx512Vnni
                                  : avx512_available()                                ? QuantizedKernel::Avx512
                                                                                      : QuantizedKernel::Avx2;
     const char* env = std::getenv("TP_QUANTIZED_ISA");
     if (env == nullptr || *env == 0) return best;
     const std::string v(env);
-    TP_CHECK(v == "avx2" || v == "avx512" || v == "avx512bf16",
-             "TP_QUANTIZED_ISA='{}' is not one of avx2, avx512, avx512bf16", v);
+    TP_CHECK(v == "avx2" || v == "avx512" || v == "avx512vnni",
+             "TP_QUANTIZED_ISA='{}' is not one of avx2, avx512, avx512vnni", v);
     const QuantizedKernel want = v == "avx2" ? QuantizedKernel::Avx2
-                                 : v == "avx512" ? QuantizedKernel::Avx512 : QuantizedKernel::Avx512Bf16;
+                                 : v == "avx512" ? QuantizedKernel::Avx512 : QuantizedKernel::Avx512Vnni;
     TP_CHECK(want == QuantizedKernel::Avx2 || (want == QuantizedKernel::Avx512 ? avx512_available()
-                                                                                : avx512_bf16_available()),
+                                                                                : avx512_vnni_available()),
              "TP_QUANTIZED_ISA={}: this CPU does not have it", v);
     return want;
   }();
-  // The dot-product kernel was no faster than the exact AVX-512 one on 8-bit codes (two lookups a weight:
-  // |code - zero| < 256 is no exact bf16) nor on 3-4 rows (its registers spill), so it runs 1-2 rows of 4-bit ones.
-  return kernel == QuantizedKernel::Avx512Bf16 && (bits != 4 || rows > kDotRows) ? QuantizedKernel::Avx512 : kernel;
+  return rows <= kDotRows || kernel != QuantizedKernel::Avx512Vnni ? kernel : QuantizedKernel::Avx512;
 }
 
 }  // namespace detail
@@ -539,10 +665,10 @@ float QuantizedLinear::State::value(int64_t row, int64_t p) const {
   return scale(row, g) * static_cast<float>(code(row, p) - zeros[row * groups + g]);
 }
 
-void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out) const {
+void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out, int64_t ld) const {
   const int64_t chunks = static_cast<int64_t>(chunk_group.size());
   for (int64_t j = j0; j < j1; ++j) {
-    float* dst = out + (j - j0) * k;
+    float* dst = out + (j - j0) * (ld ? ld : k);
     for (int64_t c = 0; c < chunks; ++c) {
       const int32_t g = chunk_group[c];
       if (g < 0) {
@@ -553,6 +679,15 @@ void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out)
       chunk_values(chunk(j, c), bits, _mm256_set1_epi32(zeros[j * groups + g]), _mm256_set1_ps(scale(j, g)), v);
       for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 32 * c + 8 * i, v[i]);
     }
+  }
+}
+
+void QuantizedLinear::State::dequantize_rows_bf16(int64_t j0, int64_t j1, bf16* out, int64_t ld) const {
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(k));
+  for (int64_t j = j0; j < j1; ++j) {
+    dequantize_rows(j, j + 1, row.data());
+    convert_f32_to_bf16(row.data(), out + (j - j0) * ld, static_cast<size_t>(k));
   }
 }
 
@@ -680,18 +815,29 @@ Tensor QuantizedLinear::dequantize() const {
   return ordered;
 }
 
-Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b) {
+Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute) {
   TP_CHECK(w.defined(), "linear: the quantized weight is not loaded");
   Shape shape = x.shape();
   TP_CHECK(!shape.empty(), "linear: input must have at least one dim");
   shape.back() = w.out_features();
   Tensor out = Tensor::empty(shape);
-  linear_into(out, x, w, b);
+  linear_into(out, x, w, b, compute);
+  if (autograd::needs_grad({x, b})) {
+    TP_CHECK(!autograd::needs_grad({b}),
+             "linear: the bias of a quantized weight takes no gradient (the quantized layer is frozen: train an "
+             "adapter over it)");
+    autograd::record("quantized_linear", {x}, {out},
+                     [state = w.state_, x_shape = x.shape(), compute](const std::vector<Tensor>& g) {
+                       return std::vector<Tensor>{input_grad(*state, g[0], x_shape, compute)};
+                     });
+  }
   return out;
 }
 
-void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b) {
+void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute) {
   TP_CHECK(w.defined(), "linear: the quantized weight is not loaded");
+  TP_CHECK(compute == DType::F32 || compute == DType::BF16, "linear: a quantized product computes in f32 or bf16, not {}",
+           dtype_name(compute));
   const QuantizedLinear::State& s = *w.state_;
   TP_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == s.k && x.dtype() == DType::F32,
            "linear: input must be f32 [..., {}] for this quantized weight [{}, {}], got {} {}", s.k, s.n, s.k,
@@ -716,7 +862,7 @@ void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const T
     fused_product(s, m, a, bias_ptr, out.data<float>());
     return;
   }
-  detail::ordered_gemm_filled(m, s.n, s.k, a, s.k, &fill_rows, &s, bias_ptr, out.data<float>(), s.n);
+  prefill_product(s, m, a, bias_ptr, out.data<float>(), compute);
 }
 
 }  // namespace tp::ops

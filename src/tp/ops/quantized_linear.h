@@ -7,19 +7,18 @@
 //
 // the form GPTQ, AWQ and compressed-tensors checkpoints share once unpacked
 // (models/quantized_checkpoint.h reads them). Only the codes, the scales and the
-// zeros are resident: 4.2 bits a weight for 4-bit codes in groups of 128.
+// zeros are resident: 4.2 bits a weight for 4-bit codes in groups of 128 (prefill adds
+// one buffer a thread, reused: the largest layer dequantized, 2 bytes a weight in bf16).
 //
-// Products run ordered_gemm's fixed sequence (ordered_gemm.h) over W's values (but see the
-// dot-product kernel below), dequantized a column block at a time into a per-thread buffer that
-// stays in L2 (decode's 1-4 rows: in registers, in the same sequence):
-// W's f32 values are fl(scale * (code - zero)) (one rounding: code - zero is an
-// exact small integer), so a row's output has the same bits whatever the batch
-// around it, and equals ordered_gemm over dequantize() bit for bit. Under
-// act-order the inputs are permuted once at load so that each group's inputs are
-// contiguous (runs), and x is permuted the same way per call; the sums then run
-// over K in that order. Decode's 1-2 rows of 4-bit codes on a CPU with AVX512-BF16 run a
-// dot-product kernel instead (quantized_linear.cpp), within 2^-16 of sum |x w| of the exact
-// product (tested); each row's output still does not depend on the rows around it.
+// Decode's products (1-4 rows) run ordered_gemm's fixed sequence (ordered_gemm.h) over W's values, made
+// in registers as the codes are read: W's f32 values are fl(scale * (code - zero)) (one rounding: code - zero
+// is an exact small integer), so such a product equals ordered_gemm over dequantize() bit for bit. On a CPU
+// with AVX512-VNNI they run an integer dot-product kernel instead (quantized_linear.cpp): x quantized per row to
+// 16 bits (scale sx = max |x| / 32767), the products exact, within sx / 2 * sum |w| of the exact product. Prefill's (more rows) dequantize W whole into a
+// reused buffer and run the GEMM over it (oneDNN; ordered_gemm where inference products run it), in f32 or
+// (a bf16 model) in bf16. Within each kind a row's output has the same bits whatever the rows around it.
+// Under act-order the inputs are permuted once at load so that each group's inputs are contiguous (runs),
+// and x is permuted the same way per call; the sums then run over K in that order.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -53,22 +52,27 @@ class QuantizedLinear {
   struct State;
 
  private:
-  friend void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b);
+  friend void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute);
+  friend Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute);
   std::shared_ptr<const State> state_;
 };
 
 namespace detail {
-// The kernel of a product of `rows` (1-4) rows of x with `bits`-bit codes: TP_QUANTIZED_ISA (avx2, avx512,
-// avx512bf16) or the best this CPU has, an exact one (avx2, avx512) where inference products run ordered_gemm
-// (ordered_gemm_wanted: TP_GEMM=ordered, or no brgemm f32 matmul); avx512bf16 runs 1-2 rows of 4-bit codes only
-// (the rest run avx512).
-enum class QuantizedKernel { Avx2, Avx512, Avx512Bf16 };
-QuantizedKernel quantized_decode_kernel(int bits, int64_t rows);
+// The kernel of a product of `rows` (1-4) rows of x: TP_QUANTIZED_ISA (avx2, avx512, avx512vnni) or the best
+// this CPU has, an exact one (avx2, avx512) where inference products run ordered_gemm (ordered_gemm_wanted:
+// TP_GEMM=ordered, or no brgemm f32 matmul).
+enum class QuantizedKernel { Avx2, Avx512, Avx512Vnni };
+QuantizedKernel quantized_decode_kernel(int64_t rows);
 }  // namespace detail
 
-// y [..., N] = x [..., K] · W^T (+ b [N]); x f32. No gradients (inference).
-Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor());
+// y [..., N] = x [..., K] · W^T (+ b [N]); x f32. `compute`: the arithmetic of more rows than decode's
+// (prefill), which run the GEMM over W dequantized whole into a reused buffer: F32 over W's f32 values, BF16 (a
+// bf16 model) over x and W's values rounded to bf16, as a bf16 Linear computes. W is frozen: where x needs a
+// gradient (LoRA over a quantized base) the backward gives x's alone, dx = dy · W over the same dequantized W in
+// the same arithmetic; a bias that needs one is an error.
+Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor(), DType compute = DType::F32);
 // The same into a preallocated f32 out [..., N].
-void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor());
+void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor(),
+                 DType compute = DType::F32);
 
 }  // namespace tp::ops
