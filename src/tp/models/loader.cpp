@@ -27,10 +27,7 @@ void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype
       TP_CHECK(linear != nullptr && p == &linear->weight,
                "{}: '{}' is quantized in the checkpoint, but only a Linear's weight can be held quantized",
                ckpt.dir().string(), p->name);
-      TP_CHECK(inference_only,
-               "{}: '{}' is quantized ({}): its codes can be read for inference only; training or fine-tuning "
-               "needs an unquantized checkpoint (QLoRA, a frozen quantized base under LoRA, is not supported)",
-               ckpt.dir().string(), p->name, ckpt.config().quantization->method);
+      // Loaded for training too: frozen under a LoRA adapter (QLoRA); the Trainer refuses to train it.
       QuantizedSlice q = read_quantized(ckpt, p->name, p->global_shape, p->shard);
       linear->set_quantized(ops::QuantizedLinear(q.bits, q.group_size, q.codes, q.scales, q.zeros, q.g_idx), dtype);
       continue;

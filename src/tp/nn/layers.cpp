@@ -60,10 +60,14 @@ Tensor Linear::forward(const std::vector<Tensor>& inputs) {
 Tensor Linear::base_forward(const Tensor& x) {
   Tensor b = (bias != nullptr && add_bias_in_forward) ? bias->data : Tensor();
   if (quantized_.defined()) {
-    TP_CHECK(!autograd::needs_grad({x, b}),
-             "{}: its weight is quantized ({}-bit codes): gradients through it are not supported", name(),
+    // The weight is frozen: gradients flow to x only (LoRA over a quantized base), never to it or its bias.
+    TP_CHECK(!autograd::needs_grad({b}),
+             "{}: its weight is quantized ({}-bit codes) and frozen: its bias cannot be trained either", name(),
              quantized_.bits());
-    return ops::linear(x.dtype() == DType::BF16 ? x.to(DType::F32) : x, quantized_, b);
+    // Prefill (and the backward) compute as the model's other Linears do: in bf16 for a bf16 model or step.
+    const bool bf16 = packed_dtype_ == DType::BF16 || compute_dtype == DType::BF16;
+    return ops::linear(x.dtype() == DType::BF16 ? x.to(DType::F32) : x, quantized_, b,
+                       bf16 ? DType::BF16 : DType::F32);
   }
   TP_CHECK(!fused_ || weight.data.defined(),
            "{}: its packed weight lives in its parent's fused GEMM (nn::FusedLinears); "

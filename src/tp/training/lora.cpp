@@ -133,6 +133,11 @@ void LoraModel::merge_into_base() {
   autograd::NoGradGuard no_grad;
   for (AdaptedModule& a : adapted_) {
     Tensor& w = a.base_weight->data;
+    const auto* linear = dynamic_cast<const nn::Linear*>(a.base);
+    TP_CHECK(linear == nullptr || !linear->quantized().defined(),
+             "merge: '{}' is quantized ({}-bit codes): an adapter trained over quantized codes merges into the "
+             "unquantized model they came from (load that checkpoint to merge), not into the codes",
+             a.base->name(), linear->quantized().bits());
     TP_CHECK(w.defined(), "merge: '{}' has no plain weight (load the model without packing to merge)", a.base->name());
     // This rank's slice of the update, for either layout: Linear B A = linear(B, A^T)
     // [out, in]; Embedding A^T B^T = linear(A^T, B) [V, H].

@@ -105,6 +105,17 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
     const auto* experts = dynamic_cast<const nn::MoeExperts*>(m);
     const bool expert_sharded = ep_.enabled() && experts != nullptr && experts->experts_sharded();
     for (nn::Parameter* p : m->own_parameters()) {
+      if (auto* linear = dynamic_cast<nn::Linear*>(m); linear != nullptr && p == &linear->weight &&
+                                                       linear->quantized().defined()) {
+        // Its codes stay packed and frozen (QLoRA): the step computes through them in its precision.
+        TP_CHECK(trainable && !trainable(p->name),
+                 "parameter '{}' is quantized ({}-bit codes): a quantized model cannot be fine-tuned itself; attach "
+                 "trainable adapters on top of it (tp train --lora-r R, or training::apply_lora), which train over "
+                 "the frozen codes",
+                 p->name, linear->quantized().bits());
+        if (bf16_) linear->compute_dtype = DType::BF16;
+        continue;
+      }
       TP_CHECK(p->data.defined(), "parameter '{}' has no data: load the model for training "
                "(LoadOptions::for_training(), which keeps the plain weights)", p->name);
       if (auto it = seen.find(p->data.impl()); it != seen.end()) {
