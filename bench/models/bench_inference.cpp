@@ -230,8 +230,12 @@ int main(int argc, char** argv) {
       // One expert's bytes, whole and as this rank holds it (I / tp under tp, whole under ep).
       const int64_t whole = (numel(experts->gate_up_proj.global_shape) + numel(experts->down_proj.global_shape)) /
                             experts->num_experts() * 2;
-      const int64_t local = (numel(nn::local_shape(experts->gate_up_proj)) + numel(nn::local_shape(experts->down_proj))) /
-                            experts->num_local_experts() * 2;
+      // (MXFP4 experts kept packed: the bytes their codes and scales hold.)
+      const int64_t local =
+          experts->packed()
+              ? static_cast<int64_t>(experts->packed_bytes()) / experts->num_local_experts()
+              : (numel(nn::local_shape(experts->gate_up_proj)) + numel(nn::local_shape(experts->down_proj))) /
+                    experts->num_local_experts() * 2;
       const double k = static_cast<double>(experts->top_k());
       weight_bytes += static_cast<int64_t>(k / static_cast<double>(experts->experts_sharded() ? ep : 1) * local);
       active_bytes += experts->top_k() * whole;

@@ -53,3 +53,24 @@ rc=$?
 set -e
 [ $rc -eq 2 ] || { echo "missing --tp-size: exit $rc, expected 2"; exit 1; }
 echo "tp plan errors: ok"
+
+# GPT-OSS's MXFP4 experts: at inference each rank keeps its slice packed (codes and an f16 scale a block of 32:
+# 4.5 bits a weight) where it holds whole blocks of 32 inputs; down_proj's 96 inputs cut in 48 a rank at tp 2 are
+# not whole blocks, so there they are read dequantised (4 bytes a weight in this f32 model), and whole at tp 3.
+"$tp" make-model --arch gpt_oss --preset tiny --set intermediate_size=96 --mxfp4 --out "$dir/oss" >/dev/null
+for t in 1 2 3; do "$tp" plan --model "$dir/oss" --tp-size $t --json >"$dir/oss$t.json" 2>/dev/null; done
+/usr/bin/env python3 - "$dir" <<'PY'
+import json, sys
+for t in (1, 2, 3):
+    plan = json.load(open(f"{sys.argv[1]}/oss{t}.json"))
+    rows = {p["name"]: p for p in plan["parameters"]}
+    for name in ("gate_up_proj", "down_proj"):
+        p = rows[f"model.layers.0.mlp.experts.{name}"]
+        for local, b in zip(p["local_shapes"], p["bytes_per_rank"]):
+            e, n_in, out = local
+            whole_blocks = n_in % 32 == 0
+            assert p.get("quantized") == ("mxfp4" if whole_blocks else None), (t, name, p)
+            want = e * out * n_in * 9 // 16 if whole_blocks else 4 * e * out * n_in
+            assert b == want, (t, name, local, b, want)
+print("tp plan: MXFP4 experts at 4.5 bits a weight where a rank holds whole blocks (tp 1, 2, 3)")
+PY

@@ -2,10 +2,13 @@
 // logits that script wrote for the same tiny checkpoints and input ids.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "tp/io/safetensors.h"
 #include "tp/models/auto.h"
+#include "tp/nn/moe.h"
 
 using namespace tp;
 
@@ -41,3 +44,38 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
                                           "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4", "qwen3_moe-route",
                                           "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route",
                                           "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm"));
+
+// GPT-OSS's MXFP4 experts at inference stay packed (ops::QuantizedLinear::e2m1 an expert: codes and f16 scales,
+// ~4.5 bits a weight) and give the logits of the same checkpoint loaded for training, whose experts are
+// dequantised to f32; Tp1MatchesPyTorch holds the packed ones to the golden logits.
+TEST(Mxfp4Experts, StayPackedAtInference) {
+  const std::string dir = env("TP_TEST_MODELS") + "/gpt_oss-mxfp4";
+  PretrainedModel packed = AutoModelForCausalLM::from_pretrained(dir, {.verbose = false});
+  PretrainedModel plain = AutoModelForCausalLM::from_pretrained(dir, LoadOptions::for_training());
+  int layers = 0;
+  for (nn::Module* m : packed.lm().modules())
+    if (auto* experts = dynamic_cast<nn::MoeExperts*>(m)) {
+      ++layers;
+      ASSERT_TRUE(experts->packed()) << m->name();
+      EXPECT_FALSE(experts->gate_up_proj.data.defined());
+      const int64_t E = experts->num_experts(), H = experts->hidden_size();
+      const int64_t I = experts->gate_up_proj.global_shape[2] / 2;
+      EXPECT_EQ(experts->packed_bytes(), static_cast<size_t>(E) * (ops::QuantizedLinear::e2m1_resident_bytes(2 * I, H) +
+                                                                   ops::QuantizedLinear::e2m1_resident_bytes(H, I)));
+      // Codes (half a byte a weight) and one f16 scale a block of 32: 4.5 bits a weight, against 32 dequantised.
+      EXPECT_EQ(experts->packed_bytes() * 8, static_cast<size_t>(E * 3 * I * H) * 9 / 2);
+    }
+  EXPECT_EQ(layers, 2);
+  for (nn::Module* m : plain.lm().modules())
+    if (auto* experts = dynamic_cast<nn::MoeExperts*>(m)) EXPECT_FALSE(experts->packed()) << m->name();
+  const Tensor ids = Tensor::from_ints({1, 7, 300, 42, 5, 260, 9, 17}, {1, 8});
+  const Tensor a = packed.forward(ids), b = plain.forward(ids);
+  ASSERT_EQ(a.shape(), b.shape());
+  double scale = 0, diff = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    scale = std::max(scale, std::fabs(double{b.data<float>()[i]}));
+    diff = std::max(diff, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
+  }
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LE(diff, 1e-5 * scale) << "packed experts against dequantised ones: " << diff << " of " << scale;
+}

@@ -304,6 +304,52 @@ TEST(QuantizedLinear, InputGradientIsDyTimesTheWeight) {
   EXPECT_THROW(ops::linear(Tensor::randn({2, 64}, 2), make(q), bias), Error);
 }
 
+// MXFP4 (GPT-OSS's experts): E2M1 codes (bit 3 the sign, bits 0-2 index {0, 0.5, 1, 1.5, 2, 3, 4, 6}) times
+// 2^(e - 127) per block of 32 inputs. dequantize() is that definition exactly; products are within each kernel's
+// bound of the double-precision product (the integer kernel where decode runs it, f32 rounding elsewhere), with
+// and without a bias; it holds codes and f16 scales only.
+TEST(QuantizedLinear, E2m1CodesAreMxfp4Values) {
+  constexpr double kE2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  const int64_t n = 24, k = 96, blocks = k / 32;
+  std::mt19937_64 rng(41);
+  Tensor codes = Tensor::empty({n, k}, DType::U8), exponents = Tensor::empty({n, blocks}, DType::U8);
+  for (int64_t i = 0; i < n * k; ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 16);
+  for (int64_t i = 0; i < n * blocks; ++i) exponents.data<uint8_t>()[i] = static_cast<uint8_t>(118 + rng() % 12);
+  auto weight = [&](int64_t r, int64_t c) {
+    const uint8_t code = codes.data<uint8_t>()[r * k + c];
+    const double v = kE2m1[code & 7] * std::ldexp(1.0, exponents.data<uint8_t>()[r * blocks + c / 32] - 127);
+    return code & 8 ? -v : v;
+  };
+  const ops::QuantizedLinear w = ops::QuantizedLinear::e2m1(codes, exponents);
+  EXPECT_EQ(w.nbytes(), ops::QuantizedLinear::e2m1_resident_bytes(n, k));
+  EXPECT_EQ(w.nbytes(), size_t(n * k / 2 + n * blocks * 2));
+  const Tensor dense = w.dequantize();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) ASSERT_EQ(dense.data<float>()[r * k + c], static_cast<float>(weight(r, c)));
+  const Tensor bias = Tensor::randn({n}, 3);
+  for (int64_t m : {1, 2, 3, 4, 7, 16}) {
+    const Tensor x = Tensor::randn({m, k}, 50 + m);
+    const Tensor y = ops::linear(x, w), yb = ops::linear(x, w, bias);
+    for (int64_t i = 0; i < m; ++i) {
+      double x_max = 0;
+      for (int64_t c = 0; c < k; ++c) x_max = std::max(x_max, std::fabs(double{x.data<float>()[i * k + c]}));
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0, magnitude = 0, w_sum = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          want += x.data<float>()[i * k + c] * weight(j, c);
+          magnitude += std::fabs(x.data<float>()[i * k + c] * weight(j, c));
+          w_sum += std::fabs(weight(j, c));
+        }
+        const double bound = dot_kernel(m) ? kRowQuantized * x_max * w_sum + magnitude / (1 << 20) : 1e-6 * magnitude;
+        ASSERT_NEAR(y.data<float>()[i * n + j], want, bound + 1e-30) << "m " << m << " at " << i << "," << j;
+        ASSERT_NEAR(yb.data<float>()[i * n + j], want + bias.data<float>()[j], bound + 1e-6) << "bias, m " << m;
+      }
+    }
+  }
+  EXPECT_THROW(ops::QuantizedLinear::e2m1(Tensor::zeros({4, 40}, DType::U8), Tensor::zeros({4, 1}, DType::U8)), Error);
+  EXPECT_THROW(ops::QuantizedLinear::e2m1(Tensor::zeros({4, 64}, DType::U8), Tensor::zeros({4, 3}, DType::U8)), Error);
+}
+
 TEST(QuantizedLinear, RefusesWhatDoesNotFit) {
   Quantized q = random_quantized(4, 4, 32, 16, false, 3);
   q.codes.data<uint8_t>()[5] = 16;

@@ -4,6 +4,7 @@
 #include "tp/models/mxfp4.h"
 #include "tp/models/quantized_checkpoint.h"
 #include "tp/nn/layers.h"
+#include "tp/nn/moe.h"
 
 namespace tp {
 
@@ -16,10 +17,28 @@ bool same_slice(const parallel::ParamShard& a, const parallel::ParamShard& b) {
   return true;
 }
 
+// GPT-OSS's MXFP4 experts at inference: kept packed, this rank's experts a QuantizedLinear each, where its slices
+// hold whole blocks of 32 inputs (else, and for training, they are read dequantised below).
+bool load_packed_experts(nn::Module& module, const Checkpoint& ckpt, bool inference_only) {
+  auto* experts = dynamic_cast<nn::MoeExperts*>(&module);
+  if (!inference_only || experts == nullptr || !experts->layout().gpt_oss) return false;
+  nn::Parameter &gate_up = experts->gate_up_proj, &down = experts->down_proj;
+  if (!reads_mxfp4(ckpt, gate_up.name) || !reads_mxfp4(ckpt, down.name)) return false;
+  std::vector<ops::QuantizedLinear> gu = read_mxfp4_packed(ckpt, gate_up.name, gate_up.global_shape, gate_up.shard);
+  std::vector<ops::QuantizedLinear> dn = read_mxfp4_packed(ckpt, down.name, down.global_shape, down.shard);
+  if (gu.empty() || dn.empty()) return false;
+  experts->set_packed(std::move(gu), std::move(dn));
+  return true;
+}
+
 void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype,
                          const std::map<std::string, std::string>& tied,
                          const std::map<std::string, nn::Parameter*>& by_name, bool inference_only) {
+  const bool packed_experts = load_packed_experts(module, ckpt, inference_only);
   for (nn::Parameter* p : module.own_parameters()) {
+    if (packed_experts && (p == &static_cast<nn::MoeExperts&>(module).gate_up_proj ||
+                           p == &static_cast<nn::MoeExperts&>(module).down_proj))
+      continue;
     std::string source = p->name;
     DType as = p->global_shape.size() >= 2 ? dtype : DType::F32;
     if (reads_quantized(ckpt, p->name)) {  // GPTQ / AWQ / compressed-tensors: the codes stay packed

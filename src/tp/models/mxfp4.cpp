@@ -97,6 +97,47 @@ Tensor read_mxfp4(const Checkpoint& ckpt, const std::string& param, const Shape&
   return as == DType::F32 ? out : out.to(as);
 }
 
+bool mxfp4_packs(const parallel::ParamShard& shard) {
+  if (shard.replicated() || shard.dim != 1) return true;
+  return shard.spans.size() == 1 && shard.spans[0].offset % kMxfp4Block == 0 && shard.spans[0].size % kMxfp4Block == 0;
+}
+
+int64_t mxfp4_packed_bytes(const Shape& local) {
+  return local[0] * static_cast<int64_t>(ops::QuantizedLinear::e2m1_resident_bytes(local[2], local[1]));
+}
+
+std::vector<ops::QuantizedLinear> read_mxfp4_packed(const Checkpoint& ckpt, const std::string& param,
+                                                    const Shape& shape, const parallel::ParamShard& shard) {
+  check_pair(ckpt, param, shape);
+  const std::string bk = blocks_key(param), sk = scales_key(param);
+  const int64_t d = shard.replicated() ? -1 : shard.dim;
+  Tensor b, s;
+  if (!mxfp4_packs(shard)) return {};
+  if (d == 1) {  // rows of `in`: whole blocks of one span
+    const ChunkSpan blocks{shard.spans[0].offset / kMxfp4Block, shard.spans[0].size / kMxfp4Block};
+    b = ckpt.read_slice(bk, 2, {blocks});
+    s = ckpt.read_slice(sk, 2, {blocks});
+  } else {  // whole experts (dim 0) or out columns (dim 2: the blocks' rows), or everything
+    const int64_t stored = d == 0 ? 0 : 1;
+    b = d < 0 ? ckpt.read(bk) : ckpt.read_slice(bk, stored, shard.spans);
+    s = d < 0 ? ckpt.read(sk) : ckpt.read_slice(sk, stored, shard.spans);
+  }
+  const int64_t E = b.size(0), O = b.size(1), G = b.size(2), in = G * kMxfp4Block;
+  std::vector<ops::QuantizedLinear> experts;
+  experts.reserve(static_cast<size_t>(E));
+  Tensor codes = Tensor::empty({O, in}, DType::U8);
+  for (int64_t e = 0; e < E; ++e) {
+    const uint8_t* src = b.data<uint8_t>() + e * O * G * 16;
+    uint8_t* dst = codes.data<uint8_t>();
+    for (int64_t i = 0; i < O * G * 16; ++i) {  // byte i holds elements 2i (low nibble) and 2i + 1
+      dst[2 * i] = src[i] & 0x0F;
+      dst[2 * i + 1] = src[i] >> 4;
+    }
+    experts.push_back(ops::QuantizedLinear::e2m1(codes, s.narrow(0, e, 1).reshape({O, G})));
+  }
+  return experts;
+}
+
 Mxfp4Tensors quantise_mxfp4(const Tensor& w) {
   TP_CHECK(w.dtype() == DType::F32, "quantise_mxfp4: f32 weights expected, got {}", dtype_name(w.dtype()));
   const Shape bs = mxfp4_blocks_shape("quantise_mxfp4", w.shape());

@@ -9,8 +9,10 @@
 // Loading dequantises only this rank's slice: whole experts (dim 0), out columns
 // (the blocks' rows), or the blocks covering its `in` rows.
 #include <string>
+#include <vector>
 
 #include "tp/models/checkpoint.h"
+#include "tp/ops/quantized_linear.h"
 #include "tp/parallel/layer.h"
 
 namespace tp {
@@ -33,6 +35,18 @@ bool reads_mxfp4(const Checkpoint& ckpt, const std::string& param);
 // to `as`. Errors name the tensor and the shapes expected.
 Tensor read_mxfp4(const Checkpoint& ckpt, const std::string& param, const Shape& global_shape,
                   const parallel::ParamShard& shard, DType as);
+
+// Whether a slice of an MXFP4 parameter is kept packed at inference: whole experts, out columns, or one span of
+// `in` rows in whole blocks of 32.
+bool mxfp4_packs(const parallel::ParamShard& shard);
+// The bytes a packed slice `local` [E, in, out] holds (ops::QuantizedLinear::e2m1 a local expert).
+int64_t mxfp4_packed_bytes(const Shape& local);
+
+// This rank's slice of `param` kept packed (inference): one ops::QuantizedLinear::e2m1 a local expert, in
+// Linear's layout [out slice, in slice]. Empty when the slice cuts a block of 32 inputs (a shard of `in` that is
+// not whole blocks, or in several spans): the caller then reads it dequantised (read_mxfp4).
+std::vector<ops::QuantizedLinear> read_mxfp4_packed(const Checkpoint& ckpt, const std::string& param,
+                                                    const Shape& global_shape, const parallel::ParamShard& shard);
 
 // W [E, in, out] f32 -> blocks and scales (make-model --mxfp4): per block the
 // smallest scale that fits its largest |value| into 6, each value rounded to the

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <map>
 #include <ostream>
+#include <set>
 
 #include "tp/models/config_check.h"
+#include "tp/models/mxfp4.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/quantized_linear.h"
@@ -64,6 +66,12 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
   parallel::ResolvedPlan resolved = resolve_model_plan(*model, dc, tp, &overrides);
   std::map<std::string, std::string> tied = model->tied_parameters();
   const std::map<std::string, std::string> quantized = quantized_weights(*model, config);
+  // GPT-OSS's MXFP4 experts, which inference keeps packed where a rank's slice holds whole blocks.
+  std::set<std::string> mxfp4_experts;
+  if (config.quantization && config.quantization->method == "mxfp4")
+    for (nn::Module* m : model->modules())
+      if (const auto* experts = dynamic_cast<const nn::MoeExperts*>(m); experts && experts->layout().gpt_oss)
+        mxfp4_experts.insert({experts->gate_up_proj.name, experts->down_proj.name});
 
   PlanReport r;
   r.tp_size = tp;
@@ -100,6 +108,9 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       if (auto qw = quantized.find(p.name); qw != quantized.end()) {
         row.quantized = qw->second;
         bytes = quantized_bytes(*config.quantization, p.global_shape, local);
+      } else if (mxfp4_experts.count(p.name) && mxfp4_packs(p.shard)) {  // kept packed at inference
+        row.quantized = "mxfp4";
+        bytes = mxfp4_packed_bytes(local);
       }
       if (auto t = tied.find(p.name); t != tied.end() && by_name.count(t->second)) {
         const nn::Parameter& src = *by_name[t->second];
@@ -112,9 +123,10 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       row.bytes_per_rank.push_back(bytes);
       r.total_bytes_per_rank[rank] += bytes;
       if (rank == 0 && row.tied_to.empty())
-        r.total_bytes_unsharded += row.quantized.empty()
-                                       ? param_bytes(p.global_shape, dtype)
-                                       : quantized_bytes(*config.quantization, p.global_shape, p.global_shape);
+        r.total_bytes_unsharded += mxfp4_experts.count(p.name)  ? mxfp4_packed_bytes(p.global_shape)
+                                   : row.quantized.empty() ? param_bytes(p.global_shape, dtype)
+                                                           : quantized_bytes(*config.quantization, p.global_shape,
+                                                                             p.global_shape);
     }
   }
   for (nn::Module* m : model->modules()) {

@@ -13,6 +13,7 @@
 // expert-parallel sentinel: that slot is skipped.
 #include <any>
 #include <string>
+#include <vector>
 
 #include "tp/nn/module.h"
 #include "tp/ops/moe_experts.h"
@@ -85,6 +86,12 @@ class MoeExperts : public Module {
   bool experts_sharded() const { return !gate_up_proj.shard.replicated() && gate_up_proj.shard.dim == 0; }
   // What a style keeps between its input and output hooks of one forward (token dispatch).
   std::any style_state;
+  // Inference on MXFP4 experts kept packed (GPT-OSS): this rank's experts' gate_up_proj and down_proj as
+  // QuantizedLinears in Linear's layout (ops::ExpertOptions); the two parameters then hold no data.
+  void set_packed(std::vector<ops::QuantizedLinear> gate_up, std::vector<ops::QuantizedLinear> down);
+  bool packed() const { return !packed_gate_up_.empty(); }
+  // Bytes the packed experts hold (0 when not packed).
+  size_t packed_bytes() const;
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // {x [N, H], routing [N, 2K]} -> [N, H]
@@ -92,6 +99,7 @@ class MoeExperts : public Module {
  private:
   int64_t top_k_;
   ExpertLayout layout_;
+  std::vector<ops::QuantizedLinear> packed_gate_up_, packed_down_;
 };
 
 }  // namespace tp::nn

@@ -113,14 +113,31 @@ struct ExpertPass {
   std::vector<float> y;   // [c, H] the expert's output (unweighted)
 };
 
+// rows [m, n] = a [m, k] . W^T (+ bias [n]) for a packed expert weight W [n, k] (QuantizedLinear's kernels).
+void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, float* rows, const float* bias) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  Tensor x = Tensor::empty({m, k}), b, y = Tensor::empty({m, n});
+  std::memcpy(x.data<float>(), a, static_cast<size_t>(m * k) * sizeof(float));
+  if (bias != nullptr) {
+    b = Tensor::empty({n});
+    std::memcpy(b.data<float>(), bias, static_cast<size_t>(n) * sizeof(float));
+  }
+  linear_into(y, x, w, b);
+  std::memcpy(rows, y.data<float>(), static_cast<size_t>(m * n) * sizeof(float));
+}
+
 void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, const Layout& l, const Tensor& gate_up,
                 const Tensor& down, const Tensor& gate_up_bias, const Tensor& down_bias, int64_t e) {
   const int64_t K = l.d.K, H = l.d.H, I = l.d.I;
+  const bool packed = l.o.packed_gate_up != nullptr;
   p.x.resize(static_cast<size_t>(c * H));
   for (int64_t i = 0; i < c; ++i) std::memcpy(&p.x[i * H], x + (pairs[i] / K) * H, H * sizeof(float));
   p.gu.resize(static_cast<size_t>(c * 2 * I));
-  expert_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(),
-              l.gate_up_bias(gate_up_bias, e));
+  if (packed)
+    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, p.gu.data(), l.gate_up_bias(gate_up_bias, e));
+  else
+    expert_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(),
+                l.gate_up_bias(gate_up_bias, e));
   p.a.resize(static_cast<size_t>(c * I));
   if (!l.clamped() && !l.o.interleaved) {  // Mixtral / Qwen3-MoE: the plain loop, as before the options
 #pragma omp parallel for if (c * I > 32768)
@@ -136,7 +153,21 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
         p.a[i * I + j] = activate(l, p.gu[i * 2 * I + l.gate_col(j)], p.gu[i * 2 * I + l.up_col(j)]).a;
   }
   p.y.resize(static_cast<size_t>(c * H));
-  expert_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
+  if (packed)
+    packed_rows(p.a.data(), (*l.o.packed_down)[e], c, p.y.data(), l.down_bias(down_bias, e));
+  else
+    expert_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
+}
+
+// The biases against E experts of intermediate size I; the dims.
+Dims check_biases(const Tensor& x, const Tensor& ids, const ExpertOptions& o, int64_t E, int64_t I) {
+  const int64_t H = x.size(1);
+  TP_CHECK(!o.gate_up_bias.defined() || o.gate_up_bias.shape() == (Shape{E, 2 * I}),
+           "moe_experts: gate_up_proj_bias must be {}, got {}", shape_str(Shape{E, 2 * I}),
+           shape_str(o.gate_up_bias.shape()));
+  TP_CHECK(!o.down_bias.defined() || o.down_bias.shape() == (Shape{E, H}),
+           "moe_experts: down_proj_bias must be {}, got {}", shape_str(Shape{E, H}), shape_str(o.down_bias.shape()));
+  return {x.size(0), H, ids.size(1), E, I};
 }
 
 Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
@@ -149,6 +180,21 @@ Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, con
   TP_CHECK(weights.dtype() == DType::F32 && weights.shape() == ids.shape(),
            "moe_experts: weights must be f32 {} like the ids, got {} {}", shape_str(ids.shape()),
            dtype_name(weights.dtype()), shape_str(weights.shape()));
+  if (o.packed_gate_up != nullptr) {
+    TP_CHECK(o.packed_down != nullptr && o.packed_down->size() == o.packed_gate_up->size() &&
+                 !o.packed_gate_up->empty() && !gate_up.defined() && !down.defined(),
+             "moe_experts: packed experts need as many packed down_proj as gate_up_proj (got {} and {}) and no "
+             "gate_up / down tensors", o.packed_gate_up->size(), o.packed_down ? o.packed_down->size() : 0);
+    const int64_t E = static_cast<int64_t>(o.packed_gate_up->size()), H = x.size(1);
+    const int64_t I = (*o.packed_gate_up)[0].out_features() / 2;
+    for (int64_t e = 0; e < E; ++e) {
+      const QuantizedLinear &gu = (*o.packed_gate_up)[e], &dn = (*o.packed_down)[e];
+      TP_CHECK(gu.out_features() == 2 * I && gu.in_features() == H && dn.out_features() == H && dn.in_features() == I,
+               "moe_experts: packed expert {} is gate_up [{}, {}] and down [{}, {}], expected [{}, {}] and [{}, {}]", e,
+               gu.out_features(), gu.in_features(), dn.out_features(), dn.in_features(), 2 * I, H, H, I);
+    }
+    return check_biases(x, ids, o, E, I);
+  }
   const int64_t h_dim = o.in_by_out ? 1 : 2, i_dim = 3 - h_dim;
   TP_CHECK(gate_up.dim() == 3 && gate_up.size(h_dim) == x.size(1) && gate_up.size(i_dim) % 2 == 0,
            "moe_experts: gate_up_proj must be {}, got {}",
@@ -159,12 +205,7 @@ Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, con
   const Shape want_down = o.in_by_out ? Shape{E, I, H} : Shape{E, H, I};
   TP_CHECK(down.shape() == want_down, "moe_experts: down_proj must be {} to match gate_up_proj {}, got {}",
            shape_str(want_down), shape_str(gate_up.shape()), shape_str(down.shape()));
-  TP_CHECK(!o.gate_up_bias.defined() || o.gate_up_bias.shape() == (Shape{E, 2 * I}),
-           "moe_experts: gate_up_proj_bias must be {}, got {}", shape_str(Shape{E, 2 * I}),
-           shape_str(o.gate_up_bias.shape()));
-  TP_CHECK(!o.down_bias.defined() || o.down_bias.shape() == (Shape{E, H}),
-           "moe_experts: down_proj_bias must be {}, got {}", shape_str(Shape{E, H}), shape_str(o.down_bias.shape()));
-  return {x.size(0), H, ids.size(1), E, I};
+  return check_biases(x, ids, o, E, I);
 }
 
 Tensor f32_or_undefined(const Tensor& t) { return !t.defined() || t.dtype() == DType::F32 ? t : t.to(DType::F32); }
@@ -204,6 +245,9 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
   if (opt.gate_up_bias.defined()) inputs.push_back(opt.gate_up_bias);
   if (opt.down_bias.defined()) inputs.push_back(opt.down_bias);
   if (!autograd::needs_grad(inputs)) return out;
+  TP_CHECK(opt.packed_gate_up == nullptr,
+           "moe_experts: packed (MXFP4) experts are for inference: load the model for training to get their "
+           "dequantized weights");
 
   ExpertOptions saved = opt;
   saved.gate_up_bias = gub;

@@ -19,6 +19,9 @@
 //   biases   gate_up_bias [E, 2I], down_bias [E, H]
 //   act      gate = min(gate, limit), up = clamp(up, -limit, limit),
 //            (up + 1) * gate * sigmoid(alpha * gate)
+#include <vector>
+
+#include "tp/ops/quantized_linear.h"
 #include "tp/tensor/tensor.h"
 
 namespace tp::ops {
@@ -33,6 +36,11 @@ struct ExpertOptions {
   // The down bias is added (false: left out, e.g. by ranks whose partial sums
   // are added up first; routed_bias adds it then).
   bool add_down_bias = true;
+  // Packed experts (inference only: GPT-OSS's MXFP4 kept as it is read): each local expert's gate_up and down as
+  // a QuantizedLinear in Linear's layout, gate_up [2I, H] (its rows gate_up's 2I columns, in their order) and down
+  // [H, I]; the gate_up and down tensors are then undefined.
+  const std::vector<QuantizedLinear>* packed_gate_up = nullptr;
+  const std::vector<QuantizedLinear>* packed_down = nullptr;
   static ExpertOptions gpt_oss(float limit, float alpha);
 };
 

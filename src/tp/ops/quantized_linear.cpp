@@ -36,7 +36,11 @@ struct QuantizedLinear::State {
   std::vector<uint8_t> codes;       // panels, then the tails; inputs in run order
   std::vector<uint16_t> scales16;   // [n, groups] as f16 when every scale is one exactly,
   std::vector<float> scales32;      // else as f32
-  std::vector<uint8_t> zeros;       // [n, groups]
+  std::vector<uint8_t> zeros;       // [n, groups]; empty: every zero point is 0 (mapped codes)
+  // A 4-bit code's value before its group's zero point and scale: the code itself, or (mapped: MXFP4's E2M1)
+  // code_value[code], a small integer.
+  bool mapped = false;
+  std::array<int8_t, 16> code_value{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   std::vector<int64_t> run_start;   // runs of inputs (in run order) that share a group: [runs + 1]
   std::vector<int32_t> run_group;   // each run's group
   std::vector<int32_t> perm;        // act-order: run-order position p holds input perm[p]; empty: identity
@@ -44,6 +48,9 @@ struct QuantizedLinear::State {
   // all in one (a run's edge, the last K % 32): such chunks are read one by one.
   std::vector<int32_t> chunk_group;
 
+  int zero(int64_t row, int64_t group) const {
+    return zeros.empty() ? 0 : zeros[static_cast<size_t>(row * groups + group)];
+  }
   float scale(int64_t row, int64_t group) const {
     const size_t i = static_cast<size_t>(row * groups + group);
     return scales16.empty() ? scales32[i] : _cvtsh_ss(scales16[i]);
@@ -97,10 +104,11 @@ struct QuantizedLinear::State {
 namespace {
 
 // The four vectors of eight W values of chunk c (inputs 32c ..< 32c + 32 of one
-// row, all in one group): scale * (code - zero), in input order.
-inline void chunk_values(const uint8_t* codes, int bits, __m256i zero, __m256 scale, __m256 out[4]) {
+// row, all in one group): scale * (code - zero) (mapped codes: code_value[code] - zero), in input order.
+inline void chunk_values(const QuantizedLinear::State& s, const uint8_t* codes, __m256i zero, __m256 scale,
+                         __m256 out[4]) {
   __m256i v[4];
-  if (bits == 8) {
+  if (s.bits == 8) {
     for (int i = 0; i < 4; ++i)
       v[i] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * i)));
   } else {
@@ -111,6 +119,15 @@ inline void chunk_values(const uint8_t* codes, int bits, __m256i zero, __m256 sc
     v[1] = _mm256_and_si256(b1, mask);
     v[2] = _mm256_srli_epi32(b0, 4);
     v[3] = _mm256_srli_epi32(b1, 4);
+    if (s.mapped) {  // code_value[v]: the low or high eight values by the code's bit 3
+      const __m256i low = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.code_value.data())));
+      const __m256i high =
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.code_value.data() + 8)));
+      const __m256i seven = _mm256_set1_epi32(7);
+      for (int i = 0; i < 4; ++i)
+        v[i] = _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(low, v[i]), _mm256_permutevar8x32_epi32(high, v[i]),
+                                  _mm256_cmpgt_epi32(v[i], seven));
+    }
   }
   for (int i = 0; i < 4; ++i) out[i] = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(v[i], zero)));
 }
@@ -143,7 +160,7 @@ void fused_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const
       for (int r = 0; r < NR; ++r) {
         const int64_t row = j + r;
         __m256 w[4];
-        chunk_values(s.chunk(row, ch), s.bits, _mm256_set1_epi32(s.zeros[row * s.groups + g]),
+        chunk_values(s, s.chunk(row, ch), _mm256_set1_epi32(s.zero(row, g)),
                      _mm256_set1_ps(s.scale(row, g)), w);
         for (int v = 0; v < 4; ++v)
           for (int i = 0; i < MR; ++i)
@@ -219,11 +236,11 @@ struct PairState {
 
 TP_AVX512 inline void pair_group(const QuantizedLinear::State& s, int64_t ra, int32_t g, PairState& ps) {
   const float sa = s.scale(ra, g), sb = s.scale(ra + 1, g);
-  const int za = s.zeros[ra * s.groups + g], zb = s.zeros[(ra + 1) * s.groups + g];
+  const int za = s.zero(ra, g), zb = s.zero(ra + 1, g);
   if (s.bits == 4) {
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    ps.table_a = _mm512_mul_ps(_mm512_set1_ps(sa), _mm512_cvtepi32_ps(_mm512_sub_epi32(iota, _mm512_set1_epi32(za))));
-    ps.table_b = _mm512_mul_ps(_mm512_set1_ps(sb), _mm512_cvtepi32_ps(_mm512_sub_epi32(iota, _mm512_set1_epi32(zb))));
+    const __m512i values = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.code_value.data())));
+    ps.table_a = _mm512_mul_ps(_mm512_set1_ps(sa), _mm512_cvtepi32_ps(_mm512_sub_epi32(values, _mm512_set1_epi32(za))));
+    ps.table_b = _mm512_mul_ps(_mm512_set1_ps(sb), _mm512_cvtepi32_ps(_mm512_sub_epi32(values, _mm512_set1_epi32(zb))));
   } else {
     ps.scale = halves(sa, sb);
     ps.zero = _mm512_inserti32x8(_mm512_set1_epi32(za), _mm256_set1_epi32(zb), 1);
@@ -390,12 +407,12 @@ struct DotPair {
 };
 
 TP_AVX512_VNNI inline void dot_pair_group(const QuantizedLinear::State& s, int64_t ra, int32_t g, DotPair& dp) {
-  const __m512i zero = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(s.zeros[ra * s.groups + g])),
-                                          _mm256_set1_epi16(static_cast<int16_t>(s.zeros[(ra + 1) * s.groups + g])),
+  const __m512i zero = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(s.zero(ra, g))),
+                                          _mm256_set1_epi16(static_cast<int16_t>(s.zero(ra + 1, g))),
                                           1);
-  const __m512i iota = _mm512_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11,
-                                        10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  dp.table = s.bits == 4 ? _mm512_sub_epi16(iota, zero) : zero;
+  const __m512i values = _mm512_broadcast_i64x4(
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.code_value.data()))));
+  dp.table = s.bits == 4 ? _mm512_sub_epi16(values, zero) : zero;
   dp.scale = halves(s.scale(ra, g), s.scale(ra + 1, g));
 }
 
@@ -662,7 +679,8 @@ QuantizedKernel quantized_decode_kernel(int64_t rows) {
 
 float QuantizedLinear::State::value(int64_t row, int64_t p) const {
   const int64_t g = group_at(p);
-  return scale(row, g) * static_cast<float>(code(row, p) - zeros[row * groups + g]);
+  const int c = code(row, p);
+  return scale(row, g) * static_cast<float>((mapped ? code_value[static_cast<size_t>(c)] : c) - zero(row, g));
 }
 
 void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out, int64_t ld) const {
@@ -676,7 +694,7 @@ void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out,
         continue;
       }
       __m256 v[4];
-      chunk_values(chunk(j, c), bits, _mm256_set1_epi32(zeros[j * groups + g]), _mm256_set1_ps(scale(j, g)), v);
+      chunk_values(*this, chunk(j, c), _mm256_set1_epi32(zero(j, g)), _mm256_set1_ps(scale(j, g)), v);
       for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 32 * c + 8 * i, v[i]);
     }
   }
@@ -790,6 +808,27 @@ size_t QuantizedLinear::nbytes() const {
   if (!state_) return 0;
   const State& s = *state_;
   return s.codes.size() + s.scales16.size() * 2 + s.scales32.size() * 4 + s.zeros.size() + s.perm.size() * 4;
+}
+
+QuantizedLinear QuantizedLinear::e2m1(const Tensor& codes, const Tensor& exponents) {
+  TP_CHECK(codes.defined() && codes.dim() == 2 && codes.dtype() == DType::U8 && codes.size(1) % 32 == 0,
+           "QuantizedLinear::e2m1: codes must be u8 [out, in] with in a multiple of 32, got {} {}",
+           codes.defined() ? dtype_name(codes.dtype()) : "", codes.defined() ? shape_str(codes.shape()) : "undefined");
+  const int64_t n = codes.size(0), groups = codes.size(1) / 32;
+  TP_CHECK(exponents.dtype() == DType::U8 && exponents.shape() == (Shape{n, groups}),
+           "QuantizedLinear::e2m1: exponents must be u8 [{}, {}], got {} {}", n, groups,
+           dtype_name(exponents.dtype()), shape_str(exponents.shape()));
+  // Values 2 x E2M1 (exact small integers), so the scale is 2^(e - 127) / 2.
+  Tensor scales = Tensor::empty({n, groups});
+  const uint8_t* e = exponents.data<uint8_t>();
+  for (int64_t i = 0; i < n * groups; ++i) scales.data<float>()[i] = std::ldexp(1.f, static_cast<int>(e[i]) - 128);
+  QuantizedLinear q(4, 32, codes, scales, Tensor::zeros({n, groups}, DType::U8));
+  auto st = std::const_pointer_cast<State>(q.state_);  // just built: nothing shares it yet
+  st->mapped = true;
+  st->code_value = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  st->zeros.clear();
+  st->zeros.shrink_to_fit();
+  return q;
 }
 
 size_t QuantizedLinear::resident_bytes(int bits, int64_t n, int64_t k, int64_t groups, bool permuted) {

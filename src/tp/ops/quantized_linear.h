@@ -46,6 +46,14 @@ class QuantizedLinear {
   // What nbytes() will be for an [n, k] weight in `groups` groups whose scales are all f16 values (GPTQ's and
   // AWQ's are f16; a scale that is not one costs 2 bytes more): what a plan reports before any weight is read.
   static size_t resident_bytes(int bits, int64_t n, int64_t k, int64_t groups, bool permuted);
+  // MXFP4 (GPT-OSS's experts): codes u8 [N, K] E2M1 (bit 3 the sign, bits 0-2 index {0, 0.5, 1, 1.5, 2, 3, 4,
+  // 6}), exponents u8 [N, K / 32] E8M0 (each block of 32 inputs times 2^(e - 127)). Held as 4-bit codes mapped
+  // to 2 x E2M1 (exact integers) with the scale 2^(e - 128) (f16 where it is one) and no zero points.
+  static QuantizedLinear e2m1(const Tensor& codes, const Tensor& exponents);
+  // What e2m1's nbytes() will be for an [n, k] weight (f16 scales).
+  static size_t e2m1_resident_bytes(int64_t n, int64_t k) {
+    return resident_bytes(4, n, k, k / 32, false) - static_cast<size_t>(n * (k / 32));
+  }
   // W as f32 [N, K], in the checkpoint's input order (tests, merges, references).
   Tensor dequantize() const;
 
