@@ -3,7 +3,7 @@
 # over the frozen codes. The oracle is the same run on the f32 checkpoint that the independent numpy reference
 # dequantized from the same files (dequantize_reference.py): the losses and the saved adapter agree within f32
 # rounding, at tp 1 and tp 2 (each rank its shard of the codes), and the losses of a bf16 step with gradient
-# checkpointing; `tp forward --adapter` over the codes equals it
+# checkpointing and of FSDP over two data-parallel ranks; `tp forward --adapter` over the codes equals it
 # over the dequantized weights. Training the codes themselves, and merging into them, are refused by name.
 # Usage: test_qlora.sh TP TPRUN SOURCE_DIR
 set -euo pipefail
@@ -34,6 +34,11 @@ bf16=("${lora[@]/f32/bf16}" --gradient-checkpointing)
 "$tprun" --nproc-per-node 2 "$tp" "${bf16[@]}" --model "$dir/q" --output-dir "$dir/qb" 2>"$dir/log.txt" ||
   { cat "$dir/log.txt"; fail "bf16"; }
 "$tprun" --nproc-per-node 2 "$tp" "${bf16[@]}" --model "$dir/deq" --output-dir "$dir/db" 2>/dev/null
+# FSDP over two data-parallel ranks (tp 1): the frozen codes stay whole on each rank, the adapter is sharded.
+"$tprun" --nproc-per-node 2 "$tp" "${lora[@]}" --dp-shard-size 2 --fsdp full_shard --model "$dir/q" \
+  --output-dir "$dir/qf" 2>"$dir/log.txt" || { cat "$dir/log.txt"; fail "fsdp"; }
+"$tprun" --nproc-per-node 2 "$tp" "${lora[@]}" --dp-shard-size 2 --fsdp full_shard --model "$dir/deq" \
+  --output-dir "$dir/df" 2>/dev/null
 
 PYTHONPATH="$src/tests/models" /usr/bin/python3 - "$dir" <<'PY'
 import json, sys
@@ -54,6 +59,8 @@ assert want[-1] < want[0], ("the adapter must learn", want)
 # boundary moves by 2^-8 of itself: 2e-3 (the losses fall by a quarter over the 4 steps).
 got, ref_bf16 = losses("qb"), losses("db")
 assert len(got) == 4 and all(abs(a - b) <= 2e-3 * abs(b) for a, b in zip(got, ref_bf16)), ("bf16", got, ref_bf16)
+got, ref_fsdp = losses("qf"), losses("df")
+assert len(got) == 4 and all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(got, ref_fsdp)), ("fsdp", got, ref_fsdp)
 ref = adapter("d1")
 assert len(ref) == 2 * 7 * 2, sorted(ref)
 for run in ("q1", "q2"):
