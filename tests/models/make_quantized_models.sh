@@ -39,3 +39,21 @@ ct-8b-channel-sym base --format compressed-tensors --bits 8 --group-size -1 --sy
 ct-8b-g128-asym base --format compressed-tensors --bits 8 --group-size 128
 ct-4b-channel-asym-bf16 base-bf16 --format compressed-tensors --bits 4 --group-size -1
 EOF
+
+# MoE models with their experts quantized under the Hub's per-expert names (Qwen3-MoE's mlp.experts.E.*_proj,
+# Mixtral's block_sparse_moe.experts.E.w1/w2/w3), expert intermediate 64 so that tp 2 holds whole groups of 32:
+# moe_models.txt lists them.
+"$tp" make-model --arch qwen3_moe --preset tiny --set moe_intermediate_size=64 --set initializer_range=0.1 \
+  --out "$out/qwen3_moe-base" >/dev/null
+"$tp" make-model --arch mixtral --preset tiny --set intermediate_size=64 --set initializer_range=0.1 \
+  --out "$out/mixtral-base" >/dev/null
+while read -r name base flags; do
+  # shellcheck disable=SC2086
+  "$tp" quantize --model "$out/$base" --out "$out/$name" $flags
+  /usr/bin/python3 "$ref" "$out/$name" "$out/$name.deq" --original "$out/$base"
+  echo "$name" >>"$out/moe_models.txt"
+done <<'EOF'
+qwen3_moe-gptq-4b-g32-act qwen3_moe-base --format gptq --bits 4 --group-size 32 --desc-act --seed 5
+qwen3_moe-ct-8b-channel-sym qwen3_moe-base --format compressed-tensors --bits 8 --group-size -1 --sym
+mixtral-awq-4b-g32 mixtral-base --format awq --bits 4 --group-size 32
+EOF

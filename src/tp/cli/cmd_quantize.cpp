@@ -1,7 +1,8 @@
-// `tp quantize`: a Hugging Face checkpoint with its decoder layers' attention and dense MLP Linears quantized
-// round-to-nearest (tp/models/quantize_rtn.h) into GPTQ, AWQ GEMM or compressed-tensors pack-quantized, with the
-// quantization_config those formats' own tools write; everything else (embeddings, lm_head, norms, routers,
-// experts, MLA's low-rank projections) is copied as it is and named in modules_to_not_convert / ignore.
+// `tp quantize`: a Hugging Face checkpoint with its decoder layers' attention, dense MLP and MoE expert Linears
+// (the Hub's per-expert names) quantized round-to-nearest (tp/models/quantize_rtn.h) into GPTQ, AWQ GEMM or
+// compressed-tensors pack-quantized, with the quantization_config those formats' own tools write; everything else
+// (embeddings, lm_head, norms, routers, shared experts, MLA's low-rank projections, GPT-OSS's fused experts) is
+// copied as it is and named in modules_to_not_convert / ignore.
 // The weights are written first and config.json last, so a directory with a config.json is a whole checkpoint.
 #include <algorithm>
 #include <chrono>
@@ -91,7 +92,7 @@ int run(const Options& o) {
     for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
   }
   if (base.tie_word_embeddings) not_converted.push_back("lm_head");
-  TP_CHECK(!quantized.empty(), "--model {}: no decoder-layer attention or dense MLP Linear to quantize", o.model);
+  TP_CHECK(!quantized.empty(), "--model {}: no decoder-layer attention, dense MLP or expert Linear to quantize", o.model);
 
   nlohmann::json raw = base.raw;
   raw["quantization_config"] = quantization_config_json(o.q, not_converted);

@@ -3,6 +3,7 @@
 #include "tp/models/moe_checkpoint.h"
 #include "tp/models/mxfp4.h"
 #include "tp/models/quantized_checkpoint.h"
+#include "tp/models/quantized_experts.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
 
@@ -17,11 +18,22 @@ bool same_slice(const parallel::ParamShard& a, const parallel::ParamShard& b) {
   return true;
 }
 
-// GPT-OSS's MXFP4 experts at inference: kept packed, this rank's experts a QuantizedLinear each, where its slices
-// hold whole blocks of 32 inputs (else, and for training, they are read dequantised below).
+// Experts kept packed at inference: a quantized checkpoint's per-expert Linears (GPTQ / AWQ / compressed-tensors;
+// inference only), and GPT-OSS's MXFP4 experts where this rank's slices hold whole blocks of 32 inputs (else, and
+// for training, they are read dequantised below).
 bool load_packed_experts(nn::Module& module, const Checkpoint& ckpt, bool inference_only) {
   auto* experts = dynamic_cast<nn::MoeExperts*>(&module);
-  if (!inference_only || experts == nullptr || !experts->layout().gpt_oss) return false;
+  if (experts == nullptr) return false;
+  if (reads_quantized_experts(ckpt, *experts)) {
+    TP_CHECK(inference_only,
+             "{}: the experts of '{}' are quantized ({}): their codes can be held for inference only; training, "
+             "LoRA included, needs them unquantized", ckpt.dir().string(), experts->name(),
+             ckpt.config().quantization->method);
+    QuantizedExperts q = read_quantized_experts(ckpt, *experts);
+    experts->set_packed(std::move(q.gate), std::move(q.down), std::move(q.up));
+    return true;
+  }
+  if (!inference_only || !experts->layout().gpt_oss) return false;
   nn::Parameter &gate_up = experts->gate_up_proj, &down = experts->down_proj;
   if (!reads_mxfp4(ckpt, gate_up.name) || !reads_mxfp4(ckpt, down.name)) return false;
   std::vector<ops::QuantizedLinear> gu = read_mxfp4_packed(ckpt, gate_up.name, gate_up.global_shape, gate_up.shard);
@@ -86,6 +98,9 @@ void load_parameters(nn::Module& root, const Checkpoint& ckpt, DType dtype,
   std::map<std::string, nn::Parameter*> by_name;
   for (nn::Parameter* p : root.parameters()) by_name[p->name] = p;
   check_quantized_shards(ckpt, root.parameters());  // a shard that cuts a group: before any weight is read
+  for (const nn::Module* m : root.modules())
+    if (const auto* experts = dynamic_cast<const nn::MoeExperts*>(m); experts && reads_quantized_experts(ckpt, *experts))
+      check_quantized_expert_shards(ckpt, *experts);
   // Pre-order, each module packed right after its own weights are read (peak
   // memory: the plain copies go as the packed ones come), except that a parent
   // fusing its children's weights gets its whole subtree read first.

@@ -9,6 +9,7 @@
 
 #include "tp/models/config_check.h"
 #include "tp/models/mxfp4.h"
+#include "tp/models/quantized_experts.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/quantized_linear.h"
@@ -30,16 +31,21 @@ std::string human_bytes(int64_t b) {
   return fmt::format("{} B", b);
 }
 
+// A quantized checkpoint's format as the report shows it.
+std::string quantized_format(const QuantizationConfig& q) {
+  return fmt::format("{} {}-bit {}{}", q.method, q.bits,
+                     q.group_size > 0 ? fmt::format("g{}", q.group_size) : "per-channel",
+                     q.method == "gptq" && q.desc_act ? " act-order" : "");
+}
+
 // A quantized checkpoint's Linear weights by name, with their format as the report shows it.
 std::map<std::string, std::string> quantized_weights(CausalLM& model, const ModelConfig& config) {
   std::map<std::string, std::string> out;
   const std::optional<QuantizationConfig>& q = config.quantization;
   if (!q || !q->packs_linears()) return out;
-  const std::string format = fmt::format("{} {}-bit {}", q->method, q->bits,
-                                         q->group_size > 0 ? fmt::format("g{}", q->group_size) : "per-channel");
   for (const nn::Module* m : model.modules())
     if (const auto* linear = dynamic_cast<const nn::Linear*>(m); linear && q->quantizes(m->name()))
-      out[linear->weight.name] = format + (q->method == "gptq" && q->desc_act ? " act-order" : "");
+      out[linear->weight.name] = quantized_format(*q);
   return out;
 }
 
@@ -68,10 +74,22 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
   const std::map<std::string, std::string> quantized = quantized_weights(*model, config);
   // GPT-OSS's MXFP4 experts, which inference keeps packed where a rank's slice holds whole blocks.
   std::set<std::string> mxfp4_experts;
-  if (config.quantization && config.quantization->method == "mxfp4")
-    for (nn::Module* m : model->modules())
-      if (const auto* experts = dynamic_cast<const nn::MoeExperts*>(m); experts && experts->layout().gpt_oss)
+  // A quantized checkpoint's per-expert Linears, which inference keeps packed: the fused parameters' experts.
+  std::map<std::string, const nn::MoeExperts*> quantized_experts;
+  for (nn::Module* m : model->modules())
+    if (const auto* experts = dynamic_cast<const nn::MoeExperts*>(m); experts && config.quantization) {
+      if (config.quantization->method == "mxfp4" && experts->layout().gpt_oss)
         mxfp4_experts.insert({experts->gate_up_proj.name, experts->down_proj.name});
+      if (quantizes_experts(*config.quantization, config.model_type, *experts))
+        quantized_experts[experts->gate_up_proj.name] = quantized_experts[experts->down_proj.name] = experts;
+    }
+  // Unsharded: every expert whole (the shards as tp 1 has them, before the plan is applied).
+  std::map<std::string, int64_t> unsharded;
+  for (const auto& [name, experts] : quantized_experts) {
+    const QuantizedExpertBytes b = quantized_experts_bytes(*config.quantization, *experts);
+    unsharded[name] = name == experts->down_proj.name ? b.down : b.gate_up;
+  }
+  auto unsharded_expert_bytes = [&](const std::string& name) { return unsharded.at(name); };
 
   PlanReport r;
   r.tp_size = tp;
@@ -111,6 +129,10 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       } else if (mxfp4_experts.count(p.name) && mxfp4_packs(p.shard)) {  // kept packed at inference
         row.quantized = "mxfp4";
         bytes = mxfp4_packed_bytes(local);
+      } else if (auto qe = quantized_experts.find(p.name); qe != quantized_experts.end()) {
+        const QuantizedExpertBytes b = quantized_experts_bytes(*config.quantization, *qe->second);
+        row.quantized = quantized_format(*config.quantization);
+        bytes = p.name == qe->second->down_proj.name ? b.down : b.gate_up;
       }
       if (auto t = tied.find(p.name); t != tied.end() && by_name.count(t->second)) {
         const nn::Parameter& src = *by_name[t->second];
@@ -123,10 +145,11 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       row.bytes_per_rank.push_back(bytes);
       r.total_bytes_per_rank[rank] += bytes;
       if (rank == 0 && row.tied_to.empty())
-        r.total_bytes_unsharded += mxfp4_experts.count(p.name)  ? mxfp4_packed_bytes(p.global_shape)
-                                   : row.quantized.empty() ? param_bytes(p.global_shape, dtype)
-                                                           : quantized_bytes(*config.quantization, p.global_shape,
-                                                                             p.global_shape);
+        r.total_bytes_unsharded += mxfp4_experts.count(p.name)      ? mxfp4_packed_bytes(p.global_shape)
+                                   : quantized_experts.count(p.name) ? unsharded_expert_bytes(p.name)
+                                   : row.quantized.empty()           ? param_bytes(p.global_shape, dtype)
+                                                                     : quantized_bytes(*config.quantization,
+                                                                                       p.global_shape, p.global_shape);
     }
   }
   for (nn::Module* m : model->modules()) {

@@ -217,7 +217,11 @@ nlohmann::json quantization_config_json(const QuantizeOptions& o, const std::vec
 }
 
 bool quantizable_linear(const std::string& param) {
-  static const std::regex linear(R"(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight)");
+  // Attention, the dense MLP, and MoE experts under the Hub's per-expert names (Qwen3-MoE / DeepSeek's mlp.experts.E,
+  // Mixtral's block_sparse_moe.experts.E), as GPTQ / AWQ / compressed-tensors checkpoints of MoE models hold them.
+  static const std::regex linear(
+      R"(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(experts\.\d+\.)?(gate|up|down)_proj|)"
+      R"(block_sparse_moe\.experts\.\d+\.w[123])\.weight)");
   return std::regex_match(param, linear);
 }
 

@@ -57,12 +57,14 @@ MoeExperts::MoeExperts(std::string name, int64_t num_experts, int64_t hidden, in
   }
 }
 
-void MoeExperts::set_packed(std::vector<ops::QuantizedLinear> gate_up, std::vector<ops::QuantizedLinear> down) {
-  TP_CHECK(!gate_up.empty() && gate_up.size() == down.size() &&
+void MoeExperts::set_packed(std::vector<ops::QuantizedLinear> gate_up, std::vector<ops::QuantizedLinear> down,
+                            std::vector<ops::QuantizedLinear> up) {
+  TP_CHECK(!gate_up.empty() && gate_up.size() == down.size() && (up.empty() || up.size() == gate_up.size()) &&
                static_cast<int64_t>(gate_up.size()) == num_local_experts(),
-           "{}: {} packed gate_up_proj and {} down_proj for {} local experts", name(), gate_up.size(), down.size(),
-           num_local_experts());
+           "{}: {} packed gate_up_proj ({} up) and {} down_proj for {} local experts", name(), gate_up.size(),
+           up.size(), down.size(), num_local_experts());
   packed_gate_up_ = std::move(gate_up);
+  packed_up_ = std::move(up);
   packed_down_ = std::move(down);
   gate_up_proj.data = Tensor();
   down_proj.data = Tensor();
@@ -70,7 +72,7 @@ void MoeExperts::set_packed(std::vector<ops::QuantizedLinear> gate_up, std::vect
 
 size_t MoeExperts::packed_bytes() const {
   size_t bytes = 0;
-  for (const auto* v : {&packed_gate_up_, &packed_down_})
+  for (const auto* v : {&packed_gate_up_, &packed_up_, &packed_down_})
     for (const ops::QuantizedLinear& q : *v) bytes += q.nbytes();
   return bytes;
 }
@@ -78,12 +80,14 @@ size_t MoeExperts::packed_bytes() const {
 Tensor MoeExperts::forward(const std::vector<Tensor>& inputs) {
   TP_CHECK(inputs.size() == 2, "{} takes the hidden states and the routing, got {} inputs", name(), inputs.size());
   const Routing r = unpack_routing(inputs[1]);
-  if (!layout_.gpt_oss) return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data);
-  ops::ExpertOptions o = ops::ExpertOptions::gpt_oss(layout_.swiglu_limit, layout_.swiglu_alpha);
+  ops::ExpertOptions o =
+      layout_.gpt_oss ? ops::ExpertOptions::gpt_oss(layout_.swiglu_limit, layout_.swiglu_alpha) : ops::ExpertOptions{};
   if (packed()) {
     o.packed_gate_up = &packed_gate_up_;
+    o.packed_up = packed_up_.empty() ? nullptr : &packed_up_;
     o.packed_down = &packed_down_;
   }
+  if (!layout_.gpt_oss) return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data, o);
   o.gate_up_bias = gate_up_proj_bias->data;
   o.down_bias = down_proj_bias->data;
   o.add_down_bias = add_down_bias;

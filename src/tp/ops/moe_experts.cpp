@@ -133,11 +133,21 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
   p.x.resize(static_cast<size_t>(c * H));
   for (int64_t i = 0; i < c; ++i) std::memcpy(&p.x[i * H], x + (pairs[i] / K) * H, H * sizeof(float));
   p.gu.resize(static_cast<size_t>(c * 2 * I));
-  if (packed)
+  if (packed && l.o.packed_up != nullptr) {  // gate and up apart: each into its columns of gu
+    p.a.resize(static_cast<size_t>(c * 2 * I));
+    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, p.a.data(), nullptr);
+    packed_rows(p.x.data(), (*l.o.packed_up)[e], c, p.a.data() + c * I, nullptr);
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < I; ++j) {
+        p.gu[i * 2 * I + l.gate_col(j)] = p.a[i * I + j];
+        p.gu[i * 2 * I + l.up_col(j)] = p.a[c * I + i * I + j];
+      }
+  } else if (packed) {
     packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, p.gu.data(), l.gate_up_bias(gate_up_bias, e));
-  else
+  } else {
     expert_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(),
                 l.gate_up_bias(gate_up_bias, e));
+  }
   p.a.resize(static_cast<size_t>(c * I));
   if (!l.clamped() && !l.o.interleaved) {  // Mixtral / Qwen3-MoE: the plain loop, as before the options
 #pragma omp parallel for if (c * I > 32768)
@@ -186,12 +196,19 @@ Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, con
              "moe_experts: packed experts need as many packed down_proj as gate_up_proj (got {} and {}) and no "
              "gate_up / down tensors", o.packed_gate_up->size(), o.packed_down ? o.packed_down->size() : 0);
     const int64_t E = static_cast<int64_t>(o.packed_gate_up->size()), H = x.size(1);
-    const int64_t I = (*o.packed_gate_up)[0].out_features() / 2;
+    const bool apart = o.packed_up != nullptr;  // gate and up apart: each [I, H]
+    const int64_t I = (*o.packed_gate_up)[0].out_features() / (apart ? 1 : 2);
+    TP_CHECK(!apart || (o.packed_up->size() == o.packed_gate_up->size() && !o.gate_up_bias.defined()),
+             "moe_experts: packed gate and up apart need one up a gate ({} and {}) and no gate_up bias",
+             o.packed_gate_up->size(), o.packed_up->size());
     for (int64_t e = 0; e < E; ++e) {
       const QuantizedLinear &gu = (*o.packed_gate_up)[e], &dn = (*o.packed_down)[e];
-      TP_CHECK(gu.out_features() == 2 * I && gu.in_features() == H && dn.out_features() == H && dn.in_features() == I,
-               "moe_experts: packed expert {} is gate_up [{}, {}] and down [{}, {}], expected [{}, {}] and [{}, {}]", e,
-               gu.out_features(), gu.in_features(), dn.out_features(), dn.in_features(), 2 * I, H, H, I);
+      const int64_t rows = apart ? I : 2 * I;
+      TP_CHECK(gu.out_features() == rows && gu.in_features() == H && dn.out_features() == H && dn.in_features() == I &&
+                   (!apart || ((*o.packed_up)[e].out_features() == I && (*o.packed_up)[e].in_features() == H)),
+               "moe_experts: packed expert {} is gate{} [{}, {}] and down [{}, {}], expected [{}, {}] and [{}, {}]", e,
+               apart ? "" : "_up", gu.out_features(), gu.in_features(), dn.out_features(), dn.in_features(), rows, H,
+               H, I);
     }
     return check_biases(x, ids, o, E, I);
   }

@@ -36,10 +36,13 @@ struct ExpertOptions {
   // The down bias is added (false: left out, e.g. by ranks whose partial sums
   // are added up first; routed_bias adds it then).
   bool add_down_bias = true;
-  // Packed experts (inference only: GPT-OSS's MXFP4 kept as it is read): each local expert's gate_up and down as
-  // a QuantizedLinear in Linear's layout, gate_up [2I, H] (its rows gate_up's 2I columns, in their order) and down
-  // [H, I]; the gate_up and down tensors are then undefined.
+  // Packed experts (inference only: GPT-OSS's MXFP4, a quantized checkpoint's experts, kept as they are read):
+  // each local expert's gate_up and down as a QuantizedLinear in Linear's layout, gate_up [2I, H] (its rows
+  // gate_up's 2I columns, in their order) and down [H, I]; the gate_up and down tensors are then undefined. With
+  // packed_up, packed_gate_up holds the gate rows [I, H] alone and packed_up the up rows (each its own
+  // quantization, e.g. its own act-order).
   const std::vector<QuantizedLinear>* packed_gate_up = nullptr;
+  const std::vector<QuantizedLinear>* packed_up = nullptr;
   const std::vector<QuantizedLinear>* packed_down = nullptr;
   static ExpertOptions gpt_oss(float limit, float alpha);
 };
