@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Issue-28 benchmark: the qwen3-0.6b preset with bf16 weights, and the same weights as tp quantize writes them
-in GPTQ 8-bit and 4-bit (groups of 128; lm_head and the embeddings stay bf16), batch 1, prefill 512 and decode
+"""Issue-28 benchmark: the qwen3-0.6b preset (or --model: any checkpoint, e.g. the qwen3-30b-a3b 2-layer cut, whose
+experts tp quantize quantizes too) with bf16 weights, and the same weights as tp quantize writes them in GPTQ
+8-bit and 4-bit (groups of 128; lm_head, the embeddings and routers stay bf16), batch 1, prefill 512 and decode
 64 tokens, at tp = 1 (1 thread) and tp = 2 (1 thread per rank).
 
 Rounds, as run_inference_bench.py's pairs: each round runs the three checkpoints at tp = 1 (pinned to one core,
@@ -63,12 +64,13 @@ def main():
     def each(f):
         return [f(r) for r in rounds]
 
-    print(f"qwen3-0.6b shape, prefill {a.prefill} + decode {a.decode}, over {a.rounds} rounds, median (min-max):")
+    shape = os.path.basename(a.model.rstrip("/"))
+    print(f"{shape}, prefill {a.prefill} + decode {a.decode}, over {a.rounds} rounds, median (min-max):")
     for name, _ in VARIANTS:
         one = each(lambda r: r[name]["tp1"])
         bytes_tp1 = one[0]["weight_bytes_rank0"]
         bytes_tp2 = rounds[0][name]["tp2"]["weight_bytes_rank0"]
-        print(f"{name}: Linear bytes read per token {bytes_tp1 / 1e6:.0f} MB at tp1, {bytes_tp2 / 1e6:.0f} MB a rank at tp2")
+        print(f"{name}: weight bytes read per token {bytes_tp1 / 1e6:.0f} MB at tp1, {bytes_tp2 / 1e6:.0f} MB a rank at tp2")
         print(f"  tp1 decode {summary([o['decode_tokens_per_s'] for o in one], '{:.1f}')} tok/s, "
               f"{summary(each(lambda r: r[name]['tp1']['decode_tokens_per_s'] / r['bf16']['tp1']['decode_tokens_per_s']), '{:.2f}')}x bf16's; "
               f"weights read at {summary([o['decode_weight_read_share_by_chunk_median'] for o in one], '{:.0%}')} of the "
@@ -88,7 +90,7 @@ def main():
         import statistics
         series = [(name, [(tp, statistics.median(each(lambda r: r[name][f"tp{tp}"]["decode_tokens_per_s"])))
                           for tp in (1, 2)], "linespoints") for name, _ in VARIANTS]
-        if draw_lines(a.chart, f"qwen3-0.6b decode (batch 1, after {a.prefill} tokens): tokens/s by weight format",
+        if draw_lines(a.chart, f"{shape} decode (batch 1, after {a.prefill} tokens): tokens/s by weight format",
                       "ranks (tp size)", "tokens/s", series):
             print(f"chart: {a.chart}")
     if a.json:
