@@ -217,7 +217,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantizedShapes,
                          ::testing::Values(Shape3{4, 40, 256, 128}, Shape3{4, 13, 100, 32}, Shape3{8, 40, 256, 64},
                                            Shape3{8, 7, 37, 16}, Shape3{4, 30, 96, 96}, Shape3{4, 5, 23, 8},
                                            // rows padded for the GEMM (6144 inputs)
-                                           Shape3{4, 150, 6144, 128}, Shape3{8, 150, 6144, 64}));
+                                           Shape3{4, 150, 6144, 128}, Shape3{8, 150, 6144, 64},
+                                           // one group longer than the integer kernel's 16-chunk runs
+                                           Shape3{8, 24, 2048, 2048}, Shape3{4, 20, 1088, 1088}));
 
 // Where the CPU has AVX512-VNNI, decode's products (1-4 rows) run the integer kernel (so the tests above check
 // it), unless TP_GEMM=ordered or TP_QUANTIZED_ISA asks for an exact one; prefill's never do.

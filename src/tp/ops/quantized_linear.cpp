@@ -416,12 +416,11 @@ TP_AVX512_VNNI inline void dot_pair_group(const QuantizedLinear::State& s, int64
   dp.scale = halves(s.scale(ra, g), s.scale(ra + 1, g));
 }
 
-// Row pair (ra, ra + 1)'s W values of chunk ch as words: w[0] inputs p ..< p + 16, w[1] p + 16 ..< p + 32, row
-// a's in the low half, row b's in the high one.
-TP_AVX512_VNNI inline void dot_pair_values(const QuantizedLinear::State& s, int64_t ra, int64_t ch, const DotPair& dp,
-                                           __m512i w[2]) {
-  const uint8_t* row_a = s.chunk(ra, ch);  // ra is even: ra + 1 is in the same panel, right after it
-  if (s.bits == 4) {
+// Row pair (ra, ra + 1)'s W values of one chunk from its codes `row_a` (row a's, row b's chunk_bytes after) as
+// words: w[0] inputs p ..< p + 16, w[1] p + 16 ..< p + 32, row a's in the low half, row b's in the high one.
+template <int BITS>
+TP_AVX512_VNNI inline void dot_pair_values(const uint8_t* row_a, const DotPair& dp, __m512i w[2]) {
+  if constexpr (BITS == 4) {
     // 16 code bytes of row a then 16 of row b; low nibbles are inputs p ..< p + 16, high ones the rest.
     const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_a)));
     const __m512i upper = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
@@ -429,14 +428,14 @@ TP_AVX512_VNNI inline void dot_pair_values(const QuantizedLinear::State& s, int6
     const __m512i hi = _mm512_or_si512(_mm512_srli_epi16(bytes, 4), upper);
     w[0] = _mm512_permutexvar_epi16(lo, dp.table);
     w[1] = _mm512_permutexvar_epi16(hi, dp.table);
-    return;
-  }
-  const uint8_t* row_b = row_a + s.chunk_bytes;
-  for (int h = 0; h < 2; ++h) {
-    const __m256i bytes =
-        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row_a + 16 * h))),
-                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_b + 16 * h)), 1);
-    w[h] = _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), dp.table);
+  } else {
+    const uint8_t* row_b = row_a + 32;
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bytes = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row_a + 16 * h))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_b + 16 * h)), 1);
+      w[h] = _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), dp.table);
+    }
   }
 }
 
@@ -445,80 +444,107 @@ TP_AVX512_VNNI inline __m512i both_halves(const int16_t* x) {
   return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
 }
 
-// The integer sums so far (two accumulators, so that the products do not wait on each other), times the
-// group's scales and x's, into the totals.
+// Accumulators a (row, pair): two for one row of x, so that its products do not wait on each other; one for
+// more rows, whose (row, pair) chains are already independent (and registers are short).
+template <int MR>
+constexpr int kAccumulators = MR == 1 ? 2 : 1;
+
+// The integer sums so far, times the group's scales and x's, into the totals.
 template <int MR, int NP>
-TP_AVX512_VNNI inline void flush_groups(__m512i (&acc)[2][MR][NP], const DotPair (&dp)[NP], const float* q_scale,
-                                        __m512 (&total)[MR][NP]) {
+TP_AVX512_VNNI inline void flush_groups(__m512i (&acc)[kAccumulators<MR>][MR][NP], const DotPair (&dp)[NP],
+                                        const float* q_scale, __m512 (&total)[MR][NP]) {
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int q = 0; q < NP; ++q) {
-      const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(acc[0][i][q], acc[1][i][q]));
-      total[i][q] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dp[q].scale, _mm512_set1_ps(q_scale[i])), total[i][q]);
-      acc[0][i][q] = acc[1][i][q] = _mm512_setzero_si512();
+      __m512i sum = acc[0][i][q];
+      if constexpr (kAccumulators<MR> == 2) sum = _mm512_add_epi32(sum, acc[1][i][q]);
+      total[i][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dp[q].scale, _mm512_set1_ps(q_scale[i])),
+                                    total[i][q]);
+      for (int a = 0; a < kAccumulators<MR>; ++a) acc[a][i][q] = _mm512_setzero_si512();
     }
 }
 
-// Chunks between flushes within a group: 16 (512 inputs) keep each accumulator's lanes under 2^29 in magnitude
-// (16 x 2 products of at most 255 x 32767), their sum in 32 bits.
+// Chunks between flushes within a group: 16 (512 inputs) keep each accumulator's lanes under 2^30 in magnitude
+// (16 chunks x 4 products of at most 255 x 32767), their sum in 32 bits.
 constexpr int64_t kFlushChunks = 16;
 
-template <int MR, int NP>
+template <int MR, int NP, int BITS>
 TP_AVX512_VNNI void dot_pair_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias,
                                   float* c) {
+  constexpr int A = kAccumulators<MR>;
   const int64_t k = s.k;
   const int64_t chunks = static_cast<int64_t>(s.chunk_group.size());
+  // Each pair's codes of chunk 0; a chunk's are a panel's chunk further on (State::chunk).
+  const uint8_t* codes[NP];
+  for (int q = 0; q < NP; ++q) codes[q] = s.chunk(j + 2 * q, 0);
+  const int64_t chunk_stride = QuantizedLinear::State::kPanel * s.chunk_bytes;
   __m512 total[MR][NP];
-  __m512i acc[2][MR][NP];
   for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < NP; ++q) {
-      total[i][q] = _mm512_setzero_ps();
-      acc[0][i][q] = acc[1][i][q] = _mm512_setzero_si512();
-    }
+    for (int q = 0; q < NP; ++q) total[i][q] = _mm512_setzero_ps();
   DotPair dp[NP];
   int32_t group = -1;
-  int64_t pending = 0;  // chunks in the accumulators
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  for (int64_t ch = 0; ch < chunks;) {
     const int32_t g = s.chunk_group[ch];
-    const int64_t p = 32 * ch;
-    if (g >= 0) {
-      if (g != group || pending == kFlushChunks) {
-        if (pending > 0) flush_groups<MR, NP>(acc, dp, x.q_scale, total);
-        pending = 0;
-        if (g != group)
-          for (int q = 0; q < NP; ++q) dot_pair_group(s, j + 2 * q, g, dp[q]);
-        group = g;
+    if (g < 0) {  // f32 values into the totals, through a copy (an array whose address escapes stays in memory)
+      __m512 spilled[MR][NP];
+      std::memcpy(spilled, total, sizeof(total));
+      straddling_chunk<MR, NP>(s, x.a, j, 32 * ch, spilled);
+      std::memcpy(total, spilled, sizeof(total));
+      ++ch;
+      continue;
+    }
+    // A run of chunks in group g, at most kFlushChunks: the integer sums stay in registers over it.
+    int64_t end = ch + 1;
+    while (end < chunks && end - ch < kFlushChunks && s.chunk_group[end] == g) ++end;
+    if (g != group)
+      for (int q = 0; q < NP; ++q) dot_pair_group(s, j + 2 * q, g, dp[q]);
+    group = g;
+    __m512i acc[A][MR][NP];
+    for (int a = 0; a < A; ++a)
+      for (int i = 0; i < MR; ++i)
+        for (int q = 0; q < NP; ++q) acc[a][i][q] = _mm512_setzero_si512();
+    for (; ch < end; ++ch) {
+      const int64_t p = 32 * ch;
+      __m512i xv[MR][2];  // x's 32 values of this chunk, each half in both halves of a register: once for every pair
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        xv[i][0] = both_halves(x.q + i * k + p);
+        xv[i][1] = both_halves(x.q + i * k + p + 16);
       }
-      ++pending;
 #pragma GCC unroll 4
       for (int q = 0; q < NP; ++q) {
         __m512i w[2];
-        dot_pair_values(s, j + 2 * q, ch, dp[q], w);
+        dot_pair_values<BITS>(codes[q] + ch * chunk_stride, dp[q], w);
 #pragma GCC unroll 4
         for (int i = 0; i < MR; ++i) {
-          const int16_t* xq = x.q + i * k + p;
-          acc[0][i][q] = _mm512_dpwssd_epi32(acc[0][i][q], w[0], both_halves(xq));
-          acc[1][i][q] = _mm512_dpwssd_epi32(acc[1][i][q], w[1], both_halves(xq + 16));
+          acc[0][i][q] = _mm512_dpwssd_epi32(acc[0][i][q], w[0], xv[i][0]);
+          acc[A - 1][i][q] = _mm512_dpwssd_epi32(acc[A - 1][i][q], w[1], xv[i][1]);
         }
       }
-      continue;
     }
-    straddling_chunk<MR, NP>(s, x.a, j, p, total);  // f32 values into the totals
+    flush_groups<MR, NP>(acc, dp, x.q_scale, total);
   }
-  if (pending > 0) flush_groups<MR, NP>(acc, dp, x.q_scale, total);
-  store_pair_rows<MR, NP>(s, x.a, j, total, bias, c);
+  __m512 out[MR][NP];
+  std::memcpy(out, total, sizeof(total));
+  store_pair_rows<MR, NP>(s, x.a, j, out, bias, c);
 }
 
 constexpr int kDotPairCols[kDotRows] = {4, 3, 2, 2};
 
 template <int MR, int NP>
-struct DotPairTile {
-  static constexpr FusedTileFn fn = &dot_pair_tile<MR, NP>;
+struct DotPairTile4 {
+  static constexpr FusedTileFn fn = &dot_pair_tile<MR, NP, 4>;
+};
+template <int MR, int NP>
+struct DotPairTile8 {
+  static constexpr FusedTileFn fn = &dot_pair_tile<MR, NP, 8>;
 };
 
-FusedTileFn dot_pair_tile_for(int rows, int pairs) {
-  return tile_for<DotPairTile, kDotPairCols[0], kDotPairCols[1], kDotPairCols[2], kDotPairCols[3]>(rows, pairs);
+FusedTileFn dot_pair_tile_for(int bits, int rows, int pairs) {
+  constexpr int c0 = kDotPairCols[0], c1 = kDotPairCols[1], c2 = kDotPairCols[2], c3 = kDotPairCols[3];
+  return bits == 4 ? tile_for<DotPairTile4, c0, c1, c2, c3>(rows, pairs)
+                   : tile_for<DotPairTile8, c0, c1, c2, c3>(rows, pairs);
 }
 
 void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
@@ -545,7 +571,8 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
       const int pairs = (dot ? kDotPairCols : kPairCols)[m - 1];
       for (; j + 1 < j1; j += 2 * pairs) {
         const int here = static_cast<int>(std::min<int64_t>(pairs, (j1 - j) / 2));
-        (dot ? dot_pair_tile_for : pair_tile_for)(static_cast<int>(m), here)(s, x, j, bias, c);
+        (dot ? dot_pair_tile_for(s.bits, static_cast<int>(m), here) : pair_tile_for(static_cast<int>(m), here))(
+            s, x, j, bias, c);
         if (here < pairs) j -= 2 * (pairs - here);  // the last pairs of the block
       }
     }
