@@ -9,6 +9,7 @@
 #include "ops/op_test_util.h"
 #include "tp/ops/moe_experts.h"
 #include "tp/ops/ordered_gemm.h"
+#include "tp/tensor/random.h"
 
 namespace tp::test {
 namespace {
@@ -168,6 +169,54 @@ TEST(MoeExperts, ATokenGetsItsBitsAloneWhereOrderedGemmRuns) {
             << dtype_name(dtype) << (gpt_oss ? " gpt-oss layout" : "") << " token " << n;
       }
     }
+}
+
+// Packed experts (quantized checkpoints, MXFP4) give the experts of their dequantized weights: with a few rows an
+// expert (decode's kernels, x quantized to 16 bits where AVX512-VNNI is: within 2e-3 at these weights' size), 5-16
+// (decode's kernels four rows at a time) and more (prefill's, within f32 rounding); gate_up as one weight, or gate
+// and up apart.
+TEST(MoeExperts, PackedExpertsEqualTheirDequantizedWeights) {
+  const int64_t E = 2, H = 64, I = 32;
+  uint64_t seed = 7;
+  // MXFP4 codes and exponents of an [n, k] weight.
+  auto codes = [&](int64_t n, int64_t k) {
+    Tensor c = Tensor::empty({n, k}, DType::U8);
+    for (int64_t i = 0; i < n * k; ++i) c.data<uint8_t>()[i] = static_cast<uint8_t>(mix64(++seed) % 16);
+    return c;
+  };
+  auto exponents = [&](int64_t n, int64_t k) {
+    Tensor x = Tensor::empty({n, k / 32}, DType::U8);
+    for (int64_t i = 0; i < n * k / 32; ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(122 + mix64(++seed) % 4);
+    return x;
+  };
+  std::vector<ops::QuantizedLinear> gate_up, gate, up, down;
+  Tensor gu = Tensor::empty({E, 2 * I, H}), dn = Tensor::empty({E, H, I});
+  for (int64_t e = 0; e < E; ++e) {
+    const Tensor c = codes(2 * I, H), x = exponents(2 * I, H);  // gate's rows, then up's
+    gate_up.push_back(ops::QuantizedLinear::e2m1(c, x));
+    gate.push_back(ops::QuantizedLinear::e2m1(c.narrow(0, 0, I), x.narrow(0, 0, I)));
+    up.push_back(ops::QuantizedLinear::e2m1(c.narrow(0, I, I), x.narrow(0, I, I)));
+    down.push_back(ops::QuantizedLinear::e2m1(codes(H, I), exponents(H, I)));
+    const Tensor w = gate_up.back().dequantize(), d = down.back().dequantize();
+    std::memcpy(gu.data<float>() + e * 2 * I * H, w.data<float>(), w.nbytes());
+    std::memcpy(dn.data<float>() + e * H * I, d.data<float>(), d.nbytes());
+  }
+  for (int64_t n : {3, 24, 60}) {
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) ids[t] = static_cast<int64_t>(mix64(100 + t) % E);
+    const Tensor x = Tensor::randn({n, H}, 11 + n), w = Tensor::rand({n, 1}, 12 + n);
+    const Tensor id = Tensor::from_ints(ids, {n, 1});
+    const std::vector<double> want = naive_experts(x, ids, w, gu, dn);
+    ops::ExpertOptions fused, apart;
+    fused.packed_gate_up = &gate_up;
+    fused.packed_down = apart.packed_down = &down;
+    apart.packed_gate_up = &gate;
+    apart.packed_up = &up;
+    // 60 tokens give each expert ~30 rows: prefill's f32 GEMM over the dequantized weights, f32 rounding only.
+    const double tol = n == 60 ? 1e-5 : 2e-3;
+    EXPECT_TRUE(close(ops::moe_experts(x, id, w, Tensor(), Tensor(), fused), want, tol, tol)) << n << " tokens";
+    EXPECT_TRUE(close(ops::moe_experts(x, id, w, Tensor(), Tensor(), apart), want, tol, tol)) << n << " tokens";
+  }
 }
 
 TEST(TopKSoftmax, PicksTheLargestLogitsThenTakesTheSoftmaxOfThem) {

@@ -113,6 +113,10 @@ struct ExpertPass {
   std::vector<float> y;   // [c, H] the expert's output (unweighted)
 };
 
+// An expert's share of a prompt is a few rows: up to this many run decode's kernels a block of kDecodeRows at a
+// time, which stream the codes once a block, rather than prefill's, which dequantize the whole weight for them.
+constexpr int64_t kFewRows = 16, kDecodeRows = 4;
+
 // rows [m, n] = a [m, k] . W^T (+ bias [n]) for a packed expert weight W [n, k] (QuantizedLinear's kernels).
 void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, float* rows, const float* bias) {
   const int64_t n = w.out_features(), k = w.in_features();
@@ -122,7 +126,11 @@ void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, float* row
     b = Tensor::empty({n});
     std::memcpy(b.data<float>(), bias, static_cast<size_t>(n) * sizeof(float));
   }
-  linear_into(y, x, w, b);
+  const int64_t block = m <= kFewRows ? kDecodeRows : m;
+  for (int64_t r = 0; r < m; r += block) {
+    Tensor y_rows = y.narrow(0, r, std::min(block, m - r));
+    linear_into(y_rows, x.narrow(0, r, std::min(block, m - r)), w, b);
+  }
   std::memcpy(rows, y.data<float>(), static_cast<size_t>(m * n) * sizeof(float));
 }
 
