@@ -47,7 +47,8 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
 
 // GPT-OSS's MXFP4 experts at inference stay packed (ops::QuantizedLinear::e2m1 an expert: codes and f16 scales,
 // ~4.5 bits a weight) and give the logits of the same checkpoint loaded for training, whose experts are
-// dequantised to f32; Tp1MatchesPyTorch holds the packed ones to the golden logits.
+// dequantised to f32, within 1e-4 of the largest (an expert's few rows run decode's kernels, x quantized to 16 bits
+// where AVX512-VNNI is); Tp1MatchesPyTorch holds the packed ones to the golden logits.
 TEST(Mxfp4Experts, StayPackedAtInference) {
   const std::string dir = env("TP_TEST_MODELS") + "/gpt_oss-mxfp4";
   PretrainedModel packed = AutoModelForCausalLM::from_pretrained(dir, {.verbose = false});
@@ -77,5 +78,5 @@ TEST(Mxfp4Experts, StayPackedAtInference) {
     diff = std::max(diff, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
   }
   EXPECT_GT(scale, 0.1);
-  EXPECT_LE(diff, 1e-5 * scale) << "packed experts against dequantised ones: " << diff << " of " << scale;
+  EXPECT_LE(diff, 1e-4 * scale) << "packed experts against dequantised ones: " << diff << " of " << scale;
 }
