@@ -9,6 +9,7 @@
 
 #include "tp/models/config_check.h"
 #include "tp/models/mxfp4.h"
+#include "tp/models/quantized_checkpoint.h"
 #include "tp/models/quantized_experts.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
@@ -49,14 +50,6 @@ std::map<std::string, std::string> quantized_weights(CausalLM& model, const Mode
   return out;
 }
 
-// This rank's slice of a quantized [N, K] weight as the loader holds it (quantized_checkpoint.h's rules: a row
-// split keeps whole groups, act-order keeps every group's scales).
-int64_t quantized_bytes(const QuantizationConfig& q, const Shape& global, const Shape& local) {
-  const int64_t n = local[0], k = local[1];
-  const bool act = q.method == "gptq" && q.desc_act;
-  const int64_t groups = q.group_size <= 0 ? 1 : ((act ? global[1] : k) + q.group_size - 1) / q.group_size;
-  return static_cast<int64_t>(ops::QuantizedLinear::resident_bytes(q.bits, n, k, groups, act));
-}
 
 }  // namespace
 
@@ -84,12 +77,11 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
         quantized_experts[experts->gate_up_proj.name] = quantized_experts[experts->down_proj.name] = experts;
     }
   // Unsharded: every expert whole (the shards as tp 1 has them, before the plan is applied).
-  std::map<std::string, int64_t> unsharded;
+  std::map<std::string, int64_t> unsharded_expert_bytes;
   for (const auto& [name, experts] : quantized_experts) {
     const QuantizedExpertBytes b = quantized_experts_bytes(*config.quantization, *experts);
-    unsharded[name] = name == experts->down_proj.name ? b.down : b.gate_up;
+    unsharded_expert_bytes[name] = name == experts->down_proj.name ? b.down : b.gate_up;
   }
-  auto unsharded_expert_bytes = [&](const std::string& name) { return unsharded.at(name); };
 
   PlanReport r;
   r.tp_size = tp;
@@ -125,7 +117,7 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       int64_t bytes = param_bytes(local, dtype);
       if (auto qw = quantized.find(p.name); qw != quantized.end()) {
         row.quantized = qw->second;
-        bytes = quantized_bytes(*config.quantization, p.global_shape, local);
+        bytes = quantized_slice_bytes(*config.quantization, p.global_shape, local);
       } else if (mxfp4_experts.count(p.name) && mxfp4_packs(p.shard)) {  // kept packed at inference
         row.quantized = "mxfp4";
         bytes = mxfp4_packed_bytes(local);
@@ -146,9 +138,9 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
       r.total_bytes_per_rank[rank] += bytes;
       if (rank == 0 && row.tied_to.empty())
         r.total_bytes_unsharded += mxfp4_experts.count(p.name)      ? mxfp4_packed_bytes(p.global_shape)
-                                   : quantized_experts.count(p.name) ? unsharded_expert_bytes(p.name)
+                                   : quantized_experts.count(p.name) ? unsharded_expert_bytes.at(p.name)
                                    : row.quantized.empty()           ? param_bytes(p.global_shape, dtype)
-                                                                     : quantized_bytes(*config.quantization,
+                                                                     : quantized_slice_bytes(*config.quantization,
                                                                                        p.global_shape, p.global_shape);
     }
   }

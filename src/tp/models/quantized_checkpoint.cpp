@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tp/models/quantized_shapes.h"
+#include "tp/ops/quantized_linear.h"
 
 namespace tp {
 
@@ -263,6 +264,12 @@ QuantizedSlice read_quantized(const Checkpoint& ckpt, const std::string& param, 
   r.n = total(r.n_spans);
   r.k = total(r.k_spans);
   return r.read_all();
+}
+
+int64_t quantized_slice_bytes(const QuantizationConfig& q, const Shape& global, const Shape& local) {
+  const int64_t n = local[0], k = local[1];
+  const bool act = q.method == "gptq" && q.desc_act;
+  return static_cast<int64_t>(ops::QuantizedLinear::resident_bytes(q.bits, n, k, groups_of(q, act ? global[1] : k), act));
 }
 
 Tensor dequantize(const QuantizedSlice& s) {

@@ -47,6 +47,10 @@ void check_quantized_shards(const Checkpoint& ckpt, const std::vector<nn::Parame
 void check_quantized_shard(const QuantizationConfig& q, const std::string& param, const Shape& global_shape,
                            const parallel::ParamShard& shard);
 
+// The bytes ops::QuantizedLinear holds for this rank's slice `local` [n, k] of a quantized weight `global` [N, K]
+// (the rules above: a row split keeps whole groups, act-order keeps every group's scales), before anything is read.
+int64_t quantized_slice_bytes(const QuantizationConfig& q, const Shape& global, const Shape& local);
+
 // The slice's weights, f32 [n, k], by the formula above (one f32 multiply per element: tests compare bitwise).
 Tensor dequantize(const QuantizedSlice& slice);
 

@@ -120,26 +120,18 @@ QuantizedExpertBytes quantized_experts_bytes(const QuantizationConfig& q, const 
                 H = experts.gate_up_proj.global_shape[2];
   const parallel::ParamShard& gu = experts.gate_up_proj.shard;
   const parallel::ParamShard& dn = experts.down_proj.shard;
-  const bool by_experts = !gu.replicated() && gu.dim == 0;
-  int64_t local = E;
-  if (by_experts) {
-    local = 0;
-    for (const ChunkSpan& s : gu.spans) local += s.size;
-  }
   auto total = [](const std::vector<ChunkSpan>& spans) {
     int64_t n = 0;
     for (const ChunkSpan& s : spans) n += s.size;
     return n;
   };
+  const bool by_experts = !gu.replicated() && gu.dim == 0;
+  const int64_t local = by_experts ? total(gu.spans) : E;
   // Rows of gate and of up (out), inputs of down (in) a rank holds.
   const int64_t rows = by_experts || gu.replicated() ? I : total(gu.spans) / 2;
   const int64_t inputs = by_experts || dn.replicated() ? I : total(dn.spans);
-  const bool act = q.method == "gptq" && q.desc_act;
-  auto groups = [&](int64_t k_global, int64_t k) {
-    return q.group_size <= 0 ? int64_t{1} : ((act ? k_global : k) + q.group_size - 1) / q.group_size;
-  };
-  const auto gate = static_cast<int64_t>(ops::QuantizedLinear::resident_bytes(q.bits, rows, H, groups(H, H), act));
-  const auto down = static_cast<int64_t>(ops::QuantizedLinear::resident_bytes(q.bits, H, inputs, groups(I, inputs), act));
+  const int64_t gate = quantized_slice_bytes(q, {I, H}, {rows, H});
+  const int64_t down = quantized_slice_bytes(q, {H, I}, {H, inputs});
   return {local * 2 * gate, local * down};
 }
 

@@ -271,8 +271,8 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
   if (opt.down_bias.defined()) inputs.push_back(opt.down_bias);
   if (!autograd::needs_grad(inputs)) return out;
   TP_CHECK(opt.packed_gate_up == nullptr,
-           "moe_experts: packed (MXFP4) experts are for inference: load the model for training to get their "
-           "dequantized weights");
+           "moe_experts: packed experts (MXFP4, or a quantized checkpoint's) are for inference: they take no "
+           "gradient");
 
   ExpertOptions saved = opt;
   saved.gate_up_bias = gub;
