@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/training/lora_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "tp/chat/chat_template.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string source(reinterpret_cast<const char*>(data), size);

@@ -17,7 +17,7 @@
 #include "tp/io/safetensors_header.h"
 #include "tp/models/config_check.h"
 #include "tp/models/layout.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "tp/models/quantized_shapes.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace {
 

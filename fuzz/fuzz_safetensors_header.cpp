@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "tp/io/safetensors_header.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tp::io::SafetensorsHeader h;

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/streaming_decoder.h"
 #include "tp/tokenizer/tokenizer.h"
 #include "tp/tokenizer/utf8.h"

@@ -38,7 +38,7 @@
 
 #include "bench_util.h"
 #include "tp/autograd/tape.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"

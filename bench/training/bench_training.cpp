@@ -41,8 +41,8 @@
 #include <iostream>
 
 #include "bench_util.h"
-#include "tp/dist/parallelism_config.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/parallelism_config.h"
+#include "tp/distributed/process_group.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/linear.h"

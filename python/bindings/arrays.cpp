@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "bindings.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::python {
 

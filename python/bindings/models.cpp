@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "bindings.h"
-#include "tp/dist/parallelism_config.h"
+#include "tp/distributed/parallelism_config.h"
 #include "tp/generation/generate.h"
 #include "tp/models/auto.h"
 #include "tp/models/checkpoint.h"

@@ -12,7 +12,7 @@
 
 namespace tp::python {
 
-using parallel::TensorParallelLayer;
+using nn::TensorParallelLayer;
 
 void bind_styles(py::module_& m) {
   // Styles are immutable once made: Python holds them as shared_ptr<const ...>

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "tp/chat/chat_template.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "tp/chat/chat_template.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace {
 

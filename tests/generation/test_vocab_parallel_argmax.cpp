@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/generation/sampling.h"
 #include "tp/tensor/random.h"
 #include "tp/tensor/tensor.h"

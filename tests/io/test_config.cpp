@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "tp/models/config.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 namespace {

@@ -12,7 +12,7 @@
 #include "tp/models/checkpoint.h"
 #include "tp/models/config_check.h"
 #include "tp/models/presets.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 namespace {

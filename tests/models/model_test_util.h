@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "tp/dist/device_mesh.h"
-#include "tp/dist/process_group.h"
-#include "tp/tensor/error.h"
+#include "tp/distributed/device_mesh.h"
+#include "tp/distributed/process_group.h"
+#include "tp/core/error.h"
 
 namespace tp::testing {
 

@@ -5,10 +5,10 @@
 
 #include <cstdlib>
 
-#include "dist/dist_test_util.h"
+#include "distributed/dist_test_util.h"
 #include "models/model_test_util.h"
-#include "tp/dist/device_mesh.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/device_mesh.h"
+#include "tp/distributed/process_group.h"
 #include "tp/generation/generate.h"
 #include "tp/models/auto.h"
 

@@ -86,8 +86,8 @@ Tensor slice_of(const Tensor& full, int64_t dim, const std::vector<ChunkSpan>& s
   return out;
 }
 
-parallel::ParamShard shard(int64_t dim, std::vector<ChunkSpan> spans) {
-  parallel::ParamShard s;
+nn::ParamShard shard(int64_t dim, std::vector<ChunkSpan> spans) {
+  nn::ParamShard s;
   s.dim = dim;
   s.spans = std::move(spans);
   return s;
@@ -144,7 +144,7 @@ TEST(QuantizedCheckpoint, ShardedReadsAreSlicesOfTheWhole) {
             std::vector<std::vector<ChunkSpan>> cuts = {{{rank * chunk, chunk}}};
             if (tp == 2 && dim == 0) cuts.push_back({{rank * chunk / 2, chunk / 2}, {chunk + rank * chunk / 2, chunk / 2}});
             for (const std::vector<ChunkSpan>& spans : cuts) {
-              const parallel::ParamShard sh = shard(dim, spans);
+              const nn::ParamShard sh = shard(dim, spans);
               const std::string what = fmt::format("{} {} dim {} tp {} rank {} ({} spans)", name, l.name, dim, tp, rank,
                                                    spans.size());
               if (!aligned(q, dim, spans, l.shape)) {

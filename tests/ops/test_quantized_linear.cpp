@@ -16,7 +16,7 @@
 #include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
 #include "tp/ops/quantized_linear.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 using namespace tp;
 

@@ -4,10 +4,10 @@
 // same seeded tensors.
 #include <gtest/gtest.h>
 
-#include "dist/dist_test_util.h"
+#include "distributed/dist_test_util.h"
 #include "tp/autograd/tape.h"
-#include "tp/dist/device_mesh.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/device_mesh.h"
+#include "tp/distributed/process_group.h"
 #include "tp/nn/layers.h"
 #include "tp/ops/activation.h"
 #include "tp/ops/attention.h"
@@ -31,10 +31,10 @@ const dist::DeviceMesh& tp_only_mesh() {
 // The mesh styles are applied on; a test may point it at a mesh with more dims.
 const dist::DeviceMesh* current_mesh = nullptr;
 const dist::DeviceMesh& mesh() { return current_mesh ? *current_mesh : tp_only_mesh(); }
-parallel::TpRank tp_rank() { return {dist::world_size(), dist::world_rank()}; }
+nn::TpRank tp_rank() { return {dist::world_size(), dist::world_rank()}; }
 
 // This rank's piece of `full` as a style's shard describes it.
-Tensor take_shard(const Tensor& full, const parallel::ParamShard& s) {
+Tensor take_shard(const Tensor& full, const nn::ParamShard& s) {
   if (s.replicated()) return full.clone();
   std::vector<Tensor> parts;
   for (const ChunkSpan& span : s.spans) parts.push_back(full.narrow(s.dim, span.offset, span.size));

@@ -7,9 +7,9 @@
 
 #include <thread>
 
-#include "dist/dist_test_util.h"
+#include "distributed/dist_test_util.h"
 #include "models/model_test_util.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/generation/generate.h"
 #include "tp/serving/engine.h"
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "tokenizer/test_util.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/byte_level.h"
 #include "tp/tokenizer/pre_tokenizer.h"
 #include "tp/tokenizer/regex.h"

@@ -14,7 +14,7 @@
 
 #include "models/model_test_util.h"
 #include "training/training_test_util.h"
-#include "tp/dist/parallelism_config.h"
+#include "tp/distributed/parallelism_config.h"
 #include "tp/models/auto.h"
 #include "tp/ops/gemm.h"
 #include "tp/parallel/shards.h"

@@ -9,7 +9,7 @@
 
 #include <filesystem>
 
-#include "dist/dist_test_util.h"
+#include "distributed/dist_test_util.h"
 #include "models/model_test_util.h"
 #include "training/training_test_util.h"
 #include "tp/io/safetensors.h"
@@ -244,7 +244,7 @@ TEST_P(Lora, EmbeddingAdaptersUnderEveryEmbeddingStyle) {
     EXPECT_EQ(emb.A->name, "model.embed_tokens.lora_embedding_A");
     // A is split when the table is split by vocabulary rows (embedding_rowwise, or
     // qwen3's table tied to its column-parallel lm_head); B when split by columns.
-    const parallel::ParamShard& ws = emb.base_weight->shard;
+    const nn::ParamShard& ws = emb.base_weight->shard;
     if (dist::world_size() > 1) {
       EXPECT_EQ(emb.A->shard.replicated(), ws.replicated() || ws.dim != 0) << what;
       EXPECT_EQ(emb.B->shard.replicated(), ws.replicated() || ws.dim != 1) << what;

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "dist/dist_test_util.h"
+#include "distributed/dist_test_util.h"
 #include "models/model_test_util.h"
 #include "training/training_test_util.h"
 #include "tp/autograd/tape.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/training/data.h"
 #include "tp/training/lora.h"
 

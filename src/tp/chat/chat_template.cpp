@@ -5,7 +5,7 @@
 
 #include "tp/chat/interpreter.h"
 #include "tp/chat/parser.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::chat {
 

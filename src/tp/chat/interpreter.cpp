@@ -8,7 +8,7 @@
 
 #include "tp/chat/builtins.h"
 #include "tp/chat/source_error.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::chat {
 

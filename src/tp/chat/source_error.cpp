@@ -1,6 +1,6 @@
 #include "tp/chat/source_error.h"
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::chat {
 

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/utf8.h"
 
 namespace tp::chat {

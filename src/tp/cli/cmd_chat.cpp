@@ -19,7 +19,7 @@
 #include "tp/chat/chat_template.h"
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/generation/generate.h"
 #include "tp/tokenizer/streaming_decoder.h"
 

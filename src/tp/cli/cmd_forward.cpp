@@ -3,7 +3,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/io/writer.h"
 
 namespace tp::cli {

@@ -10,7 +10,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/generation/generate.h"
 #include "tp/tokenizer/streaming_decoder.h"
 #include "tp/tokenizer/tokenizer.h"

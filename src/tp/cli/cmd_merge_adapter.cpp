@@ -6,7 +6,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/models/save_pretrained.h"
 #include "tp/training/adapter_files.h"
 

@@ -14,7 +14,7 @@
 #include "tp/cli/command.h"
 #include "tp/chat/chat_template.h"
 #include "tp/cli/common.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/serving/engine.h"
 #include "tp/serving/http_server.h"
 #include "tp/tokenizer/tokenizer.h"

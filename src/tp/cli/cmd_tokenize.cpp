@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "tp/cli/command.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/tokenizer.h"
 
 namespace tp::cli {

@@ -9,7 +9,7 @@
 
 #include "tp/cli/command.h"
 #include "tp/cli/common.h"
-#include "tp/dist/parallelism_config.h"
+#include "tp/distributed/parallelism_config.h"
 #include "tp/models/checkpoint.h"
 #include "tp/ops/gemm.h"
 #include "tp/training/lora_training.h"

@@ -8,9 +8,9 @@
 #include <omp.h>
 
 #include "tp/cli/command.h"
-#include "tp/dist/launch.h"
-#include "tp/dist/process_group.h"
-#include "tp/tensor/error.h"
+#include "tp/core/cpu_load.h"
+#include "tp/distributed/process_group.h"
+#include "tp/core/error.h"
 #include "tp/version.h"
 
 namespace tp::cli {
@@ -43,7 +43,7 @@ void size_threads_for_the_free_cores() {
   if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
   const int cores = omp_get_num_procs();
   if (cores <= 1) return;
-  const int busy = tp::dist::busy_cores(cores);
+  const int busy = tp::busy_cores(cores);
   if (busy > 0) omp_set_num_threads(std::max(1, cores - busy));
 }
 

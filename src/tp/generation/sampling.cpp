@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tensor/random.h"
 
 namespace tp::generation {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::io {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::io {
 

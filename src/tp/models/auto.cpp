@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tp/autograd/tape.h"
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/models/checkpoint.h"
 #include "tp/models/config_check.h"
 #include "tp/models/deepseek_v2.h"
@@ -201,7 +201,7 @@ PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::pat
     m.resolved_ = resolve_model_plan(*m.lm_, dc, tp, &m.overrides_);  // checks tp against ep first
     m.mesh_ = make_model_mesh(tp, ep);
   }
-  parallel::TpRank rank{tp, m.mesh_->coordinate("tp"), ep, ep > 1 ? m.mesh_->coordinate("ep") : 0};
+  nn::TpRank rank{tp, m.mesh_->coordinate("tp"), ep, ep > 1 ? m.mesh_->coordinate("ep") : 0};
   parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), m.overrides_);
   if (options.verbose && rank.rank == 0)
     for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";
@@ -240,7 +240,7 @@ void PretrainedModel::set_sharded_logits(bool on) {
     return;
   }
   // colwise keeps the output Shard(-1): the same slices as the planned style, without the gather.
-  const parallel::TensorParallelLayer& colwise = parallel::get_style("colwise");
+  const nn::TensorParallelLayer& colwise = parallel::get_style("colwise");
   sharded_head_style_ = resolved_.sequence_parallel ? colwise.sequence_parallel_variant(*head) : nullptr;
   head->set_style(sharded_head_style_ ? sharded_head_style_.get() : &colwise, mesh_.get());
 }

@@ -13,7 +13,7 @@
 #include <memory>
 #include <optional>
 
-#include "tp/dist/device_mesh.h"
+#include "tp/distributed/device_mesh.h"
 #include "tp/models/causal_lm.h"
 #include "tp/parallel/plan.h"
 
@@ -90,7 +90,7 @@ class PretrainedModel {
   std::filesystem::path source_dir_;
   std::vector<SourceTensor> source_tensors_;
   bool sharded_logits_ = false;
-  std::shared_ptr<const parallel::TensorParallelLayer> sharded_head_style_;  // its sequence-parallel colwise
+  std::shared_ptr<const nn::TensorParallelLayer> sharded_head_style_;  // its sequence-parallel colwise
   nn::Module* lm_head_module() const;
 };
 

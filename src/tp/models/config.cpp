@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

@@ -7,7 +7,7 @@
 #include "tp/models/mxfp4.h"
 #include "tp/models/moe_checkpoint.h"
 #include "tp/models/quantized_shapes.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

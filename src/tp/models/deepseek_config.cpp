@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "tp/models/moe.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

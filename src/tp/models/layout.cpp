@@ -4,7 +4,7 @@
 
 #include "tp/models/moe.h"
 #include "tp/models/deepseek_config.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

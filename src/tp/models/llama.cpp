@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <initializer_list>
-#include <typeinfo>
 
 #include "tp/autograd/tape.h"
 #include "tp/models/moe.h"
@@ -46,15 +45,9 @@ bool LlamaAttention::takes_bf16_input() const {
 
 namespace {
 
-// A projection whose style's forward leaves its output this rank's slice (none,
-// or plain colwise: the input hook is the identity without gradients), so it may
-// run inside a fused GEMM with its siblings. A gathering style may not.
-bool local_forward(const nn::Linear& l) {
-  const parallel::TensorParallelLayer* s = l.style();
-  if (s == nullptr) return true;
-  const auto* colwise = dynamic_cast<const parallel::ColwiseParallel*>(s);
-  return colwise != nullptr && typeid(*s) == typeid(parallel::ColwiseParallel) && !colwise->options().gather_output;
-}
+// A projection may run inside a fused GEMM with its siblings when its style
+// (if any) allows it: its forward there is the plain local product.
+bool local_forward(const nn::Linear& l) { return l.style() == nullptr || l.style()->allows_fused_forward(); }
 
 // The fused GEMM runs where the separate packed ones would: no gradient wanted.
 bool fused_applies(const nn::FusedLinears& f, const Tensor& x, std::initializer_list<const nn::Linear*> parts) {

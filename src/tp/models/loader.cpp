@@ -11,7 +11,7 @@ namespace tp {
 
 namespace {
 
-bool same_slice(const parallel::ParamShard& a, const parallel::ParamShard& b) {
+bool same_slice(const nn::ParamShard& a, const nn::ParamShard& b) {
   if (a.spans.size() != b.spans.size() || a.dim != b.dim) return false;
   for (size_t i = 0; i < a.spans.size(); ++i)
     if (a.spans[i].offset != b.spans[i].offset || a.spans[i].size != b.spans[i].size) return false;

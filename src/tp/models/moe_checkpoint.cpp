@@ -25,7 +25,7 @@ bool reads_from_hub_names(const Checkpoint& ckpt, const std::string& param) {
 }
 
 Tensor read_from_hub_names(const Checkpoint& ckpt, const std::string& param, const Shape& shape,
-                           const parallel::ParamShard& shard, DType as) {
+                           const nn::ParamShard& shard, DType as) {
   const std::string layer = layer_prefix(param);
   if (param.ends_with(".mlp.gate.weight")) {  // Mixtral's router under its Hub name
     const std::string key = layer + "block_sparse_moe.gate.weight";

@@ -12,7 +12,7 @@
 
 #include "tp/models/checkpoint.h"
 #include "tp/models/moe_hub_names.h"
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp {
 
@@ -25,6 +25,6 @@ bool reads_from_hub_names(const Checkpoint& ckpt, const std::string& param);
 // halves cut separately), under expert parallelism only the owned experts'
 // bytes. Errors name the missing tensor or the mismatched shape.
 Tensor read_from_hub_names(const Checkpoint& ckpt, const std::string& param, const Shape& global_shape,
-                           const parallel::ParamShard& shard, DType as);
+                           const nn::ParamShard& shard, DType as);
 
 }  // namespace tp

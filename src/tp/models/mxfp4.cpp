@@ -61,7 +61,7 @@ bool reads_mxfp4(const Checkpoint& ckpt, const std::string& param) {
 }
 
 Tensor read_mxfp4(const Checkpoint& ckpt, const std::string& param, const Shape& shape,
-                  const parallel::ParamShard& shard, DType as) {
+                  const nn::ParamShard& shard, DType as) {
   check_pair(ckpt, param, shape);
   const std::string bk = blocks_key(param), sk = scales_key(param);
   const int64_t d = shard.replicated() ? -1 : shard.dim;
@@ -97,7 +97,7 @@ Tensor read_mxfp4(const Checkpoint& ckpt, const std::string& param, const Shape&
   return as == DType::F32 ? out : out.to(as);
 }
 
-bool mxfp4_packs(const parallel::ParamShard& shard) {
+bool mxfp4_packs(const nn::ParamShard& shard) {
   if (shard.replicated() || shard.dim != 1) return true;
   return shard.spans.size() == 1 && shard.spans[0].offset % kMxfp4Block == 0 && shard.spans[0].size % kMxfp4Block == 0;
 }
@@ -107,7 +107,7 @@ int64_t mxfp4_packed_bytes(const Shape& local) {
 }
 
 std::vector<ops::QuantizedLinear> read_mxfp4_packed(const Checkpoint& ckpt, const std::string& param,
-                                                    const Shape& shape, const parallel::ParamShard& shard) {
+                                                    const Shape& shape, const nn::ParamShard& shard) {
   check_pair(ckpt, param, shape);
   const std::string bk = blocks_key(param), sk = scales_key(param);
   const int64_t d = shard.replicated() ? -1 : shard.dim;

@@ -13,7 +13,7 @@
 
 #include "tp/models/checkpoint.h"
 #include "tp/ops/quantized_linear.h"
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp {
 
@@ -34,11 +34,11 @@ bool reads_mxfp4(const Checkpoint& ckpt, const std::string& param);
 // This rank's slice (`shard` of `global_shape` [E, in, out]) of `param`, dequantised
 // to `as`. Errors name the tensor and the shapes expected.
 Tensor read_mxfp4(const Checkpoint& ckpt, const std::string& param, const Shape& global_shape,
-                  const parallel::ParamShard& shard, DType as);
+                  const nn::ParamShard& shard, DType as);
 
 // Whether a slice of an MXFP4 parameter is kept packed at inference: whole experts, out columns, or one span of
 // `in` rows in whole blocks of 32.
-bool mxfp4_packs(const parallel::ParamShard& shard);
+bool mxfp4_packs(const nn::ParamShard& shard);
 // The bytes a packed slice `local` [E, in, out] holds (ops::QuantizedLinear::e2m1 a local expert).
 int64_t mxfp4_packed_bytes(const Shape& local);
 
@@ -46,7 +46,7 @@ int64_t mxfp4_packed_bytes(const Shape& local);
 // Linear's layout [out slice, in slice]. Empty when the slice cuts a block of 32 inputs (a shard of `in` that is
 // not whole blocks, or in several spans): the caller then reads it dequantised (read_mxfp4).
 std::vector<ops::QuantizedLinear> read_mxfp4_packed(const Checkpoint& ckpt, const std::string& param,
-                                                    const Shape& global_shape, const parallel::ParamShard& shard);
+                                                    const Shape& global_shape, const nn::ParamShard& shard);
 
 // W [E, in, out] f32 -> blocks and scales (make-model --mxfp4): per block the
 // smallest scale that fits its largest |value| into 6, each value rounded to the

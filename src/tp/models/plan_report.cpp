@@ -147,8 +147,8 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
   for (nn::Module* m : model->modules()) {
     auto it = resolved.module_style.find(m->name());
     if (it == resolved.module_style.end()) continue;
-    const parallel::TensorParallelLayer& style = parallel::style_for(m->name(), it->second, overrides);
-    for (const parallel::CollectiveCost& c : style.forward_collectives(*m, {tp, 0, ep, 0}))
+    const nn::TensorParallelLayer& style = parallel::style_for(m->name(), it->second, overrides);
+    for (const nn::CollectiveCost& c : style.forward_collectives(*m, {tp, 0, ep, 0}))
       r.collectives.push_back({m->name(), c.op, c.bytes_per_token});
   }
   return r;

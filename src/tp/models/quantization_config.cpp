@@ -7,7 +7,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

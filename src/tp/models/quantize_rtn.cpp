@@ -4,7 +4,7 @@
 #include <random>
 #include <regex>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

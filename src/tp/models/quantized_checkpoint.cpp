@@ -217,7 +217,7 @@ bool reads_quantized(const Checkpoint& ckpt, const std::string& param) {
 }
 
 void check_quantized_shard(const QuantizationConfig& q, const std::string& param, const Shape& shape,
-                           const parallel::ParamShard& shard) {
+                           const nn::ParamShard& shard) {
   TP_CHECK(shape.size() == 2, "'{}': a quantized Linear weight is 2-D [out, in], got {}", param, shape_str(shape));
   if (shard.replicated()) return;
   TP_CHECK(shard.dim == 0 || shard.dim == 1, "'{}': a quantized Linear is split along out (dim 0) or in (dim 1), "
@@ -250,7 +250,7 @@ void check_quantized_shards(const Checkpoint& ckpt, const std::vector<nn::Parame
 }
 
 QuantizedSlice read_quantized(const Checkpoint& ckpt, const std::string& param, const Shape& shape,
-                              const parallel::ParamShard& shard) {
+                              const nn::ParamShard& shard) {
   const QuantizationConfig& q = packed_config(ckpt, param);
   check_quantized_shard(q, param, shape, shard);
   const std::string module = module_of(param);

@@ -11,7 +11,7 @@
 
 #include "tp/models/checkpoint.h"
 #include "tp/nn/module.h"
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp {
 
@@ -34,7 +34,7 @@ bool reads_quantized(const Checkpoint& ckpt, const std::string& param);
 // This rank's slice (`shard` of the global [N, K] weight: dim 0 = colwise/out split, dim 1 = rowwise/in split, one or
 // several spans, or replicated) read with sliced reads of only the needed bytes of each packed tensor.
 QuantizedSlice read_quantized(const Checkpoint& ckpt, const std::string& param, const Shape& global_shape,
-                              const parallel::ParamShard& shard);
+                              const nn::ParamShard& shard);
 
 // Before any weight is read: every quantized parameter's shard must hold whole groups (row split: each span's offset and
 // size a multiple of group_size, else — act-order GPTQ — keep scales/zeros whole and g_idx global) and whole packed words
@@ -45,7 +45,7 @@ void check_quantized_shards(const Checkpoint& ckpt, const std::vector<nn::Parame
 
 // The same rule for one parameter under `q` (what check_quantized_shards applies to each).
 void check_quantized_shard(const QuantizationConfig& q, const std::string& param, const Shape& global_shape,
-                           const parallel::ParamShard& shard);
+                           const nn::ParamShard& shard);
 
 // The bytes ops::QuantizedLinear holds for this rank's slice `local` [n, k] of a quantized weight `global` [N, K]
 // (the rules above: a row split keeps whole groups, act-order keeps every group's scales), before anything is read.

@@ -11,7 +11,7 @@ namespace {
 struct Projection {
   const char* proj;
   Shape shape;
-  parallel::ParamShard shard;
+  nn::ParamShard shard;
 };
 
 // This rank's experts and the shards of their three projections, from the fused parameters' shards.
@@ -32,8 +32,8 @@ std::vector<ChunkSpan> spans_within(const std::vector<ChunkSpan>& spans, int64_t
   return out;
 }
 
-parallel::ParamShard shard_of(int64_t dim, std::vector<ChunkSpan> spans, int64_t whole) {
-  parallel::ParamShard s;
+nn::ParamShard shard_of(int64_t dim, std::vector<ChunkSpan> spans, int64_t whole) {
+  nn::ParamShard s;
   if (spans.size() == 1 && spans[0].offset == 0 && spans[0].size == whole) return s;  // all of it: replicated
   s.dim = dim;
   s.spans = std::move(spans);
@@ -49,8 +49,8 @@ Layout layout_of(const Checkpoint& ckpt, const nn::MoeExperts& experts) {
     if (reads_quantized(ckpt, expert_key(l.layer, n, 0, n.gate))) l.naming = &n;
   const int64_t E = experts.num_experts(), I = experts.gate_up_proj.global_shape[1] / 2,
                 H = experts.gate_up_proj.global_shape[2];
-  const parallel::ParamShard& gu = experts.gate_up_proj.shard;
-  const parallel::ParamShard& dn = experts.down_proj.shard;
+  const nn::ParamShard& gu = experts.gate_up_proj.shard;
+  const nn::ParamShard& dn = experts.down_proj.shard;
   l.gate = {l.naming ? l.naming->gate : "", {I, H}, {}};
   l.up = {l.naming ? l.naming->up : "", {I, H}, {}};
   l.down = {l.naming ? l.naming->down : "", {H, I}, {}};
@@ -118,8 +118,8 @@ bool quantizes_experts(const QuantizationConfig& q, const std::string& model_typ
 QuantizedExpertBytes quantized_experts_bytes(const QuantizationConfig& q, const nn::MoeExperts& experts) {
   const int64_t E = experts.num_experts(), I = experts.gate_up_proj.global_shape[1] / 2,
                 H = experts.gate_up_proj.global_shape[2];
-  const parallel::ParamShard& gu = experts.gate_up_proj.shard;
-  const parallel::ParamShard& dn = experts.down_proj.shard;
+  const nn::ParamShard& gu = experts.gate_up_proj.shard;
+  const nn::ParamShard& dn = experts.down_proj.shard;
   auto total = [](const std::vector<ChunkSpan>& spans) {
     int64_t n = 0;
     for (const ChunkSpan& s : spans) n += s.size;

@@ -54,7 +54,7 @@ void save_pretrained(PretrainedModel& model, const fs::path& dir, const SaveOpti
   struct Item {
     const SourceTensor* source;
     nn::Parameter* param;
-    std::vector<parallel::ParamShard> shards;
+    std::vector<nn::ParamShard> shards;
     FusedLocation at;  // where the checkpoint tensor lives in `param` (a per-expert Hub tensor), else the whole
   };
   std::vector<Item> items;

@@ -38,7 +38,7 @@ std::vector<Parameter*> Module::parameters() {
   return out;
 }
 
-void Module::set_style(const parallel::TensorParallelLayer* style, const dist::DeviceMesh* mesh) {
+void Module::set_style(const TensorParallelLayer* style, const dist::DeviceMesh* mesh) {
   style_ = style;
   mesh_ = mesh;
 }

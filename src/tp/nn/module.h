@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 #include "tp/tensor/tensor.h"
 
 namespace tp::nn {
@@ -19,7 +19,7 @@ struct Parameter {
   std::string name;            // full name
   Shape global_shape;          // the checkpoint tensor's shape
   Tensor data;                 // this rank's local piece (undefined until loaded)
-  parallel::ParamShard shard;  // which piece (replicated unless a style sharded it)
+  ParamShard shard;  // which piece (replicated unless a style sharded it)
 };
 
 // The shape of this rank's piece, from the global shape and the shard (known
@@ -44,8 +44,8 @@ class Module {
   std::vector<Parameter*> parameters();  // this module and all descendants
   std::vector<Parameter*> own_parameters();
 
-  void set_style(const parallel::TensorParallelLayer* style, const dist::DeviceMesh* mesh);
-  const parallel::TensorParallelLayer* style() const { return style_; }
+  void set_style(const TensorParallelLayer* style, const dist::DeviceMesh* mesh);
+  const TensorParallelLayer* style() const { return style_; }
   const dist::DeviceMesh* mesh() const { return mesh_; }
 
   // A child added after the model was built (an adapter's modules: LoRA's
@@ -87,7 +87,7 @@ class Module {
   std::string name_;
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<std::unique_ptr<Module>> children_;
-  const parallel::TensorParallelLayer* style_ = nullptr;
+  const TensorParallelLayer* style_ = nullptr;
   const dist::DeviceMesh* mesh_ = nullptr;
 };
 

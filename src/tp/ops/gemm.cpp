@@ -13,7 +13,7 @@
 
 #include "tp/ops/dnnl_context.h"
 #include "tp/tensor/convert.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tensor/storage.h"
 
 namespace tp::ops::detail {

@@ -15,7 +15,7 @@
 
 #include "tp/ops/dnnl_context.h"
 #include "tp/ops/gemm.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::ops::detail {
 

@@ -14,14 +14,14 @@ namespace tp::parallel {
 
 // Instances that replace the registry's style for one module (by full name),
 // e.g. a KV-head-replicating colwise for k_proj when tp_size > num_key_value_heads.
-using StyleOverrides = std::map<std::string, std::shared_ptr<const TensorParallelLayer>>;
+using StyleOverrides = std::map<std::string, std::shared_ptr<const nn::TensorParallelLayer>>;
 
 // `mesh` may be null for a dry run (hooks are then not installed).
-void apply_plan(nn::Module& root, const ResolvedPlan& plan, const TpRank& tp, const dist::DeviceMesh* mesh,
+void apply_plan(nn::Module& root, const ResolvedPlan& plan, const nn::TpRank& tp, const dist::DeviceMesh* mesh,
                 const StyleOverrides& overrides = {});
 
 // The style instance that serves `module_name` with plan style `style_name`.
-const TensorParallelLayer& style_for(const std::string& module_name, const std::string& style_name,
+const nn::TensorParallelLayer& style_for(const std::string& module_name, const std::string& style_name,
                                      const StyleOverrides& overrides);
 
 }  // namespace tp::parallel

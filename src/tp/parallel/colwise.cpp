@@ -11,7 +11,7 @@
 // packed_colwise cuts a fused weight (e.g. gate_up_proj) into split_factor groups
 // first, so rank r holds matching slices of every group: StridedShard.
 #include "tp/autograd/tape.h"
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 #include "tp/parallel/colwise.h"
 #include "tp/parallel/style_util.h"
 
@@ -27,7 +27,7 @@ dist::Placement ColwiseParallel::placement_for(const Shape& global_shape) const 
 }
 
 void ColwiseParallel::validate_param(const nn::Module& module, const std::string& param_name,
-                                     const Shape& global_shape, const TpRank& tp) const {
+                                     const Shape& global_shape, const nn::TpRank& tp) const {
   int64_t tp_size = tp.size;
   int64_t dim = global_shape.size() >= 2 ? static_cast<int64_t>(global_shape.size()) - 2 : 0;
   int64_t n = global_shape.empty() ? 0 : global_shape[dim];
@@ -44,12 +44,12 @@ void ColwiseParallel::validate_param(const nn::Module& module, const std::string
              tp_size, options_.kv_replicas, param_name);
 }
 
-ParamShard ColwiseParallel::shard_param(const nn::Module& module, const std::string& param_name,
-                                        const Shape& global_shape, const TpRank& tp) const {
+nn::ParamShard ColwiseParallel::shard_param(const nn::Module& module, const std::string& param_name,
+                                        const Shape& global_shape, const nn::TpRank& tp) const {
   dist::Placement p = placement_for(global_shape);
   if (options_.kv_replicas <= 1) return shard_for(p, global_shape, tp);
   // Each KV head lives on kv_replicas consecutive ranks: split into tp / r parts.
-  ParamShard s;
+  nn::ParamShard s;
   s.placement = p;
   s.dim = std::get<dist::Shard>(p).dim;
   int64_t parts = tp.size / options_.kv_replicas;
@@ -90,13 +90,13 @@ Tensor ColwiseParallel::transform_output_post_forward(nn::Module& module, Tensor
   return dist::gather_from_region(output, -1, mesh.group("tp"));
 }
 
-std::vector<CollectiveCost> ColwiseParallel::forward_collectives(const nn::Module& module,
-                                                                 const TpRank& tp) const {
+std::vector<nn::CollectiveCost> ColwiseParallel::forward_collectives(const nn::Module& module,
+                                                                 const nn::TpRank& tp) const {
   if (!options_.gather_output) return {};
   return {{"all_gather", output_features(module) * 4}};
 }
 
-std::shared_ptr<const TensorParallelLayer> ColwiseParallel::sequence_parallel_variant(const nn::Module& module) const {
+std::shared_ptr<const nn::TensorParallelLayer> ColwiseParallel::sequence_parallel_variant(const nn::Module& module) const {
   return variant_with<ColwiseParallel>(options_, &Options::sequence_parallel);
 }
 

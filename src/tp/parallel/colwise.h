@@ -4,14 +4,14 @@
 #include <memory>
 #include <mutex>
 
-#include "tp/dist/process_group.h"
-#include "tp/parallel/layer.h"
+#include "tp/distributed/process_group.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
 
 // colwise, colwise_gather_output (colwise_rep), packed_colwise; also the
 // KV-head-replicating variant the models use when tp_size > num_key_value_heads.
-class ColwiseParallel : public TensorParallelLayer {
+class ColwiseParallel : public nn::TensorParallelLayer {
  public:
   struct Options {
     bool gather_output = false;  // all-gather the output on the last dim
@@ -27,9 +27,9 @@ class ColwiseParallel : public TensorParallelLayer {
   const Options& options() const { return options_; }
 
   void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                      const TpRank& tp) const override;
-  ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                         const TpRank& tp) const override;
+                      const nn::TpRank& tp) const override;
+  nn::ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                         const nn::TpRank& tp) const override;
   std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                    const dist::DeviceMesh& mesh) const override;
   // With kv_replicas > 1 and gradients on: the ranks holding one slice each see
@@ -38,8 +38,10 @@ class ColwiseParallel : public TensorParallelLayer {
   Tensor context_around_forward(nn::Module& module, const std::function<Tensor()>& forward,
                                 const dist::DeviceMesh& mesh) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
-  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
+  std::shared_ptr<const nn::TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  // Its input hook passes the input through and, unless gathered, the output stays this rank's slice.
+  bool allows_fused_forward() const override { return !options_.gather_output; }
 
  protected:
   dist::Placement placement_for(const Shape& global_shape) const;

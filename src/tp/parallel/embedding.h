@@ -1,5 +1,5 @@
 #pragma once
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
 
@@ -7,15 +7,15 @@ namespace tp::parallel {
 // the ids in its range (others give zero rows); fwd all-reduce, bwd none.
 // Under sequence parallelism the partial lookup [B, T, H] is reduce-scattered
 // along T instead (bwd: all-gather of dY along T).
-class EmbeddingRowwise : public TensorParallelLayer {
+class EmbeddingRowwise : public nn::TensorParallelLayer {
  public:
   explicit EmbeddingRowwise(bool sequence_parallel = false) : sequence_parallel_(sequence_parallel) {}
-  ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                         const TpRank& tp) const override;
-  void install_forward(nn::Module& module, const TpRank& tp) const override;
+  nn::ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                         const nn::TpRank& tp) const override;
+  void install_forward(nn::Module& module, const nn::TpRank& tp) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
-  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
+  std::shared_ptr<const nn::TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 
  private:
   bool sequence_parallel_;
@@ -23,14 +23,14 @@ class EmbeddingRowwise : public TensorParallelLayer {
 
 // embedding_colwise: the hidden dim split across ranks (Shard(1)); fwd all-gather
 // of the output, bwd keeps the local slice of the gradient.
-class EmbeddingColwise : public TensorParallelLayer {
+class EmbeddingColwise : public nn::TensorParallelLayer {
  public:
-  ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                         const TpRank& tp) const override;
+  nn::ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                         const nn::TpRank& tp) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
   // None: the error names the module.
-  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  std::shared_ptr<const nn::TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 };
 
 }  // namespace tp::parallel

@@ -1,14 +1,14 @@
 #include "tp/parallel/mla.h"
 
 #include "tp/autograd/tape.h"
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 #include "tp/ops/shape.h"
 #include "tp/parallel/style_util.h"
 
 namespace tp::parallel {
 
 void MlaKvAProjParallel::validate_param(const nn::Module& module, const std::string& param_name,
-                                        const Shape& global_shape, const TpRank& tp) const {
+                                        const Shape& global_shape, const nn::TpRank& tp) const {
   TP_CHECK(options_.qk_rope_head_dim > 0,
            "'{}' has style mla_kv_a_proj, which needs qk_rope_head_dim from the model config, and this model's "
            "config does not define it; add qk_rope_head_dim to config.json or map '{}' to another style",

@@ -1,7 +1,7 @@
 #pragma once
 #include <cstdint>
 
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
 
@@ -11,7 +11,7 @@ namespace tp::parallel {
 // k_pe shared by all heads, which goes straight into this rank's heads'
 // attention, so its gradient holds this rank's heads only:
 //   fwd: identity    bwd: all-reduce the gradient of the last qk_rope_head_dim outputs
-class MlaKvAProjParallel : public TensorParallelLayer {
+class MlaKvAProjParallel : public nn::TensorParallelLayer {
  public:
   struct Options {
     int64_t qk_rope_head_dim = 0;  // from the model config; 0: the config has none (an error at load)
@@ -20,7 +20,7 @@ class MlaKvAProjParallel : public TensorParallelLayer {
   explicit MlaKvAProjParallel(Options options) : options_(options) {}
 
   void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                      const TpRank& tp) const override;
+                      const nn::TpRank& tp) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
 
  private:

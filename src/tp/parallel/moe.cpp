@@ -1,6 +1,6 @@
 #include "tp/parallel/moe.h"
 
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/moe_experts.h"
@@ -82,7 +82,7 @@ Tensor MoeTpExperts::transform_output_post_forward(nn::Module& module, Tensor ou
   return sum;
 }
 
-std::vector<CollectiveCost> MoeTpExperts::forward_collectives(const nn::Module& module, const TpRank& tp) const {
+std::vector<nn::CollectiveCost> MoeTpExperts::forward_collectives(const nn::Module& module, const nn::TpRank& tp) const {
   const auto* experts = dynamic_cast<const nn::MoeExperts*>(&module);
   if (experts == nullptr) return {};
   return {{"all_reduce", experts->hidden_size() * 4}};
@@ -100,7 +100,7 @@ std::vector<Tensor> MoeIdentityExpert::transform_inputs_pre_forward(nn::Module& 
 // ---------------------------------------------------------------- grouped_gemm
 
 void GroupedGemm::validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                                 const TpRank& tp) const {
+                                 const nn::TpRank& tp) const {
   TP_CHECK(!global_shape.empty(), "grouped_gemm: '{}' has no expert dimension", param_name);
   TP_CHECK(global_shape[0] % tp.ep_size == 0,
            "Global number of experts must be divisible by number of devices: {} % {} != 0 ('{}' {}, style "
@@ -108,16 +108,16 @@ void GroupedGemm::validate_param(const nn::Module& module, const std::string& pa
            global_shape[0], tp.ep_size, param_name, shape_str(global_shape), tp.ep_size);
 }
 
-ParamShard GroupedGemm::shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                                    const TpRank& tp) const {
+nn::ParamShard GroupedGemm::shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                                    const nn::TpRank& tp) const {
   if (tp.ep_size == 1) return {};
-  return shard_for(dist::Shard{0}, global_shape, TpRank{.size = tp.ep_size, .rank = tp.ep_rank});
+  return shard_for(dist::Shard{0}, global_shape, nn::TpRank{.size = tp.ep_size, .rank = tp.ep_rank});
 }
 
 // ---------------------------------------------------------------- ep_router
 
 void EpRouter::validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                              const TpRank& tp) const {
+                              const nn::TpRank& tp) const {
   const auto* router = dynamic_cast<const nn::TopKRouter*>(&module);
   TP_CHECK(router != nullptr,
            "Router module {} is missing `num_experts` and `config.num_experts` (style ep_router applies to a MoE "
@@ -216,7 +216,7 @@ Tensor EpDispatchExperts::transform_output_post_forward(nn::Module& module, Tens
   return dist::reduce_from_region(pieces.size() == 1 ? mine : ops::cat(pieces, 0), ep);
 }
 
-std::vector<CollectiveCost> EpDispatchExperts::forward_collectives(const nn::Module& module, const TpRank& tp) const {
+std::vector<nn::CollectiveCost> EpDispatchExperts::forward_collectives(const nn::Module& module, const nn::TpRank& tp) const {
   const auto* experts = dynamic_cast<const nn::MoeExperts*>(&module);
   if (experts == nullptr) return {};
   // Each of this rank's tokens travels top_k times, there and back (the tokens split over ep first),

@@ -25,45 +25,45 @@
 //     hidden states' and weights' gradients all-reduced over ep).
 //   moe_identity_expert: the input divided by the tp size (an identity expert
 //     would otherwise be counted tp times by the sum).
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
 
-class MoeTpExperts : public TensorParallelLayer {
+class MoeTpExperts : public nn::TensorParallelLayer {
  public:
   std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                    const dist::DeviceMesh& mesh) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
 };
 
-class MoeIdentityExpert : public TensorParallelLayer {
+class MoeIdentityExpert : public nn::TensorParallelLayer {
  public:
   std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                    const dist::DeviceMesh& mesh) const override;
 };
 
-class GroupedGemm : public TensorParallelLayer {
+class GroupedGemm : public nn::TensorParallelLayer {
  public:
   void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                      const TpRank& tp) const override;
-  ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                         const TpRank& tp) const override;
+                      const nn::TpRank& tp) const override;
+  nn::ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                         const nn::TpRank& tp) const override;
 };
 
-class EpRouter : public TensorParallelLayer {
+class EpRouter : public nn::TensorParallelLayer {
  public:
   void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                      const TpRank& tp) const override;
+                      const nn::TpRank& tp) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
 };
 
-class EpDispatchExperts : public TensorParallelLayer {
+class EpDispatchExperts : public nn::TensorParallelLayer {
  public:
   std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                    const dist::DeviceMesh& mesh) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
 };
 
 // The mesh's expert-parallel group ("ep"), or an error naming the style and module.

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "tp/parallel/registry.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::parallel {
 

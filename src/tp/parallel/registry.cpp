@@ -61,21 +61,21 @@ const StyleRegistry& parallel_styles() {
   return registry();
 }
 
-void register_style(const std::string& name, std::shared_ptr<const TensorParallelLayer> style) {
+void register_style(const std::string& name, std::shared_ptr<const nn::TensorParallelLayer> style) {
   TP_CHECK(!name.empty(), "register_style: the style name must not be empty");
   TP_CHECK(style != nullptr, "register_style: style '{}' is null", name);
   std::lock_guard<std::mutex> lock(registry_mutex);
   registry()[name] = std::move(style);
 }
 
-const TensorParallelLayer* find_style(const std::string& name) {
+const nn::TensorParallelLayer* find_style(const std::string& name) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto it = registry().find(name);
   return it == registry().end() ? nullptr : it->second.get();
 }
 
-const TensorParallelLayer& get_style(const std::string& name) {
-  const TensorParallelLayer* s = find_style(name);
+const nn::TensorParallelLayer& get_style(const std::string& name) {
+  const nn::TensorParallelLayer* s = find_style(name);
   if (s == nullptr)
     fail("unsupported parallel style '{}'; supported styles are: {}", name, fmt::join(style_names(), ", "));
   return *s;

@@ -1,6 +1,6 @@
 #include "tp/parallel/replicated.h"
 
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 #include "tp/parallel/style_util.h"
 
 namespace tp::parallel {
@@ -15,12 +15,12 @@ Tensor AllReduceOutput::transform_output_post_forward(nn::Module& module, Tensor
   return dist::reduce_from_region(output, mesh.group("tp"));
 }
 
-std::vector<CollectiveCost> AllReduceOutput::forward_collectives(const nn::Module& module,
-                                                                 const TpRank& tp) const {
+std::vector<nn::CollectiveCost> AllReduceOutput::forward_collectives(const nn::Module& module,
+                                                                 const nn::TpRank& tp) const {
   return {{"all_reduce", output_features(module) * 4}};
 }
 
-std::shared_ptr<const TensorParallelLayer> AllReduceOutput::sequence_parallel_variant(const nn::Module& module) const {
+std::shared_ptr<const nn::TensorParallelLayer> AllReduceOutput::sequence_parallel_variant(const nn::Module& module) const {
   fail("'{}' is all_reduce, which has no sequence-parallel form yet; turn sequence parallelism off for this plan",
        module.name());
 }

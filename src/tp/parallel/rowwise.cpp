@@ -8,7 +8,7 @@
 // the bias on this rank's tokens; bwd all-gather of dY along the sequence.
 // rowwise_split_input receives X replicated and keeps its slice (bwd: all-gather dX).
 // packed_rowwise splits the input dim of a fused weight group by group (StridedShard).
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 #include "tp/ops/elementwise.h"
 #include "tp/parallel/rowwise.h"
 #include "tp/parallel/style_util.h"
@@ -16,7 +16,7 @@
 namespace tp::parallel {
 
 void RowwiseParallel::validate_param(const nn::Module& module, const std::string& param_name,
-                                     const Shape& global_shape, const TpRank& tp) const {
+                                     const Shape& global_shape, const nn::TpRank& tp) const {
   if (options_.split_factor > 1 && global_shape.size() >= 2) {
     int64_t n = global_shape.back();
     TP_CHECK(n % options_.split_factor == 0,
@@ -25,15 +25,15 @@ void RowwiseParallel::validate_param(const nn::Module& module, const std::string
   }
 }
 
-ParamShard RowwiseParallel::shard_param(const nn::Module& module, const std::string& param_name,
-                                        const Shape& global_shape, const TpRank& tp) const {
+nn::ParamShard RowwiseParallel::shard_param(const nn::Module& module, const std::string& param_name,
+                                        const Shape& global_shape, const nn::TpRank& tp) const {
   if (global_shape.size() < 2) return {};  // bias: replicated, added after the reduction
   int64_t dim = static_cast<int64_t>(global_shape.size()) - 1;
   if (options_.split_factor > 1) return shard_for(dist::StridedShard{dim, options_.split_factor}, global_shape, tp);
   return shard_for(dist::Shard{dim}, global_shape, tp);
 }
 
-void RowwiseParallel::install_forward(nn::Module& module, const TpRank& tp) const {
+void RowwiseParallel::install_forward(nn::Module& module, const nn::TpRank& tp) const {
   if (auto* linear = dynamic_cast<nn::Linear*>(&module)) linear->add_bias_in_forward = false;
 }
 
@@ -54,12 +54,12 @@ Tensor RowwiseParallel::transform_output_post_forward(nn::Module& module, Tensor
   return y;
 }
 
-std::vector<CollectiveCost> RowwiseParallel::forward_collectives(const nn::Module& module,
-                                                                 const TpRank& tp) const {
+std::vector<nn::CollectiveCost> RowwiseParallel::forward_collectives(const nn::Module& module,
+                                                                 const nn::TpRank& tp) const {
   return {{options_.sequence_parallel ? "reduce_scatter" : "all_reduce", output_features(module) * 4}};
 }
 
-std::shared_ptr<const TensorParallelLayer> RowwiseParallel::sequence_parallel_variant(const nn::Module& module) const {
+std::shared_ptr<const nn::TensorParallelLayer> RowwiseParallel::sequence_parallel_variant(const nn::Module& module) const {
   return variant_with<RowwiseParallel>(options_, &Options::sequence_parallel);
 }
 

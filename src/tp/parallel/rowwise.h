@@ -1,12 +1,12 @@
 #pragma once
 #include <cstdint>
 
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
 
 // rowwise, rowwise_split_input (rowwise_rep), packed_rowwise.
-class RowwiseParallel : public TensorParallelLayer {
+class RowwiseParallel : public nn::TensorParallelLayer {
  public:
   struct Options {
     bool split_input = false;  // input arrives replicated: keep this rank's slice of its last dim
@@ -19,15 +19,15 @@ class RowwiseParallel : public TensorParallelLayer {
   explicit RowwiseParallel(Options options) : options_(options) {}
 
   void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                      const TpRank& tp) const override;
-  ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
-                         const TpRank& tp) const override;
-  void install_forward(nn::Module& module, const TpRank& tp) const override;
+                      const nn::TpRank& tp) const override;
+  nn::ParamShard shard_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
+                         const nn::TpRank& tp) const override;
+  void install_forward(nn::Module& module, const nn::TpRank& tp) const override;
   std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                    const dist::DeviceMesh& mesh) const override;
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
-  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
+  std::shared_ptr<const nn::TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 
  private:
   Options options_;

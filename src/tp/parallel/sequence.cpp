@@ -1,6 +1,6 @@
 #include "tp/parallel/sequence.h"
 
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 #include "tp/parallel/style_util.h"
 
 namespace tp::parallel {
@@ -42,12 +42,12 @@ Tensor SequenceParallel::transform_output_post_forward(nn::Module& module, Tenso
                                 : dist::gather_from_region(output, options_.sequence_dim, g);
 }
 
-std::vector<CollectiveCost> SequenceParallel::forward_collectives(const nn::Module& module, const TpRank& tp) const {
+std::vector<nn::CollectiveCost> SequenceParallel::forward_collectives(const nn::Module& module, const nn::TpRank& tp) const {
   if (!options_.gather_output) return {};
   return {{"all_gather", norm_features(module) * 4}};
 }
 
-std::shared_ptr<const TensorParallelLayer> SequenceParallel::sequence_parallel_variant(const nn::Module& module) const {
+std::shared_ptr<const nn::TensorParallelLayer> SequenceParallel::sequence_parallel_variant(const nn::Module& module) const {
   return variant_with<SequenceParallel>(options_, &Options::sharded_input);
 }
 
@@ -58,13 +58,13 @@ std::vector<Tensor> GatherSequenceInput::transform_inputs_pre_forward(nn::Module
   return inputs;
 }
 
-std::vector<CollectiveCost> GatherSequenceInput::forward_collectives(const nn::Module& module,
-                                                                     const TpRank& tp) const {
+std::vector<nn::CollectiveCost> GatherSequenceInput::forward_collectives(const nn::Module& module,
+                                                                     const nn::TpRank& tp) const {
   if (!active_) return {};
   return {{"all_gather", input_features(module) * 4}};
 }
 
-std::shared_ptr<const TensorParallelLayer> GatherSequenceInput::sequence_parallel_variant(
+std::shared_ptr<const nn::TensorParallelLayer> GatherSequenceInput::sequence_parallel_variant(
     const nn::Module& module) const {
   return active_ ? nullptr : std::make_shared<GatherSequenceInput>(true);
 }
@@ -74,7 +74,7 @@ Tensor ScatterSequenceOutput::transform_output_post_forward(nn::Module& module, 
   return active_ ? dist::scatter_to_region(output, 1, mesh.group("tp")) : output;
 }
 
-std::shared_ptr<const TensorParallelLayer> ScatterSequenceOutput::sequence_parallel_variant(
+std::shared_ptr<const nn::TensorParallelLayer> ScatterSequenceOutput::sequence_parallel_variant(
     const nn::Module& module) const {
   return active_ ? nullptr : std::make_shared<ScatterSequenceOutput>(true);
 }
@@ -83,7 +83,7 @@ void use_sequence_parallel_styles(const ResolvedPlan& plan, nn::Module& root, St
   for (nn::Module* m : root.modules()) {
     auto it = plan.module_style.find(m->name());
     if (it == plan.module_style.end()) continue;
-    std::shared_ptr<const TensorParallelLayer> variant = style_for(m->name(), it->second, overrides)
+    std::shared_ptr<const nn::TensorParallelLayer> variant = style_for(m->name(), it->second, overrides)
                                                              .sequence_parallel_variant(*m);
     if (variant != nullptr) overrides[m->name()] = std::move(variant);
   }

@@ -5,7 +5,7 @@
 // chunk rule: rank r holds chunk_span(T, tp, r), possibly none): the model's
 // sequence-parallel plan puts these styles on its norms, its blocks and a
 // replicated embedding, and every style of the plan runs in its
-// sequence-parallel form (TensorParallelLayer::sequence_parallel_variant):
+// sequence-parallel form (nn::TensorParallelLayer::sequence_parallel_variant):
 //
 //   embed_tokens     replicated: keep this rank's tokens (bwd all-gather);
 //                    vocab-parallel: reduce-scatter (bwd all-gather)
@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "tp/parallel/apply.h"
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
 
@@ -27,7 +27,7 @@ namespace tp::parallel {
 // Under sequence parallelism the input already is this rank's shard: no split.
 // sequence_parallel_gather_output: the same, and the output is all-gathered along
 // the sequence (the final norm before lm_head).
-class SequenceParallel : public TensorParallelLayer {
+class SequenceParallel : public nn::TensorParallelLayer {
  public:
   struct Options {
     int64_t sequence_dim = 1;
@@ -44,8 +44,8 @@ class SequenceParallel : public TensorParallelLayer {
   // a column-parallel lm_head, all-reduced it), or, in the sequence-parallel form,
   // a reduce-scatter of the consumer's partial gradients.
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
-  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
+  std::shared_ptr<const nn::TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 
  private:
   Options options_;
@@ -55,13 +55,13 @@ class SequenceParallel : public TensorParallelLayer {
 // shards: fwd all-gather along the sequence / bwd reduce-scatter, once for all of
 // its column-parallel projections. Without sequence parallelism the input is
 // whole already: nothing to do.
-class GatherSequenceInput : public TensorParallelLayer {
+class GatherSequenceInput : public nn::TensorParallelLayer {
  public:
   explicit GatherSequenceInput(bool active = false) : active_(active) {}
   std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
                                                    const dist::DeviceMesh& mesh) const override;
-  std::vector<CollectiveCost> forward_collectives(const nn::Module& module, const TpRank& tp) const override;
-  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
+  std::shared_ptr<const nn::TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 
  private:
   bool active_;
@@ -71,11 +71,11 @@ class GatherSequenceInput : public TensorParallelLayer {
 // whose output enters the sequence-sharded region: fwd keep this rank's tokens /
 // bwd all-gather, so its replicated weight still gets the whole gradient. Without
 // sequence parallelism: nothing to do.
-class ScatterSequenceOutput : public TensorParallelLayer {
+class ScatterSequenceOutput : public nn::TensorParallelLayer {
  public:
   explicit ScatterSequenceOutput(bool active = false) : active_(active) {}
   Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
-  std::shared_ptr<const TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
+  std::shared_ptr<const nn::TensorParallelLayer> sequence_parallel_variant(const nn::Module& module) const override;
 
  private:
   bool active_;

@@ -7,7 +7,7 @@ namespace tp::parallel {
 namespace {
 
 // [dim, spans..., (offset, size) pairs]: what a rank's shard says, as integers.
-std::vector<int64_t> encode(const ParamShard& s) {
+std::vector<int64_t> encode(const nn::ParamShard& s) {
   std::vector<int64_t> v{s.dim, static_cast<int64_t>(s.spans.size())};
   for (const ChunkSpan& span : s.spans) {
     v.push_back(span.offset);
@@ -16,19 +16,19 @@ std::vector<int64_t> encode(const ParamShard& s) {
   return v;
 }
 
-bool same_slice(const ParamShard& a, const ParamShard& b) { return encode(a) == encode(b); }
+bool same_slice(const nn::ParamShard& a, const nn::ParamShard& b) { return encode(a) == encode(b); }
 
 }  // namespace
 
-std::vector<ParamShard> all_shards(const ParamShard& mine, dist::ProcessGroup& group) {
+std::vector<nn::ParamShard> all_shards(const nn::ParamShard& mine, dist::ProcessGroup& group) {
   std::vector<int64_t> code = encode(mine);
   std::vector<int64_t> sizes;
   Tensor all = group.all_gather_uneven(Tensor::from_ints(code, {static_cast<int64_t>(code.size())}), 0, &sizes);
   std::vector<int64_t> flat = all.to_int_vector();
-  std::vector<ParamShard> out;
+  std::vector<nn::ParamShard> out;
   size_t at = 0;
   for (int64_t n : sizes) {
-    ParamShard s;
+    nn::ParamShard s;
     s.dim = flat[at];
     int64_t spans = flat[at + 1];
     TP_CHECK(n == 2 + 2 * spans, "all_shards: a rank sent {} integers for {} spans", n, spans);
@@ -41,15 +41,15 @@ std::vector<ParamShard> all_shards(const ParamShard& mine, dist::ProcessGroup& g
   return out;
 }
 
-int first_holder(const std::vector<ParamShard>& shards, int rank) {
+int first_holder(const std::vector<nn::ParamShard>& shards, int rank) {
   for (int r = 0; r < rank; ++r)
     if (same_slice(shards[r], shards[rank])) return r;
   return rank;
 }
 
-Tensor gather_full(const Tensor& local, const Shape& global_shape, const std::vector<ParamShard>& shards,
+Tensor gather_full(const Tensor& local, const Shape& global_shape, const std::vector<nn::ParamShard>& shards,
                    dist::ProcessGroup& group) {
-  const ParamShard& mine = shards.at(group.rank());
+  const nn::ParamShard& mine = shards.at(group.rank());
   if (mine.replicated()) {
     Tensor full = local.clone();
     group.broadcast(full, 0);

@@ -1,11 +1,11 @@
 #include "tp/parallel/style_util.h"
 
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 
 namespace tp::parallel {
 
-ParamShard shard_for(const dist::Placement& placement, const Shape& global_shape, const TpRank& tp) {
-  ParamShard s;
+nn::ParamShard shard_for(const dist::Placement& placement, const Shape& global_shape, const nn::TpRank& tp) {
+  nn::ParamShard s;
   s.placement = placement;
   if (std::holds_alternative<dist::Shard>(placement)) {
     s.dim = normalize_dim(std::get<dist::Shard>(placement).dim, static_cast<int64_t>(global_shape.size()));

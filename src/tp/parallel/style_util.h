@@ -1,14 +1,14 @@
 #pragma once
 // Helpers shared by the style families.
-#include "tp/dist/device_mesh.h"
-#include "tp/dist/placement.h"
+#include "tp/distributed/device_mesh.h"
+#include "tp/distributed/placement.h"
 #include "tp/nn/layers.h"
-#include "tp/parallel/layer.h"
+#include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
 
 // The slice `placement` gives this rank of a tensor of `global_shape` on a 1-D mesh.
-ParamShard shard_for(const dist::Placement& placement, const Shape& global_shape, const TpRank& tp);
+nn::ParamShard shard_for(const dist::Placement& placement, const Shape& global_shape, const nn::TpRank& tp);
 
 // "weight" / "bias" from a full parameter name.
 std::string local_param_name(const nn::Module& module, const std::string& param_name);
@@ -23,7 +23,7 @@ int64_t output_features(const nn::Module& module);
 // A style's sequence-parallel form: the style again with `options.*flag` set;
 // null when it is set already (the style is that form).
 template <class Style>
-std::shared_ptr<const TensorParallelLayer> variant_with(const typename Style::Options& options,
+std::shared_ptr<const nn::TensorParallelLayer> variant_with(const typename Style::Options& options,
                                                        bool Style::Options::*flag) {
   if (options.*flag) return nullptr;
   typename Style::Options o = options;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tp/chat/chat_template.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::serving {
 

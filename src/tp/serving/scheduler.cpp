@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::serving {
 

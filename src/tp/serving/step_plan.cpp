@@ -1,6 +1,6 @@
 #include "tp/serving/step_plan.h"
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::serving {
 

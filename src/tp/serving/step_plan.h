@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 
 namespace tp::serving {
 

@@ -1,6 +1,6 @@
 #include "tp/tensor/shape.h"
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <new>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 namespace {

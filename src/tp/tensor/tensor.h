@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tp/tensor/dtype.h"
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tensor/shape.h"
 #include "tp/tensor/storage.h"
 

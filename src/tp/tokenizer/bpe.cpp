@@ -5,7 +5,7 @@
 #include <cstring>
 #include <queue>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/utf8.h"
 
 namespace tp {

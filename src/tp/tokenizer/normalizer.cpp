@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/regex.h"
 
 namespace tp {

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/byte_level.h"
 #include "tp/tokenizer/regex.h"
 

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp {
 

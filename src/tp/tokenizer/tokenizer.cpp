@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/tokenizer_state.h"
 #include "tp/tokenizer/utf8.h"
 

@@ -1,7 +1,7 @@
 // Builds a TokenizerState from tokenizer.json + tokenizer_config.json.
 #include <nlohmann/json.hpp>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/tokenizer/tokenizer_state.h"
 #include "tp/tokenizer/utf8.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 #include "tp/training/schedule.h"
 
 namespace tp::training {

@@ -4,7 +4,7 @@
 #include <regex>
 #include <vector>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::training {
 

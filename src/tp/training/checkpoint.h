@@ -15,7 +15,7 @@
 #include <functional>
 #include <optional>
 
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 
 namespace tp::training {
 

@@ -17,7 +17,7 @@
 //     distributed optimizer; ZeRO stage 2's communication).
 // The collectives are blocking, and the dp_shard reduction is an all-reduce of
 // which each rank keeps its chunk, because that is what runs fastest on CPU
-// ranks (bench/dist/bench_collectives, 2 ranks, 8-64 MiB): OpenMPI's
+// ranks (bench/distributed/bench_collectives, 2 ranks, 8-64 MiB): OpenMPI's
 // nonblocking all-reduce took 1.8-2.6x the blocking one's time (no progress
 // thread, and no idle core to overlap with), and its reduce-scatter, blocking
 // or not, 1.5-3.8x an all-reduce of the same buffer; a Qwen3 step's dp_shard

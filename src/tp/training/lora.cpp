@@ -8,7 +8,7 @@
 
 #include "tp/autograd/checkpoint.h"
 #include "tp/autograd/tape.h"
-#include "tp/dist/functional.h"
+#include "tp/distributed/functional.h"
 #include "tp/models/presets.h"  // param_seed
 #include "tp/ops/elementwise.h"
 #include "tp/ops/embedding.h"
@@ -24,7 +24,7 @@ namespace {
 constexpr const char* kPeftPrefix = "base_model.model.";
 
 // This rank's slice of a full tensor.
-Tensor local_slice(const Tensor& full, const parallel::ParamShard& shard) {
+Tensor local_slice(const Tensor& full, const nn::ParamShard& shard) {
   if (shard.replicated()) return full.clone();
   std::vector<Tensor> pieces;
   for (const ChunkSpan& s : shard.spans) pieces.push_back(full.narrow(shard.dim, s.offset, s.size));
@@ -188,7 +188,7 @@ LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
   // collectively (every rank decides from every rank's shards alike), kept by the adapters.
   std::map<std::vector<int>, std::shared_ptr<dist::ProcessGroup>> groups;
   auto sharing = [&](const nn::Parameter& p) -> std::shared_ptr<dist::ProcessGroup> {
-    std::vector<parallel::ParamShard> shards = parallel::all_shards(p.shard, tp);
+    std::vector<nn::ParamShard> shards = parallel::all_shards(p.shard, tp);
     std::vector<int> color(shards.size());
     for (size_t r = 0; r < shards.size(); ++r) color[r] = parallel::first_holder(shards, static_cast<int>(r));
     if (std::set<int>(color.begin(), color.end()).size() == color.size()) return nullptr;  // no slice shared
@@ -220,7 +220,7 @@ LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
       B = &base->adopt_parameter("lora_embedding_B", {w.global_shape[1], r});
       out_dim = 1;
     }
-    const parallel::ParamShard& ws = w.shard;
+    const nn::ParamShard& ws = w.shard;
     int64_t in_offset = 0;
     if (!ws.replicated()) {
       TP_CHECK(std::holds_alternative<dist::Shard>(ws.placement) && ws.spans.size() == 1,

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <regex>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::training {
 

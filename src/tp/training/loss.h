@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/tensor/tensor.h"
 
 namespace tp::training {

@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "tp/dist/process_group.h"
+#include "tp/distributed/process_group.h"
 #include "tp/nn/module.h"
 
 namespace tp::training {
@@ -63,7 +63,7 @@ struct TrainableParam {
   bool grad_by_rows = false;
   std::vector<nn::Parameter*> refs;  // every module parameter that shares it
   Shape global_shape;
-  std::vector<parallel::ParamShard> shards;  // every tp rank's slice
+  std::vector<nn::ParamShard> shards;  // every tp rank's slice
   Tensor master;                     // f32 view into the master slab (undefined for a matrix whose masters are sharded)
   Tensor compute;                    // what the model runs with (master, or its bf16 copy)
   Tensor grad;                       // f32 view into the gradient slab

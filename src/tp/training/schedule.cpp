@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "tp/tensor/error.h"
+#include "tp/core/error.h"
 
 namespace tp::training {
 

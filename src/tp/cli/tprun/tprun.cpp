@@ -1,9 +1,9 @@
-// tprun: a torchrun-like launcher on top of OpenMPI's mpirun (see tp/dist/launch.h).
+// tprun: a torchrun-like launcher on top of OpenMPI's mpirun (see tp/cli/tprun/launch.h).
 //   tprun --nproc-per-node N [...] PROGRAM ARGS...   -> runs mpirun ... tprun --exec-rank PROGRAM ARGS...
 //   tprun --exec-rank PROGRAM ARGS...                 -> (in each rank) export RANK etc., exec PROGRAM
 // tprun waits for mpirun, exits with the job's exit code and then removes the
 // job's private directory (MPI's session files). With several nodes
-// (tp/dist/multinode.h) tprun supervises mpirun (node 0) or OpenMPI's daemon
+// (tp/cli/tprun/multinode.h) tprun supervises mpirun (node 0) or OpenMPI's daemon
 // (other nodes), and `tprun --rsh-agent HOST COMMAND` is mpirun's remote shell.
 #include <sched.h>
 #include <unistd.h>
@@ -14,9 +14,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "tp/dist/launch.h"
-#include "tp/dist/multinode.h"
-#include "tp/tensor/error.h"
+#include "tp/cli/tprun/launch.h"
+#include "tp/cli/tprun/multinode.h"
+#include "tp/core/cpu_load.h"
+#include "tp/core/error.h"
 #include "tp/version.h"
 
 extern char** environ;
@@ -54,7 +55,7 @@ std::map<std::string, std::string> environment() {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::printf("%s", tp::dist::launch_usage().c_str());
+    std::printf("%s", tp::launcher::launch_usage().c_str());
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "--version") {
@@ -63,24 +64,24 @@ int main(int argc, char** argv) {
   }
   try {
     if (!args.empty() && args[0] == "--exec-rank") {
-      for (const auto& [name, value] : tp::dist::rank_environment(environment())) setenv(name.c_str(), value.c_str(), 1);
+      for (const auto& [name, value] : tp::launcher::rank_environment(environment())) setenv(name.c_str(), value.c_str(), 1);
       TP_CHECK(args.size() > 1, "tprun --exec-rank: no PROGRAM given");
       exec({args.begin() + 1, args.end()});
     }
-    if (args[0] == "--rsh-agent") return tp::dist::run_rsh_agent({args.begin() + 1, args.end()});
-    tp::dist::LaunchOptions options = tp::dist::parse_launch_args(args);
+    if (args[0] == "--rsh-agent") return tp::launcher::run_rsh_agent({args.begin() + 1, args.end()});
+    tp::launcher::LaunchOptions options = tp::launcher::parse_launch_args(args);
     const char* omp = std::getenv("OMP_NUM_THREADS");
     const char* mpirun = std::getenv("TP_MPIRUN");
     const int cores = cpu_count();
-    tp::dist::LaunchHost host{.mpirun = mpirun ? mpirun : "mpirun",
+    tp::launcher::LaunchHost host{.mpirun = mpirun ? mpirun : "mpirun",
                               .self = std::filesystem::read_symlink("/proc/self/exe").string(),
                               .cores = cores,
-                              .busy_cores = tp::dist::busy_cores(cores),
+                              .busy_cores = tp::busy_cores(cores),
                               .root = geteuid() == 0,
                               .omp_threads_env = omp ? omp : ""};
-    const tp::dist::RunDir rundir;
+    const tp::launcher::RunDir rundir;
     host.rundir = rundir.path();
-    tp::dist::LaunchPlan plan = tp::dist::plan_launch(options, host);
+    tp::launcher::LaunchPlan plan = tp::launcher::plan_launch(options, host);
     if (!plan.note.empty()) {
       std::printf("%s\n", plan.note.c_str());
       return 0;
@@ -90,8 +91,8 @@ int main(int argc, char** argv) {
     // The ranks' output reaches the terminal through mpirun's pipes, so they
     // cannot see it is one: progress bars (tp train) ask this instead.
     if (isatty(STDERR_FILENO)) setenv("TP_STDERR_IS_TTY", "1", 1);
-    if (!options.rendezvous()) return tp::dist::run_single_node(plan);
-    return options.node_rank == 0 ? tp::dist::run_node0(options, plan) : tp::dist::run_node(options);
+    if (!options.rendezvous()) return tp::launcher::run_single_node(plan);
+    return options.node_rank == 0 ? tp::launcher::run_node0(options, plan) : tp::launcher::run_node(options);
   } catch (const tp::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
