@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""The layer rules of src/tp, checked on the sources (a CTest test).
+
+  check_layers.py SRC_TP_DIR
+  check_layers.py --self-test   # each rule, broken once in a small tree, is reported
+
+1. Layers depend only downward. LAYERS below is the one place the order is
+   written: a file in src/tp/<layer>/ may include "tp/<other>/..." only when
+   <other> is the same layer or one listed before it. tprun's launcher
+   (cli/tprun/) is a library of its own: it includes nothing but core/, and
+   nothing else includes it.
+2. Raw element loops belong to ops/ (and io/, tokenizer/, chat/, which parse
+   bytes and text, and tensor/, which defines the accessors): elsewhere a file
+   that reaches a tensor's elements through data<T>() is a kernel outside the
+   kernel seam. RAW_ELEMENT_DEBT lists the files that still do, with their
+   count of data<...> uses, while issue 30's item 4 moves their kernels into
+   ops/: a file may only lose uses (the check then asks for its entry to be
+   lowered), and no other file may gain one.
+
+Exits 1 naming every file and line that breaks a rule.
+"""
+import os
+import re
+import sys
+
+LAYERS = ["core", "tensor", "autograd", "ops", "distributed", "nn", "parallel", "io", "models", "tokenizer", "chat",
+          "generation", "training", "serving", "cli"]
+LAUNCHER = "cli/tprun"
+RAW_ELEMENT_LAYERS = {"ops", "io", "tokenizer", "chat", "tensor", "core"}
+
+# file (under src/tp) -> data<...> uses still there; shrink these as kernels move into ops/.
+RAW_ELEMENT_DEBT = {
+    "autograd/gradcheck.cpp": 1,
+    "autograd/tape.cpp": 4,
+    "distributed/redistribute.cpp": 1,
+    "generation/generate.cpp": 4,
+    "generation/sampling.cpp": 2,
+    "models/mxfp4.cpp": 10,
+    "models/quantize_rtn.cpp": 8,
+    "models/quantized_checkpoint.cpp": 12,
+    "parallel/moe.cpp": 4,
+    "serving/engine.cpp": 1,
+    "training/data.cpp": 1,
+    "training/lora.cpp": 1,
+    "training/loss.cpp": 33,
+    "training/optimizer.cpp": 3,
+    "training/parameters.cpp": 25,
+    "training/router_aux_loss.cpp": 4,
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"tp/([a-z_]+)/([^"]+)"')
+RAW_ELEMENT = re.compile(r"\bdata<")
+
+
+def layer_of(rel):
+    return rel.split("/")[0]
+
+
+def check(root, debt):
+    problems = []
+    seen_debt = {}
+    for dirpath, _, files in os.walk(root):
+        for name in sorted(files):
+            if not name.endswith((".h", ".cpp")):
+                continue
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            layer = layer_of(rel)
+            if layer not in LAYERS:
+                problems.append(f"{rel}: folder '{layer}' is not in LAYERS of {__file__}; add it where it belongs")
+                continue
+            in_launcher = rel.startswith(LAUNCHER + "/")
+            raw_uses = 0
+            with open(path, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    if m:
+                        target = m.group(1)
+                        target_path = f"{target}/{m.group(2)}"
+                        if in_launcher and target != "core" and not target_path.startswith(LAUNCHER + "/"):
+                            problems.append(f"{rel}:{number}: the launcher includes tp/{target_path}; it may "
+                                            "include only tp/core/ (it links no libtp)")
+                        elif not in_launcher and target_path.startswith(LAUNCHER + "/"):
+                            problems.append(f"{rel}:{number}: includes the launcher (tp/{target_path}); only tprun "
+                                            "uses it")
+                        elif target not in LAYERS:
+                            problems.append(f"{rel}:{number}: includes tp/{target_path} of unknown layer '{target}'")
+                        elif LAYERS.index(target) > LAYERS.index(layer):
+                            problems.append(f"{rel}:{number}: {layer}/ includes tp/{target_path}, a higher layer "
+                                            f"(order: {' < '.join(LAYERS)})")
+                    code = line.split("//", 1)[0]
+                    raw_uses += len(RAW_ELEMENT.findall(code))
+            if layer in RAW_ELEMENT_LAYERS or raw_uses == 0 and rel not in debt:
+                continue
+            seen_debt[rel] = raw_uses
+            allowed = debt.get(rel, 0)
+            if raw_uses > allowed:
+                problems.append(f"{rel}: {raw_uses} data<T>() uses, {allowed} allowed: element loops belong in ops/ "
+                                "(write the kernel there and call it)")
+            elif raw_uses < allowed:
+                problems.append(f"{rel}: {raw_uses} data<T>() uses, fewer than its RAW_ELEMENT_DEBT entry "
+                                f"({allowed}): lower the entry to {raw_uses} (remove it at 0) so it cannot grow back")
+    for rel in sorted(set(debt) - set(seen_debt)):
+        problems.append(f"{rel}: in RAW_ELEMENT_DEBT but not a source file with element loops; remove the entry")
+    return problems
+
+
+def self_test():
+    import tempfile
+    cases = {  # file -> (its text, what the report must say)
+        "ops/kernel.cpp": ('#include "tp/training/trainer.h"\n', "ops/ includes tp/training/trainer.h, a higher layer"),
+        "models/arch.cpp": ("float f(Tensor t) { return t.data<float>()[0]; }\n", "1 data<T>() uses, 0 allowed"),
+        "training/loss.cpp": ("// data<float>() in a comment does not count\n", "lower the entry to 0"),
+        "cli/tprun/launch.cpp": ('#include "tp/models/auto.h"\n', "the launcher includes tp/models/auto.h"),
+        "serving/engine.cpp": ('#include "tp/cli/tprun/launch.h"\n', "includes the launcher"),
+        "widgets/w.h": ("\n", "folder 'widgets' is not in LAYERS"),
+        "nn/module.h": ('#include "tp/nn/parallel_layer.h"\n#include "tp/core/error.h"\n', None),
+    }
+    with tempfile.TemporaryDirectory() as root:
+        for rel, (text, _) in cases.items():
+            os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w") as f:
+                f.write(text)
+        report = "\n".join(check(root, {"training/loss.cpp": 2, "parallel/gone.cpp": 1}))
+    expected = [want for _, want in cases.values() if want] + ["parallel/gone.cpp: in RAW_ELEMENT_DEBT"]
+    missing = [want for want in expected if want not in report]
+    if missing or report.count("\n") + 1 != len(expected):
+        sys.exit(f"self-test failed; missing {missing} in the report:\n{report}")
+    print(f"self-test ok: {len(expected)} broken rules reported, the clean file not")
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    problems = check(sys.argv[1], RAW_ELEMENT_DEBT)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} layer rule(s) broken")
+        sys.exit(1)
+    print(f"layers ok: {' < '.join(LAYERS)}; {sum(RAW_ELEMENT_DEBT.values())} data<T>() uses left outside ops/ in "
+          f"{sum(1 for v in RAW_ELEMENT_DEBT.values() if v)} files")
+
+
+if __name__ == "__main__":
+    main()
