@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     group.barrier();
     auto c0 = comm();
     auto t0 = Clock::now();
-    Tensor logits = lm.forward_ids(in, &state, {p_len - 1});
+    Tensor logits = lm.forward_ids(in, {.cache = &state, .logit_positions = {p_len - 1}}).logits;
     double tp = seconds(t0);
     auto c1 = comm();
     if (r > 0) {
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       auto d0 = comm();
       auto t1 = Clock::now();
       for (int64_t s = s0; s < std::min(d_len, s0 + kChunk); ++s) {
-        logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), &state, {0});
+        logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), {.cache = &state, .logit_positions = {0}}).logits;
         l = logits.data<float>();
         next = std::max_element(l, l + V) - l;
         tokens.push_back(next);

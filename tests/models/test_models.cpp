@@ -11,6 +11,7 @@
 #include "tp/distributed/process_group.h"
 #include "tp/generation/generate.h"
 #include "tp/models/auto.h"
+#include "tp/ops/shape.h"
 
 using namespace tp;
 using tp::testing::model_dir;
@@ -62,6 +63,25 @@ TEST_P(Equivalence, LogitsMatchTp1) {
       << GetParam().model << " at tp " << dist::world_size();
 }
 
+// ForwardOptions::sharded_logits: each rank's vocabulary slice, starting at
+// vocab_start, is its piece of the gathered logits (bit for bit: the same GEMM
+// without the all-gather); the next forward, not asking, gathers again.
+TEST_P(Equivalence, ShardedLogitsAreTheSlicesOfTheGatheredOnes) {
+  PretrainedModel many = load(GetParam().model, false);
+  ASSERT_TRUE(many.can_shard_logits());
+  Tensor ids = Tensor::from_ints({1, 17, 42, 99, 250, 3, 511, 7, 300, 12, 5, 0, 64, 128}, {2, 7});
+  const Tensor full = many.forward(ids);
+  const CausalLMOutput sharded = many.forward(ids, {.sharded_logits = true});
+  const int64_t V = full.size(-1), local = sharded.logits.size(-1);
+  ASSERT_EQ(V % dist::world_size(), 0) << "the tiny models' vocabulary (516) splits evenly over 1-4 ranks";
+  EXPECT_EQ(local * dist::world_size(), V) << "a slice per rank";
+  ASSERT_LE(sharded.vocab_start + local, V);
+  EXPECT_EQ(sharded.vocab_start, dist::world_size() == 1 ? 0 : many.mesh().coordinate("tp") * local);
+  EXPECT_TRUE(equal(sharded.logits, ops::narrow(full, 2, sharded.vocab_start, local)))
+      << GetParam().model << " at tp " << dist::world_size();
+  EXPECT_TRUE(equal(many.forward(ids), full)) << "no state left behind by the sharded forward";
+}
+
 TEST_P(Equivalence, GreedyTokensMatchTp1AndKvCacheEqualsRecompute) {
   PretrainedModel one = load(GetParam().model, true), many = load(GetParam().model, false);
   generation::GenerateOptions opt{.max_new_tokens = 10};
@@ -106,20 +126,26 @@ TEST_P(Equivalence, ARowOfABatchWithIdleRowsHasTheBitsOfItsPromptAlone) {
   for (auto [row, prompt] : {std::pair{0, a}, std::pair{2, b}}) {
     KVState view = batch.rows(row, 1);
     const int64_t t = static_cast<int64_t>(prompt.size());
-    batch_logits.push_back(lm.forward_ids(Tensor::from_ints(prompt, {1, t}), &view, {t - 1}, {t}));
+    batch_logits.push_back(
+        lm.forward_ids(Tensor::from_ints(prompt, {1, t}), {.cache = &view, .counts = {t}, .logit_positions = {t - 1}})
+            .logits);
     batch.take_lengths(view, row);
   }
   EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{ta, 0, tb}));
   KVState sa = lm.make_kv_state(1, ta + 8), sb = lm.make_kv_state(1, tb + 8);
-  Tensor la = lm.forward_ids(Tensor::from_ints(a, {1, ta}), &sa, {ta - 1}, {ta});
-  Tensor lb = lm.forward_ids(Tensor::from_ints(b, {1, tb}), &sb, {tb - 1}, {tb});
+  Tensor la =
+      lm.forward_ids(Tensor::from_ints(a, {1, ta}), {.cache = &sa, .counts = {ta}, .logit_positions = {ta - 1}}).logits;
+  Tensor lb =
+      lm.forward_ids(Tensor::from_ints(b, {1, tb}), {.cache = &sb, .counts = {tb}, .logit_positions = {tb - 1}}).logits;
   EXPECT_TRUE(equal(batch_logits[0], la));
   EXPECT_TRUE(equal(batch_logits[1], lb));
   for (int step = 0; step < 4; ++step) {
     const int64_t na = 3 + step, nb = 200 + step;
-    Tensor lbatch = lm.forward_ids(Tensor::from_ints({na, 0, nb}, {3, 1}), &batch, {0, 0, 0}, {1, 0, 1});
-    la = lm.forward_ids(Tensor::from_ints({na}, {1, 1}), &sa, {0});
-    lb = lm.forward_ids(Tensor::from_ints({nb}, {1, 1}), &sb, {0});
+    Tensor lbatch = lm.forward_ids(Tensor::from_ints({na, 0, nb}, {3, 1}),
+                                   {.cache = &batch, .counts = {1, 0, 1}, .logit_positions = {0, 0, 0}})
+                        .logits;
+    la = lm.forward_ids(Tensor::from_ints({na}, {1, 1}), {.cache = &sa, .logit_positions = {0}}).logits;
+    lb = lm.forward_ids(Tensor::from_ints({nb}, {1, 1}), {.cache = &sb, .logit_positions = {0}}).logits;
     EXPECT_TRUE(equal(lbatch.narrow(0, 0, 1), la)) << GetParam().model << " step " << step << " row 0";
     EXPECT_TRUE(equal(lbatch.narrow(0, 2, 1), lb)) << GetParam().model << " step " << step << " row 2";
   }

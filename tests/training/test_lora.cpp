@@ -256,7 +256,6 @@ TEST_P(Lora, EmbeddingAdaptersUnderEveryEmbeddingStyle) {
       }
     }
     Tensor ids = Tensor::from_ints({5, 17, 300, 2, 515}, {5});
-    par.model->set_sharded_logits(false);
     const Tensor want = par.model->forward(ids);
     par.lora.merge_into_base();
     expect_close_rel(par.model->forward(ids), want, 1e-5, what + " merged logits");
@@ -273,7 +272,7 @@ TEST_P(Lora, DropoutIsOnInTrainingAndOffInEvaluation) {
   // With gradients on (the adapters require them once a Trainer holds them), dropout draws masks.
   auto training_logits = [&](Adapted& a, int64_t step) {
     a.lora.begin_step(step);
-    return a.model->lm().forward_ids(ids);
+    return a.model->lm().forward_ids(ids).logits;
   };
   const Tensor l0 = training_logits(with, 0), l1 = training_logits(with, 1), again = training_logits(with, 0);
   EXPECT_FALSE(equal(l0, training_logits(without, 0))) << "dropout changes the training forward";
@@ -315,7 +314,6 @@ TEST_P(Lora, SavedAdapterLoadsWholeAndMergesToTheSameLogits) {
   const fs::path dir = scratch("saved-" + model, false);
   a.trainer->save_model(dir);
   Tensor ids = Tensor::from_ints({5, 17, 300, 2, 44, 101, 9}, {7});
-  a.model->set_sharded_logits(false);  // the Trainer's vocab-parallel loss had it on
   const Tensor want = a.model->forward(ids);
 
   std::unique_ptr<PretrainedModel> whole = load(model, true, false);  // inference load: packed base

@@ -37,33 +37,19 @@ std::vector<int64_t> pick_tokens(const Tensor& logits, const GenerateOptions& op
 // instead of all-gathering [B, V] logits each step (qwen3's 152K vocabulary:
 // 600 KB per row) and rank 0 scanning all of them; the same tokens. Sampling
 // keeps the gathered logits: its sort and draw need the whole distribution.
-class GreedyOnShards {
- public:
-  GreedyOnShards(PretrainedModel& model, const GenerateOptions& options) : model_(model) {
-    on_ = options.sampling.temperature == 0 && model.tp_size() > 1 && !model.mesh().has_dim("ep") &&
-          !model.sharded_logits() && model.can_shard_logits();
-    if (on_) model.set_sharded_logits(true);
-  }
-  ~GreedyOnShards() {
-    if (on_) model_.set_sharded_logits(false);
-  }
-  GreedyOnShards(const GreedyOnShards&) = delete;
-  GreedyOnShards& operator=(const GreedyOnShards&) = delete;
-  bool on() const { return on_; }
+bool greedy_on_shards(const PretrainedModel& model, const GenerateOptions& options) {
+  return options.sampling.temperature == 0 && model.tp_size() > 1 && !model.mesh().has_dim("ep") &&
+         model.can_shard_logits();
+}
 
-  std::vector<int64_t> pick(const Tensor& logits, const GenerateOptions& options, dist::ProcessGroup& group,
-                            bool& stop) const {
-    int64_t flag = group.rank() == 0 && options.should_stop && options.should_stop() ? 1 : 0;
-    std::vector<int64_t> tokens = vocab_parallel_argmax(logits.data<float>(), logits.size(0), logits.size(1),
-                                                        model_.logits_vocab_start(), group, &flag);
-    stop = flag != 0;
-    return tokens;
-  }
-
- private:
-  PretrainedModel& model_;
-  bool on_ = false;
-};
+std::vector<int64_t> pick_on_shards(const CausalLMOutput& out, const GenerateOptions& options,
+                                    dist::ProcessGroup& group, bool& stop) {
+  int64_t flag = group.rank() == 0 && options.should_stop && options.should_stop() ? 1 : 0;
+  std::vector<int64_t> tokens = vocab_parallel_argmax(out.logits.data<float>(), out.logits.size(0),
+                                                      out.logits.size(1), out.vocab_start, group, &flag);
+  stop = flag != 0;
+  return tokens;
+}
 
 }  // namespace
 
@@ -94,10 +80,16 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   // tp groups run the same tokens and must continue with the same ones).
   dist::ProcessGroup& group = model.mesh().group(model.mesh().has_dim("ep") ? "ep" : "tp");
   KVState state = lm.make_kv_state(B, max_len);
-  const GreedyOnShards shards(model, options);
-  auto pick = [&](const Tensor& logits, int64_t step) {
-    return shards.on() ? shards.pick(logits, options, group, result.stopped)
-                       : pick_tokens(logits, options, step, group, result.stopped);
+  const bool on_shards = greedy_on_shards(model, options);
+  auto forward = [&](const std::vector<int64_t>& ids, int64_t rows, const std::vector<int64_t>& logit_positions,
+                     const std::vector<int64_t>& counts) {
+    return lm.forward_ids(Tensor::from_ints(ids, {rows, static_cast<int64_t>(ids.size()) / rows}),
+                          {.cache = &state, .counts = counts, .logit_positions = logit_positions,
+                           .sharded_logits = on_shards});
+  };
+  auto pick = [&](const CausalLMOutput& out, int64_t step) {
+    return on_shards ? pick_on_shards(out, options, group, result.stopped)
+                     : pick_tokens(out.logits, options, step, group, result.stopped);
   };
 
   // Prefill: prompts right-padded with id 0; row b keeps its first lengths[b] tokens.
@@ -107,8 +99,7 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
     last[b] = lengths[b] - 1;
   }
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = lm.forward_ids(Tensor::from_ints(ids, {B, T}), &state, last, lengths);
-  std::vector<int64_t> next = pick(logits, 0);
+  std::vector<int64_t> next = pick(forward(ids, B, last, lengths), 0);
   result.prefill_seconds = seconds_since(t0);
   result.prefill_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
 
@@ -128,8 +119,7 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   auto t1 = std::chrono::steady_clock::now();
   std::vector<int64_t> zeros(static_cast<size_t>(B), 0);
   for (int64_t step = 1; std::find(done.begin(), done.end(), false) != done.end(); ++step) {
-    logits = lm.forward_ids(Tensor::from_ints(next, {B, 1}), &state, zeros);
-    next = pick(logits, step);
+    next = pick(forward(next, B, zeros, {}), step);
     if (result.stopped) break;
     result.decode_tokens += std::count(done.begin(), done.end(), false);
     take(next);

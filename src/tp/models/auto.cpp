@@ -203,6 +203,7 @@ PretrainedModel AutoModelForCausalLM::from_pretrained(const std::filesystem::pat
   }
   nn::TpRank rank{tp, m.mesh_->coordinate("tp"), ep, ep > 1 ? m.mesh_->coordinate("ep") : 0};
   parallel::apply_plan(*m.lm_, m.resolved_, rank, m.mesh_.get(), m.overrides_);
+  m.set_up_vocab_parallel_head();
   if (options.verbose && rank.rank == 0)
     for (const std::string& w : m.resolved_.warnings) std::cerr << "warning: " << w << "\n";
   load_parameters(*m.lm_, ckpt, options.dtype.value_or(default_dtype(ckpt.config())), m.lm_->tied_parameters(),
@@ -221,39 +222,29 @@ nn::Module* PretrainedModel::lm_head_module() const {
   return nullptr;
 }
 
-bool PretrainedModel::can_shard_logits() const {
-  if (tp_size() == 1) return lm_head_module() != nullptr;
-  auto it = resolved_.module_style.find("lm_head");
-  if (it == resolved_.module_style.end()) return false;
-  return it->second == "colwise_gather_output" || it->second == "colwise_rep" || it->second == "colwise";
-}
-
-void PretrainedModel::set_sharded_logits(bool on) {
-  if (on == sharded_logits_) return;
-  TP_CHECK(!on || can_shard_logits(), "vocab-parallel logits need a column-parallel lm_head; this plan has '{}'",
-           resolved_.module_style.count("lm_head") ? resolved_.module_style.at("lm_head") : "no style");
-  sharded_logits_ = on;
-  if (tp_size() == 1) return;
+// A column-parallel lm_head (colwise_gather_output / colwise_rep / colwise) can
+// hand a forward its vocabulary slice: plain colwise keeps the output Shard(-1),
+// the same slices as the planned style without the gather (under sequence
+// parallelism, colwise's sequence-parallel form). With one rank the slice is the
+// whole vocabulary and the planned style serves.
+void PretrainedModel::set_up_vocab_parallel_head() {
   nn::Module* head = lm_head_module();
-  if (!on) {
-    head->set_style(&parallel::style_for("lm_head", resolved_.module_style.at("lm_head"), overrides_), mesh_.get());
-    return;
-  }
-  // colwise keeps the output Shard(-1): the same slices as the planned style, without the gather.
+  if (head == nullptr) return;
+  if (tp_size() == 1) return lm_->set_vocab_parallel_head(true, head->style());
+  auto it = resolved_.module_style.find("lm_head");
+  if (it == resolved_.module_style.end() ||
+      (it->second != "colwise_gather_output" && it->second != "colwise_rep" && it->second != "colwise"))
+    return lm_->set_vocab_parallel_head(false, nullptr);
   const nn::TensorParallelLayer& colwise = parallel::get_style("colwise");
   sharded_head_style_ = resolved_.sequence_parallel ? colwise.sequence_parallel_variant(*head) : nullptr;
-  head->set_style(sharded_head_style_ ? sharded_head_style_.get() : &colwise, mesh_.get());
+  lm_->set_vocab_parallel_head(true, sharded_head_style_ ? sharded_head_style_.get() : &colwise);
 }
 
-int64_t PretrainedModel::logits_vocab_start() const {
-  if (!sharded_logits_ || tp_size() == 1) return 0;
-  const nn::Parameter* w = lm_head_module()->own_parameters().at(0);
-  return w->shard.replicated() ? 0 : w->shard.spans.at(0).offset;
-}
+Tensor PretrainedModel::forward(const Tensor& ids) { return forward(ids, {}).logits; }
 
-Tensor PretrainedModel::forward(const Tensor& ids) {
+CausalLMOutput PretrainedModel::forward(const Tensor& ids, const ForwardOptions& options) {
   autograd::NoGradGuard no_grad;
-  return lm_->forward_ids(ids);
+  return lm_->forward_ids(ids, options);
 }
 
 }  // namespace tp

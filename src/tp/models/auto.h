@@ -67,19 +67,16 @@ class PretrainedModel {
 
   // ids [B, T] or [T] -> logits [B, T, V] (f32, full vocabulary on every rank). No grad.
   Tensor forward(const Tensor& ids);
+  // The same as `options` ask (a KV cache, some positions, vocab-parallel logits). No grad.
+  CausalLMOutput forward(const Tensor& ids, const ForwardOptions& options);
 
   // Where the weights came from: save_pretrained writes the same names, dtypes and files.
   const std::filesystem::path& source_dir() const { return source_dir_; }
   const std::vector<SourceTensor>& source_tensors() const { return source_tensors_; }
 
-  // Vocab-parallel logits for training: lm_head keeps this rank's vocabulary slice
-  // [logits_vocab_start(), + local size) instead of all-gathering the logits.
-  // Possible when lm_head is column-parallel (colwise_gather_output / colwise_rep /
-  // colwise); with one rank the slice is the whole vocabulary.
-  bool can_shard_logits() const;
-  void set_sharded_logits(bool on);  // error when !can_shard_logits()
-  bool sharded_logits() const { return sharded_logits_; }
-  int64_t logits_vocab_start() const;
+  // Whether a forward may ask for vocab-parallel logits (ForwardOptions::sharded_logits):
+  // lm_head is column-parallel (colwise_gather_output / colwise_rep / colwise), or there is one rank.
+  bool can_shard_logits() const { return lm_->can_shard_logits(); }
 
  private:
   friend class AutoModelForCausalLM;
@@ -89,9 +86,9 @@ class PretrainedModel {
   parallel::StyleOverrides overrides_;  // modules point at these styles: they live as long as the model
   std::filesystem::path source_dir_;
   std::vector<SourceTensor> source_tensors_;
-  bool sharded_logits_ = false;
   std::shared_ptr<const nn::TensorParallelLayer> sharded_head_style_;  // its sequence-parallel colwise
   nn::Module* lm_head_module() const;
+  void set_up_vocab_parallel_head();
 };
 
 class AutoModelForCausalLM {

@@ -61,9 +61,22 @@ std::map<std::string, std::string> tied_lm_head(const ModelConfig& config) {
   return {{"lm_head.weight", "model.embed_tokens.weight"}};
 }
 
-Tensor CausalLM::forward_ids(const Tensor& ids, KVState* state, const std::vector<int64_t>& logit_positions,
-                             const std::vector<int64_t>& counts) {
-  return output_embeddings()(logit_rows(forward_hidden(ids, state, counts), logit_positions));
+const nn::TensorParallelLayer* CausalLM::head_style(bool sharded_logits) {
+  if (!sharded_logits) return output_embeddings().style();
+  TP_CHECK(can_shard_logits_, "vocab-parallel logits need a column-parallel lm_head; this model's lm_head {}",
+           output_embeddings().style() == nullptr ? "has no style" : "gathers its output under its plan");
+  return vocab_parallel_head_;
+}
+
+int64_t CausalLM::logits_vocab_start(bool sharded_logits) {
+  const nn::Parameter& w = output_embeddings().weight;
+  return sharded_logits && head_style(true) != nullptr && !w.shard.replicated() ? w.shard.spans.at(0).offset : 0;
+}
+
+CausalLMOutput CausalLM::forward_ids(const Tensor& ids, const ForwardOptions& options) {
+  Tensor h = logit_rows(forward_hidden(ids, options.cache, options.counts), options.logit_positions);
+  return {.logits = output_embeddings().call_with_style({h}, head_style(options.sharded_logits)),
+          .vocab_start = logits_vocab_start(options.sharded_logits)};
 }
 
 }  // namespace tp

@@ -42,6 +42,26 @@ struct KVState {
   }
 };
 
+// What one forward is asked for (Transformers' forward arguments, explicit).
+struct ForwardOptions {
+  // Continue each cached sequence: row b appends counts[b] tokens (default: all
+  // T), and the caches grow. Null: a fresh forward over the whole ids.
+  KVState* cache = nullptr;
+  std::vector<int64_t> counts;
+  // One per row: only that position's logits ([B, V]); empty: every position.
+  std::vector<int64_t> logit_positions;
+  // Vocab-parallel logits: lm_head keeps this rank's vocabulary slice instead
+  // of all-gathering it (the loss-parallel loss, greedy argmax over shards).
+  // Possible when lm_head is column-parallel (CausalLM::can_shard_logits).
+  bool sharded_logits = false;
+};
+
+// What one forward computed.
+struct CausalLMOutput {
+  Tensor logits;            // f32 [B, T, V] or [B, V]; sharded: this rank's [.., V_local]
+  int64_t vocab_start = 0;  // the vocabulary id of logits' first column (0 unless sharded)
+};
+
 class CausalLM : public nn::Module {
  public:
   explicit CausalLM(const ModelConfig& config) : nn::Module(""), config_(config) {}
@@ -74,11 +94,8 @@ class CausalLM : public nn::Module {
   // Fresh KV caches for `batch` sequences of up to `max_len` tokens.
   virtual KVState make_kv_state(int64_t batch, int64_t max_len) const = 0;
 
-  // ids [B, T] (i64) -> logits f32 [B, T, V]; with `logit_positions` (one per row)
-  // only those positions: [B, V]. With `state`, the tokens continue each cached
-  // sequence (row b appends `counts[b]` tokens, default T) and the caches grow.
-  Tensor forward_ids(const Tensor& ids, KVState* state = nullptr, const std::vector<int64_t>& logit_positions = {},
-                     const std::vector<int64_t>& counts = {});
+  // ids [B, T] (i64) -> logits as `options` ask (see ForwardOptions).
+  CausalLMOutput forward_ids(const Tensor& ids, const ForwardOptions& options = {});
   // The decoder's last hidden states [B, T, H] (after the final norm), what
   // lm_head reads: ids [B, T] (or [T]), `state` and `counts` as in forward_ids.
   virtual Tensor forward_hidden(const Tensor& ids, KVState* state = nullptr,
@@ -86,14 +103,32 @@ class CausalLM : public nn::Module {
   // lm_head (Transformers' get_output_embeddings).
   virtual nn::Linear& output_embeddings() = 0;
 
+  // Whether a forward may ask for sharded_logits, and the style lm_head then
+  // runs under (its planned column split without the all-gather; null with one
+  // rank): the loader sets them once it has applied the plan.
+  void set_vocab_parallel_head(bool possible, const nn::TensorParallelLayer* style) {
+    can_shard_logits_ = possible;
+    vocab_parallel_head_ = style;
+  }
+  bool can_shard_logits() const { return can_shard_logits_; }
+  // The style lm_head's input goes through in a forward so asked (for a loss
+  // that runs lm_head's GEMM itself).
+  const nn::TensorParallelLayer* head_style(bool sharded_logits);
+  // The vocabulary id of the first logit a forward so asked returns on this rank.
+  int64_t logits_vocab_start(bool sharded_logits);
+
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override {
     TP_CHECK(inputs.size() == 1, "a causal LM takes one input (token ids), got {}", inputs.size());
-    return forward_ids(inputs[0]);
+    return forward_ids(inputs[0]).logits;
   }
   ModelConfig config_;
   GradientCheckpointing checkpointing_;  // the decoder reads it (DecoderModel::checkpointing)
   UnitHooks* unit_hooks_ = nullptr;      // and this (DecoderModel::unit_hooks)
+
+ private:
+  bool can_shard_logits_ = false;
+  const nn::TensorParallelLayer* vocab_parallel_head_ = nullptr;
 };
 
 // Pieces every architecture's forward_ids and shipped_plan share (causal_lm.cpp).

@@ -11,11 +11,11 @@ Shape local_shape(const Parameter& p) {
   return s;
 }
 
-Tensor Module::call(std::vector<Tensor> inputs) {
-  if (style_ == nullptr) return forward(inputs);
-  inputs = style_->transform_inputs_pre_forward(*this, std::move(inputs), *mesh_);
-  Tensor out = style_->context_around_forward(*this, [&] { return forward(inputs); }, *mesh_);
-  return style_->transform_output_post_forward(*this, std::move(out), *mesh_);
+Tensor Module::call_with_style(std::vector<Tensor> inputs, const TensorParallelLayer* style) {
+  if (style == nullptr) return forward(inputs);
+  TP_CHECK(mesh_ != nullptr, "{}: a style runs on the module's mesh, and it has none", name_);
+  return style->run_forward(*this, std::move(inputs), [this](const std::vector<Tensor>& in) { return forward(in); },
+                            *mesh_);
 }
 
 std::vector<Module*> Module::modules() {

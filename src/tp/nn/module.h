@@ -36,7 +36,11 @@ class Module {
   const std::string& name() const { return name_; }
 
   // Runs the style's hooks (if any) around forward().
-  Tensor call(std::vector<Tensor> inputs);
+  Tensor call(std::vector<Tensor> inputs) { return call_with_style(std::move(inputs), style_); }
+  // The same under another style of the same parameter slices, for one call (a
+  // column-parallel lm_head asked for its vocabulary slice instead of the
+  // gathered logits); null: forward() alone. Runs on this module's mesh.
+  Tensor call_with_style(std::vector<Tensor> inputs, const TensorParallelLayer* style);
   Tensor operator()(const Tensor& x) { return call({x}); }
 
   // Children in registration order, then their children (pre-order, self first).

@@ -11,7 +11,6 @@
 // so that a style can mask and remap it (ep_router) and the experts take
 // {hidden [N, H], routing}. An id equal to the experts' local count is the
 // expert-parallel sentinel: that slot is skipped.
-#include <any>
 #include <string>
 #include <vector>
 
@@ -84,8 +83,6 @@ class MoeExperts : public Module {
   int64_t top_k() const { return top_k_; }
   // The expert dim is sharded (expert parallelism), not replicated or cut inside each expert.
   bool experts_sharded() const { return !gate_up_proj.shard.replicated() && gate_up_proj.shard.dim == 0; }
-  // What a style keeps between its input and output hooks of one forward (token dispatch).
-  std::any style_state;
   // Inference on experts kept packed (GPT-OSS's MXFP4; a quantized checkpoint's per-expert Linears): this rank's
   // experts' gate_up_proj and down_proj as QuantizedLinears in Linear's layout (ops::ExpertOptions), with `up`
   // given gate_up holds the gate rows alone and up the up rows; the two parameters then hold no data.

@@ -6,7 +6,7 @@
 //   validate_param  — may the parameter be split this way on this mesh? (error names it)
 //   shard_param     — which slice of the checkpoint tensor this rank loads
 //   install_forward — one-time changes to the module (e.g. defer a bias)
-// Forward, around the module's own forward:
+// Forward, around the module's own forward (run_forward):
 //   transform_inputs_pre_forward -> context_around_forward(forward) -> transform_output_post_forward
 // Each transform is a differentiable collective (tp/distributed/functional.h), so the
 // backward communication of a style is the adjoint of its forward.
@@ -69,6 +69,17 @@ class TensorParallelLayer {
   }
   virtual Tensor transform_output_post_forward(Module& module, Tensor output, const dist::DeviceMesh& mesh) const {
     return output;
+  }
+  // One call of the module under this style: the three hooks above in turn
+  // around `forward`. A style whose output hook needs what its input hook
+  // worked out (the routes of dispatched tokens) overrides this instead and
+  // keeps that on its own stack: nothing of one call stays on the module.
+  virtual Tensor run_forward(Module& module, std::vector<Tensor> inputs,
+                             const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                             const dist::DeviceMesh& mesh) const {
+    inputs = transform_inputs_pre_forward(module, std::move(inputs), mesh);
+    Tensor out = context_around_forward(module, [&] { return forward(inputs); }, mesh);
+    return transform_output_post_forward(module, std::move(out), mesh);
   }
   // Modules always hold this rank's local tensors; a style that wanted the
   // global DTensor view would say false (none of the shipped ones do).

@@ -50,11 +50,13 @@ dist::ProcessGroup& ep_group(const dist::DeviceMesh& mesh, const nn::Module& mod
 
 // ---------------------------------------------------------------- moe_tp_experts
 
-std::vector<Tensor> MoeTpExperts::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
-                                                               const dist::DeviceMesh& mesh) const {
+Tensor MoeTpExperts::run_forward(nn::Module& module, std::vector<Tensor> inputs,
+                                 const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                                 const dist::DeviceMesh& mesh) const {
   nn::MoeExperts& experts = as_experts(module, "moe_tp_experts");
   TP_CHECK(inputs.size() == 2, "moe_tp_experts: '{}' takes the hidden states and the routing", module.name());
-  inputs[0] = dist::copy_to_region(inputs[0], experts_group(experts, mesh, "moe_tp_experts"));
+  dist::ProcessGroup& group = experts_group(experts, mesh, "moe_tp_experts");
+  inputs[0] = dist::copy_to_region(inputs[0], group);
   // Each rank's gradient of the routing weights covers its part of every expert:
   // summed here, except under expert parallelism, where ep_router does it.
   // Cut inside each expert, the ranks' partial outputs are summed, so the down
@@ -64,22 +66,14 @@ std::vector<Tensor> MoeTpExperts::transform_inputs_pre_forward(nn::Module& modul
   const bool bias_after_sum =
       experts.down_proj_bias != nullptr && !experts.experts_sharded() && any_param_sharded(module);
   experts.add_down_bias = !bias_after_sum;
-  experts.style_state = bias_after_sum ? std::any(inputs[1]) : std::any();  // the routing, before the copy below
+  const Tensor routing = inputs[1];  // before the copy below
   if (!experts.experts_sharded()) inputs[1] = dist::copy_to_region(inputs[1], mesh.group("tp"));
-  return inputs;
-}
-
-Tensor MoeTpExperts::transform_output_post_forward(nn::Module& module, Tensor output,
-                                                   const dist::DeviceMesh& mesh) const {
-  nn::MoeExperts& experts = as_experts(module, "moe_tp_experts");
+  Tensor output = forward(inputs);
   if (!any_param_sharded(module)) return output;
-  Tensor sum = dist::reduce_from_region(output, experts_group(experts, mesh, "moe_tp_experts"));
-  if (const auto* routing = std::any_cast<Tensor>(&experts.style_state)) {
-    const nn::Routing r = nn::unpack_routing(*routing);
-    sum = ops::add(sum, ops::routed_bias(r.ids, r.weights, experts.down_proj_bias->data));
-    experts.style_state.reset();
-  }
-  return sum;
+  Tensor sum = dist::reduce_from_region(output, group);
+  if (!bias_after_sum) return sum;
+  const nn::Routing r = nn::unpack_routing(routing);
+  return ops::add(sum, ops::routed_bias(r.ids, r.weights, experts.down_proj_bias->data));
 }
 
 std::vector<nn::CollectiveCost> MoeTpExperts::forward_collectives(const nn::Module& module, const nn::TpRank& tp) const {
@@ -147,18 +141,20 @@ Tensor EpRouter::transform_output_post_forward(nn::Module& module, Tensor output
 
 // ---------------------------------------------------------------- ep_dispatch_experts
 
-std::vector<Tensor> EpDispatchExperts::transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
-                                                                    const dist::DeviceMesh& mesh) const {
-  nn::MoeExperts& experts = as_experts(module, "ep_dispatch_experts");
-  TP_CHECK(inputs.size() == 2, "ep_dispatch_experts: '{}' takes the hidden states and the routing", module.name());
-  dist::ProcessGroup& ep = ep_group(mesh, module, "ep_dispatch_experts");
+namespace {
+
+// Sends this rank's chunk of the (token, slot) pairs to the ranks owning their
+// experts; `s` records the routes for the way back. -> the experts' inputs.
+std::vector<Tensor> dispatch_tokens(const nn::MoeExperts& experts, const std::vector<Tensor>& inputs,
+                                    const dist::DeviceMesh& mesh, DispatchState& s) {
+  TP_CHECK(inputs.size() == 2, "ep_dispatch_experts: '{}' takes the hidden states and the routing", experts.name());
+  dist::ProcessGroup& ep = ep_group(mesh, experts, "ep_dispatch_experts");
   const int64_t n_local = experts.num_local_experts();
   TP_CHECK(n_local * ep.size() == experts.num_experts(),
            "ep_dispatch_experts: '{}' holds {} of {} experts on each of {} ranks; shard its parameters with "
            "grouped_gemm",
-           module.name(), n_local, experts.num_experts(), ep.size());
+           experts.name(), n_local, experts.num_experts(), ep.size());
   Tensor x = inputs[0], routing = inputs[1];
-  DispatchState s;
   s.tokens = x.size(0);
   // Every rank of the ep group holds all the tokens (replicated over tp, and every
   // tp group runs the same ones): each dispatches its own chunk, so each (token,
@@ -192,18 +188,14 @@ std::vector<Tensor> EpDispatchExperts::transform_inputs_pre_forward(nn::Module& 
   Tensor received_ids = ep.all_to_all_v(Tensor::from_ints(local_ids, {pairs, 1}), s.send_counts);
   // The experts run each received pair once, with weight 1: the weights are applied on the way back.
   Tensor unit = Tensor::full({received.size(0), 1}, 1.0);
-  experts.style_state = s;
   return {received, nn::pack_routing(unit, received_ids)};
 }
 
-Tensor EpDispatchExperts::transform_output_post_forward(nn::Module& module, Tensor output,
-                                                        const dist::DeviceMesh& mesh) const {
-  nn::MoeExperts& experts = as_experts(module, "ep_dispatch_experts");
-  const auto* state = std::any_cast<DispatchState>(&experts.style_state);
-  TP_CHECK(state != nullptr, "ep_dispatch_experts: '{}' ran without its input hook", module.name());
-  const DispatchState s = *state;
-  experts.style_state.reset();
-  dist::ProcessGroup& ep = ep_group(mesh, module, "ep_dispatch_experts");
+// The experts' outputs back along the routes `s` recorded, weighted and summed
+// per token, then every rank's chunk put together.
+Tensor combine_tokens(const Tensor& output, const nn::MoeExperts& experts, const dist::DeviceMesh& mesh,
+                      const DispatchState& s) {
+  dist::ProcessGroup& ep = ep_group(mesh, experts, "ep_dispatch_experts");
   Tensor back = dist::all_to_all_rows(output, s.recv_counts, ep);  // in the order the pairs were sent
   Tensor mine = ops::combine_rows(back, s.rows, ops::reshape(s.pair_weights, {-1}), s.chunk.size);
   // This rank's chunk in place among zeros, summed over ep: every rank gets all tokens.
@@ -214,6 +206,17 @@ Tensor EpDispatchExperts::transform_output_post_forward(nn::Module& module, Tens
   if (s.tokens > s.chunk.offset + s.chunk.size)
     pieces.push_back(Tensor::zeros({s.tokens - s.chunk.offset - s.chunk.size, H}));
   return dist::reduce_from_region(pieces.size() == 1 ? mine : ops::cat(pieces, 0), ep);
+}
+
+}  // namespace
+
+Tensor EpDispatchExperts::run_forward(nn::Module& module, std::vector<Tensor> inputs,
+                                      const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                                      const dist::DeviceMesh& mesh) const {
+  nn::MoeExperts& experts = as_experts(module, "ep_dispatch_experts");
+  DispatchState routes;
+  const std::vector<Tensor> dispatched = dispatch_tokens(experts, inputs, mesh, routes);
+  return combine_tokens(forward(dispatched), experts, mesh, routes);
 }
 
 std::vector<nn::CollectiveCost> EpDispatchExperts::forward_collectives(const nn::Module& module, const nn::TpRank& tp) const {

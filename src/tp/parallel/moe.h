@@ -31,9 +31,10 @@ namespace tp::parallel {
 
 class MoeTpExperts : public nn::TensorParallelLayer {
  public:
-  std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
-                                                   const dist::DeviceMesh& mesh) const override;
-  Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
+  // Its output hook adds the down bias after the sum with the routing its input hook saw: one run_forward.
+  Tensor run_forward(nn::Module& module, std::vector<Tensor> inputs,
+                     const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                     const dist::DeviceMesh& mesh) const override;
   std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
 };
 
@@ -60,9 +61,10 @@ class EpRouter : public nn::TensorParallelLayer {
 
 class EpDispatchExperts : public nn::TensorParallelLayer {
  public:
-  std::vector<Tensor> transform_inputs_pre_forward(nn::Module& module, std::vector<Tensor> inputs,
-                                                   const dist::DeviceMesh& mesh) const override;
-  Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
+  // The results go back along the routes the tokens came: dispatch, experts, combine in one run_forward.
+  Tensor run_forward(nn::Module& module, std::vector<Tensor> inputs,
+                     const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                     const dist::DeviceMesh& mesh) const override;
   std::vector<nn::CollectiveCost> forward_collectives(const nn::Module& module, const nn::TpRank& tp) const override;
 };
 

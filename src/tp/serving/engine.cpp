@@ -64,7 +64,9 @@ void Engine::execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens,
   for (const StepPlan::Prefill& p : plan.prefills) {
     const int64_t T = static_cast<int64_t>(p.ids.size());
     KVState row = state_.rows(p.slot, 1);
-    Tensor logits = lm.forward_ids(Tensor::from_ints(p.ids, {1, T}), &row, {T - 1}, {T});
+    Tensor logits =
+        lm.forward_ids(Tensor::from_ints(p.ids, {1, T}), {.cache = &row, .counts = {T}, .logit_positions = {T - 1}})
+            .logits;
     state_.take_lengths(row, p.slot);
     if (root && p.last) prefill_tokens.push_back(pick(logits, 0, p.slot));
   }
@@ -78,8 +80,11 @@ void Engine::execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens,
       counts[static_cast<size_t>(d.slot)] = 1;
     }
     KVState view = state_.rows(0, rows);
-    Tensor logits = lm.forward_ids(Tensor::from_ints(ids, {rows, 1}), &view,
-                                   std::vector<int64_t>(static_cast<size_t>(rows), 0), counts);
+    Tensor logits = lm.forward_ids(Tensor::from_ints(ids, {rows, 1}),
+                                   {.cache = &view,
+                                    .counts = counts,
+                                    .logit_positions = std::vector<int64_t>(static_cast<size_t>(rows), 0)})
+                        .logits;
     state_.take_lengths(view, 0);
     if (root)
       for (const StepPlan::Decode& d : plan.decodes) decode_tokens.push_back(pick(logits, d.slot, d.slot));

@@ -119,7 +119,7 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   if (eval_) check_same_on_all_ranks(eval_->fingerprint(), *job_, "the eval data");
   prepare_output_dir(args_.output_dir, *job_);
 
-  if (args_.loss_parallel && model_.can_shard_logits()) model_.set_sharded_logits(true);
+  loss_parallel_ = args_.loss_parallel && model_.can_shard_logits();
   model_.lm().set_gradient_checkpointing(args_.checkpointing());
   ExpertParallelGroups ep;
   if (mesh.has_dim("ep")) {
@@ -181,8 +181,6 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
 }
 
 Trainer::~Trainer() {
-  // The model outlives the trainer: give it back its planned lm_head.
-  if (model_.sharded_logits()) model_.set_sharded_logits(false);
   model_.lm().set_gradient_checkpointing({});
   if (fsdp_) {
     // And whole weights: every unit gathered for good (collective; not while an
@@ -230,17 +228,19 @@ std::vector<MicroBatch> Trainer::micro_batches_for(int64_t step) const {
 
 bool Trainer::fused_loss() const {
   nn::Linear& head = model_.lm().output_embeddings();
-  return (model_.tp_size() == 1 || model_.sharded_logits()) && head.adapter() == nullptr && head.bias == nullptr &&
+  return (model_.tp_size() == 1 || loss_parallel_) && head.adapter() == nullptr && head.bias == nullptr &&
          head.weight.data.defined();
 }
 
 Tensor Trainer::loss_of(const Tensor& ids, const Tensor& labels, double normalizer, const VocabSlice& vocab) {
   CausalLM& lm = model_.lm();
-  if (!fused_loss()) return causal_lm_loss(lm.forward_ids(ids), labels, normalizer, vocab);
+  if (!fused_loss())
+    return causal_lm_loss(lm.forward_ids(ids, {.sharded_logits = loss_parallel_}).logits, labels, normalizer, vocab);
   // lm_head's input as its style hands it to the GEMM (replicated, dX all-reduced in the backward).
   nn::Linear& head = lm.output_embeddings();
   Tensor h = lm.forward_hidden(ids);
-  if (head.style() != nullptr) h = head.style()->transform_inputs_pre_forward(head, {h}, *head.mesh()).at(0);
+  if (const nn::TensorParallelLayer* style = lm.head_style(loss_parallel_))
+    h = style->transform_inputs_pre_forward(head, {h}, *head.mesh()).at(0);
   return causal_lm_loss_from_hidden(h, head.weight.data, head.compute_dtype, labels, normalizer, vocab);
 }
 
@@ -271,8 +271,8 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
   if (options_.on_step_begin)
     options_.on_step_begin(step, dp_rank_ * args_.per_device_train_batch_size * train_->seq_len());
   TP_CHECK(r.targets > 0, "step {}: its micro-batches have no target to predict (every label is -100)", step + 1);
-  const VocabSlice vocab{model_.logits_vocab_start(), model_.config().vocab_size,
-                         model_.sharded_logits() ? &model_.mesh().group("tp") : nullptr};
+  const VocabSlice vocab{model_.lm().logits_vocab_start(loss_parallel_), model_.config().vocab_size,
+                         loss_parallel_ ? &model_.mesh().group("tp") : nullptr};
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const auto t0 = Clock::now();
   params_->zero_grad();
@@ -415,8 +415,8 @@ json Trainer::evaluate() {
   TP_CHECK(eval_ != nullptr, "evaluate: the Trainer was given no eval data");
   autograd::NoGradGuard no_grad;
   const auto start = Clock::now();
-  const VocabSlice vocab{model_.logits_vocab_start(), model_.config().vocab_size,
-                         model_.sharded_logits() ? &model_.mesh().group("tp") : nullptr};
+  const VocabSlice vocab{model_.lm().logits_vocab_start(loss_parallel_), model_.config().vocab_size,
+                         loss_parallel_ ? &model_.mesh().group("tp") : nullptr};
   double loss_sum = 0;
   int64_t targets = 0, batches = 0;
   const int64_t B = args_.per_device_eval_batch_size;

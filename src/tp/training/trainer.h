@@ -141,7 +141,8 @@ class Trainer {
   GradientReducer* gradient_reducer() { return reducer_.get(); }  // null without data parallelism, or under fsdp
   FullyShardedDataParallel* fsdp() { return fsdp_.get(); }        // null unless args.fsdp
   PretrainedModel& model() { return model_; }
-  bool loss_parallel() const { return model_.sharded_logits(); }
+  // The cross-entropy runs on lm_head's vocabulary slices (args.loss_parallel and a column-parallel lm_head).
+  bool loss_parallel() const { return loss_parallel_; }
   // The loss is computed from lm_head's input a chunk of tokens at a time (no
   // [tokens, vocab] logits): lm_head keeps its vocabulary slice (or tp = 1) and has no bias or adapter.
   bool fused_loss() const;
@@ -172,6 +173,7 @@ class Trainer {
   dist::ProcessGroup* job_ = nullptr;  // every rank of the model's mesh
   dist::ProcessGroup* dp_ = nullptr;   // this rank's data-parallel group (null: no data parallelism)
   int64_t dp_size_ = 1;
+  bool loss_parallel_ = false;
   int dp_rank_ = 0;
   std::unique_ptr<ModelParameters> params_;
   std::unique_ptr<GradientReducer> reducer_;
