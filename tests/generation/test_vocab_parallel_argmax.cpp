@@ -1,4 +1,4 @@
-// vocab_parallel_argmax must pick exactly what select_token (std::max_element)
+// vocab_parallel_argmax must pick exactly what ops::sample_tokens' greedy (std::max_element)
 // picks over the gathered row, for any split: generate relies on it at tp > 1.
 #include <gtest/gtest.h>
 
@@ -20,15 +20,17 @@ void expect_whole_row_argmax(const std::vector<std::vector<float>>& rows, const 
   dist::ProcessGroup& g = dist::world();
   const int64_t V = static_cast<int64_t>(rows[0].size()), B = static_cast<int64_t>(rows.size());
   const ChunkSpan span = chunk_span(V, g.size(), g.rank());
-  std::vector<float> mine(static_cast<size_t>(B * span.size));
-  for (int64_t b = 0; b < B; ++b)
-    std::copy(rows[b].begin() + span.offset, rows[b].begin() + span.offset + span.size, mine.begin() + b * span.size);
-  const std::vector<int64_t> got = generation::vocab_parallel_argmax(mine.data(), B, span.size, span.offset, g);
+  std::vector<float> mine(static_cast<size_t>(B * span.size)), whole;
   for (int64_t b = 0; b < B; ++b) {
-    generation::SamplingOptions greedy;
-    EXPECT_EQ(got[b], generation::select_token(rows[b].data(), V, greedy, b, 0))
-        << what << ", row " << b << ", " << g.size() << " ranks";
+    std::copy(rows[b].begin() + span.offset, rows[b].begin() + span.offset + span.size, mine.begin() + b * span.size);
+    whole.insert(whole.end(), rows[b].begin(), rows[b].end());
   }
+  const std::vector<int64_t> got =
+      generation::vocab_parallel_argmax(Tensor::from_vector(mine, {B, span.size}), span.offset, g);
+  const std::vector<int64_t> want =
+      ops::sample_tokens(Tensor::from_vector(whole, {B, V}), {}, std::vector<int64_t>(B, 0), std::vector<int64_t>(B, 0))
+          .to_int_vector();
+  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(got[b], want[b]) << what << ", row " << b << ", " << g.size() << " ranks";
 }
 
 }  // namespace
@@ -65,6 +67,8 @@ TEST(VocabParallelArgmax, RanksWithoutLogitsAndTheFlag) {
   const ChunkSpan span = chunk_span(3, g.size(), g.rank());
   std::vector<float> row = {1.0f, 2.0f, 0.0f};
   int64_t flag = g.rank() == 0 ? 7 : 0;  // rank 0's value travels, the others' are ignored
-  generation::vocab_parallel_argmax(row.data() + span.offset, 1, span.size, span.offset, g, &flag);
+  generation::vocab_parallel_argmax(
+      Tensor::from_vector({row.begin() + span.offset, row.begin() + span.offset + span.size}, {1, span.size}),
+      span.offset, g, &flag);
   EXPECT_EQ(flag, 7);
 }

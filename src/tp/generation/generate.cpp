@@ -18,12 +18,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // every rank receives both (the flag rides as element B of the broadcast).
 std::vector<int64_t> pick_tokens(const Tensor& logits, const GenerateOptions& options, int64_t step,
                                  dist::ProcessGroup& group, bool& stop) {
-  const int64_t B = logits.size(0), V = logits.size(1);
+  const int64_t B = logits.size(0);
   Tensor chosen = Tensor::zeros({B + 1}, DType::I64);
   if (group.rank() == 0) {
-    const float* l = logits.data<float>();
-    for (int64_t b = 0; b < B; ++b) chosen.data<int64_t>()[b] = select_token(l + b * V, V, options.sampling, b, step);
-    chosen.data<int64_t>()[B] = options.should_stop && options.should_stop() ? 1 : 0;
+    std::vector<int64_t> streams(static_cast<size_t>(B)), steps(static_cast<size_t>(B), step);
+    std::iota(streams.begin(), streams.end(), int64_t{0});
+    std::vector<int64_t> ids = ops::sample_tokens(logits, options.sampling, streams, steps).to_int_vector();
+    ids.push_back(options.should_stop && options.should_stop() ? 1 : 0);
+    chosen = Tensor::from_ints(ids, {B + 1});
   }
   group.broadcast(chosen, 0);
   std::vector<int64_t> tokens = chosen.to_int_vector();
@@ -45,8 +47,7 @@ bool greedy_on_shards(const PretrainedModel& model, const GenerateOptions& optio
 std::vector<int64_t> pick_on_shards(const CausalLMOutput& out, const GenerateOptions& options,
                                     dist::ProcessGroup& group, bool& stop) {
   int64_t flag = group.rank() == 0 && options.should_stop && options.should_stop() ? 1 : 0;
-  std::vector<int64_t> tokens = vocab_parallel_argmax(out.logits.data<float>(), out.logits.size(0),
-                                                      out.logits.size(1), out.vocab_start, group, &flag);
+  std::vector<int64_t> tokens = vocab_parallel_argmax(out.logits, out.vocab_start, group, &flag);
   stop = flag != 0;
   return tokens;
 }

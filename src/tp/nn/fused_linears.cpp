@@ -1,11 +1,5 @@
 #include "tp/nn/fused_linears.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-
-#include "tp/tensor/storage.h"
-
 namespace tp::nn {
 
 void FusedLinears::fuse(const std::vector<Linear*>& parts) {
@@ -13,27 +7,16 @@ void FusedLinears::fuse(const std::vector<Linear*>& parts) {
   if (parts.size() < 2) return;
   const Tensor& first = parts[0]->weight.data;
   if (!first.defined() || (first.dtype() != DType::F32 && first.dtype() != DType::BF16)) return;
-  int64_t rows = 0;
   for (Linear* p : parts) {
     const Tensor& w = p->weight.data;
     // A shared weight (a tied one) stays with its module: the other owner reads it.
     if (!w.defined() || w.dim() != 2 || w.dtype() != first.dtype() || w.size(1) != first.size(1) || w.numel() == 0 ||
         p->bias != nullptr || p->fused() || w.impl_ptr().use_count() > 1)
       return;
-    rows += w.size(0);
   }
-  // The stacked copy lives only until it is packed: from malloc, not the block
-  // cache (which would keep one per layer shape resident after loading).
-  const size_t bytes = static_cast<size_t>(rows * first.size(1)) * dtype_size(first.dtype());
-  std::shared_ptr<void> buffer(std::malloc(bytes), std::free);
-  TP_CHECK(buffer != nullptr, "FusedLinears: cannot allocate {} bytes to stack {} weights", bytes, parts.size());
-  Tensor stacked = Tensor::wrap(Storage::wrap(buffer.get(), bytes, buffer), 0, {rows, first.size(1)}, first.dtype());
-  char* at = static_cast<char*>(stacked.raw_data());
-  for (Linear* p : parts) {
-    std::memcpy(at, p->weight.data.raw_data(), p->weight.data.nbytes());
-    at += p->weight.data.nbytes();
-  }
-  packed_ = ops::PackedLinear(stacked, /*keep_weight=*/false);
+  std::vector<Tensor> weights;
+  for (Linear* p : parts) weights.push_back(p->weight.data);
+  packed_ = ops::pack_stacked(weights);
   for (Linear* p : parts) p->mark_fused(first.dtype());
   parts_ = parts;
 }

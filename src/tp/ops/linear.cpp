@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
 #include "tp/tensor/convert.h"
+#include "tp/tensor/storage.h"
 
 namespace tp::ops {
 
@@ -577,6 +579,28 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
   }
   onednn_linear_into(out.data<float>(), src, s, m, bias_ptr);
   return Bf16Kernel::OneDnn;
+}
+
+PackedLinear pack_stacked(const std::vector<Tensor>& weights) {
+  TP_CHECK(!weights.empty(), "pack_stacked: no weights given");
+  const Tensor& first = weights[0];
+  int64_t rows = 0;
+  for (const Tensor& w : weights) {
+    TP_CHECK(w.dim() == 2 && w.dtype() == first.dtype() && w.size(1) == first.size(1),
+             "pack_stacked: weights must be [rows, {}] {}, got {} {}", first.size(1), dtype_name(first.dtype()),
+             shape_str(w.shape()), dtype_name(w.dtype()));
+    rows += w.size(0);
+  }
+  const size_t bytes = static_cast<size_t>(rows * first.size(1)) * dtype_size(first.dtype());
+  std::shared_ptr<void> buffer(std::malloc(bytes), std::free);
+  TP_CHECK(buffer != nullptr, "pack_stacked: cannot allocate {} bytes to stack {} weights", bytes, weights.size());
+  Tensor stacked = Tensor::wrap(Storage::wrap(buffer.get(), bytes, buffer), 0, {rows, first.size(1)}, first.dtype());
+  char* at = static_cast<char*>(stacked.raw_data());
+  for (const Tensor& w : weights) {
+    std::memcpy(at, w.raw_data(), w.nbytes());
+    at += w.nbytes();
+  }
+  return PackedLinear(stacked, /*keep_weight=*/false);
 }
 
 Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b) {

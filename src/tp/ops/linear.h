@@ -72,6 +72,12 @@ class PackedLinear {
   std::shared_ptr<State> state_;
 };
 
+// Several weights [N_i, K] of one dtype packed as their row stack [sum N_i, K]
+// (q|k|v, gate|up run as one GEMM). The stack lives only until it is packed:
+// from malloc, not the block cache, which would keep one per layer shape
+// resident after loading.
+PackedLinear pack_stacked(const std::vector<Tensor>& weights);
+
 Tensor linear(const Tensor& x, const PackedLinear& w, const Tensor& b = Tensor());
 // No grad, no tensor allocation: writes x · w^T (+ b) into out [..., N] (preallocated f32).
 void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b = Tensor());

@@ -3,6 +3,7 @@
 #include "tp/distributed/functional.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/elementwise.h"
+#include "tp/ops/moe_dispatch.h"
 #include "tp/ops/moe_experts.h"
 #include "tp/ops/shape.h"
 #include "tp/parallel/style_util.h"
@@ -129,14 +130,9 @@ Tensor EpRouter::transform_output_post_forward(nn::Module& module, Tensor output
   nn::Routing r = nn::unpack_routing(output);
   // Each rank's weight gradient covers only its own experts' slots (#48205): summed here.
   Tensor weights = dist::copy_to_region(r.weights, g);
-  Tensor keep = Tensor::empty(r.ids.shape()), ids = Tensor::empty(r.ids.shape(), DType::I64);
-  const int64_t* id = r.ids.data<int64_t>();
-  for (int64_t p = 0; p < r.ids.numel(); ++p) {
-    const bool mine = id[p] / n_local == me;
-    keep.data<float>()[p] = mine ? 1.f : 0.f;
-    ids.data<int64_t>()[p] = mine ? id[p] % n_local : n_local;  // n_local: the sentinel, skipped by the experts
-  }
-  return nn::pack_routing(ops::mul(weights, keep), ids);
+  // Other ranks' experts: weight 0 and the sentinel id (n_local), which the experts skip.
+  const ops::LocalRoutes mine = ops::local_routes(r.ids, n_local, me);
+  return nn::pack_routing(ops::mul(weights, mine.keep), mine.ids);
 }
 
 // ---------------------------------------------------------------- ep_dispatch_experts
@@ -164,26 +160,13 @@ std::vector<Tensor> dispatch_tokens(const nn::MoeExperts& experts, const std::ve
   x = ops::narrow(dist::copy_to_region(x, ep), 0, s.chunk.offset, s.chunk.size);
   routing = ops::narrow(dist::copy_to_region(routing, ep), 0, s.chunk.offset, s.chunk.size);
   const nn::Routing r = nn::unpack_routing(routing);
-  const int64_t K = r.ids.size(1), pairs = r.ids.numel();
-  const int64_t* id = r.ids.data<int64_t>();
-  // (token, slot) pairs in order of their expert (a counting sort; owners hold contiguous blocks of experts).
-  std::vector<int64_t> start(static_cast<size_t>(experts.num_experts() + 1), 0);
-  for (int64_t p = 0; p < pairs; ++p) {
-    TP_CHECK(id[p] >= 0 && id[p] < experts.num_experts(), "ep_dispatch_experts: expert id {} outside [0, {})", id[p],
-             experts.num_experts());
-    ++start[id[p] + 1];
-  }
-  for (size_t e = 1; e < start.size(); ++e) start[e] += start[e - 1];
-  std::vector<int64_t> order(static_cast<size_t>(pairs)), local_ids(static_cast<size_t>(pairs));
-  for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(start[id[p]]++)] = p;
-  s.send_counts.assign(static_cast<size_t>(ep.size()), 0);
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int64_t e = id[order[i]];
-    ++s.send_counts[static_cast<size_t>(e / n_local)];
-    local_ids[i] = e % n_local;
-    s.rows.push_back(order[i] / K);
-  }
-  s.pair_weights = ops::gather_rows(ops::reshape(r.weights, {pairs, 1}), order);
+  const int64_t pairs = r.ids.numel();
+  // (token, slot) pairs in order of their expert, so each owner's arrive together.
+  ops::DispatchOrder order = ops::dispatch_order(r.ids, n_local, ep.size());
+  s.send_counts = std::move(order.send_counts);
+  s.rows = std::move(order.rows);
+  const std::vector<int64_t>& local_ids = order.local_ids;
+  s.pair_weights = ops::gather_rows(ops::reshape(r.weights, {pairs, 1}), order.pairs);
   Tensor received = dist::all_to_all_rows(ops::gather_rows(x, s.rows), s.send_counts, ep, &s.recv_counts);
   Tensor received_ids = ep.all_to_all_v(Tensor::from_ints(local_ids, {pairs, 1}), s.send_counts);
   // The experts run each received pair once, with weight 1: the weights are applied on the way back.

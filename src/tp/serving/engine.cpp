@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/sampling.h"
+#include "tp/ops/shape.h"
 
 namespace tp::serving {
 
@@ -46,10 +48,11 @@ void Engine::run(const std::function<bool()>& stop_requested) {
 }
 
 int64_t Engine::pick(const Tensor& logits, int64_t row, int64_t slot) const {
-  const int64_t V = logits.size(-1);
   const GenerationRequest& r = scheduler_->request(slot);
-  // Row 0 and the token's index: the random stream of `tp generate` with this prompt alone.
-  return generation::select_token(logits.data<float>() + row * V, V, r.sampling, 0, scheduler_->generated(slot));
+  // Stream 0 and the token's index: the random stream of `tp generate` with this prompt alone.
+  return ops::sample_tokens(ops::narrow(logits, 0, row, 1), r.sampling, {0}, {scheduler_->generated(slot)})
+      .to_int_vector()
+      .front();
 }
 
 void Engine::execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens,

@@ -16,7 +16,7 @@ namespace tp::serving {
 struct GenerationRequest {
   std::vector<int64_t> prompt;
   int64_t max_tokens = 16;
-  // row and step of select_token are 0 and the token's index in the request, so
+  // stream and step of ops::sample_tokens are 0 and the token's index in the request, so
   // a seeded request picks what `tp generate --seed` picks for that prompt alone.
   generation::SamplingOptions sampling;
   std::vector<int64_t> eos_token_ids;  // the stream ends after one of these

@@ -1,9 +1,8 @@
 #include "tp/training/optimizer.h"
 
-#include <immintrin.h>
-
 #include <cmath>
 
+#include "tp/ops/optimizer_updates.h"
 #include "tp/tensor/convert.h"
 
 namespace tp::training {
@@ -69,57 +68,6 @@ void load_views(const ModelParameters& params, Tensor& state_slab, const std::st
 
 }  // namespace
 
-namespace {
-
-// One AdamW update of n elements; every operation as torch's for-loop AdamW
-// does it, in that order (decay, m, v, denominator, step), so the vector and
-// scalar forms give the same bits. The vector form streams the four arrays at
-// about twice the rate of what the compiler makes of the loop for AVX2.
-struct AdamWScalars {
-  float keep, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, step_size, grad_scale;
-};
-
-void adamw_scalar(const AdamWScalars& c, float* w, const float* g, float* m, float* v, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * c.grad_scale;
-    w[i] *= c.keep;
-    m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gi;
-    v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
-    const float denom = std::sqrt(v[i]) / c.bias_correction2_sqrt + c.eps;
-    w[i] -= c.step_size * m[i] / denom;
-  }
-}
-
-__attribute__((target("avx512f"))) void adamw_avx512(const AdamWScalars& c, float* w, const float* g, float* m,
-                                                      float* v, int64_t n) {
-  const __m512 keep = _mm512_set1_ps(c.keep), b1 = _mm512_set1_ps(c.beta1), ob1 = _mm512_set1_ps(c.one_minus_beta1),
-               b2 = _mm512_set1_ps(c.beta2), ob2 = _mm512_set1_ps(c.one_minus_beta2),
-               bc2 = _mm512_set1_ps(c.bias_correction2_sqrt), eps = _mm512_set1_ps(c.eps),
-               step = _mm512_set1_ps(c.step_size), scale = _mm512_set1_ps(c.grad_scale);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), scale);
-    const __m512 wi = _mm512_mul_ps(_mm512_loadu_ps(w + i), keep);
-    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(ob1, gi));
-    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2), _mm512_mul_ps(_mm512_mul_ps(ob2, gi), gi));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
-    _mm512_storeu_ps(w + i, _mm512_sub_ps(wi, _mm512_div_ps(_mm512_mul_ps(step, mi), denom)));
-    _mm512_storeu_ps(m + i, mi);
-    _mm512_storeu_ps(v + i, vi);
-  }
-  adamw_scalar(c, w + i, g + i, m + i, v + i, n - i);
-}
-
-using AdamWKernel = void (*)(const AdamWScalars&, float*, const float*, float*, float*, int64_t);
-
-AdamWKernel adamw_kernel() {
-  static const AdamWKernel k = __builtin_cpu_supports("avx512f") ? adamw_avx512 : adamw_scalar;
-  return k;
-}
-
-}  // namespace
-
 AdamW::AdamW(ModelParameters& params, AdamWOptions options)
     : params_(params), o_(options), exp_avg_(Tensor::zeros({params.state_numel()})),
       exp_avg_sq_(Tensor::zeros({params.state_numel()})) {}
@@ -127,7 +75,7 @@ AdamW::AdamW(ModelParameters& params, AdamWOptions options)
 void AdamW::step(double lr, float grad_scale) {
   ++steps_;
   const double t = static_cast<double>(steps_);
-  AdamWScalars c{1.f,
+  ops::AdamWScalars c{1.f,
                  static_cast<float>(o_.beta1),
                  static_cast<float>(1 - o_.beta1),
                  static_cast<float>(o_.beta2),
@@ -138,11 +86,10 @@ void AdamW::step(double lr, float grad_scale) {
                  grad_scale};
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
-  const AdamWKernel kernel = adamw_kernel();
   for_each_block(params_, [&](TrainableParam& p, float* w, const float* g, int64_t begin, int64_t end, int64_t state) {
-    AdamWScalars pc = c;
+    ops::AdamWScalars pc = c;
     pc.keep = static_cast<float>(1 - lr * (p.decay ? o_.weight_decay : 0.0));
-    kernel(pc, w, g, m + state, v + state, end - begin);
+    ops::adamw_update(pc, w, g, m + state, v + state, end - begin);
   });
 }
 
@@ -169,13 +116,8 @@ void SGD::step(double lr, float grad_scale) {
   float* buf = momentum_buffer_.defined() ? momentum_buffer_.data<float>() : nullptr;
   for_each_block(params_, [&](TrainableParam& p, float* w, const float* g, int64_t begin, int64_t end, int64_t state) {
     const float lambda = static_cast<float>(p.decay ? o_.weight_decay : 0.0);
-    float* b = buf ? buf + state : nullptr;
-#pragma omp simd
-    for (int64_t i = 0; i < end - begin; ++i) {
-      float d = g[i] * grad_scale + lambda * w[i];
-      if (b) d = b[i] = first ? d : mu * b[i] + d;
-      w[i] -= rate * d;
-    }
+    ops::sgd_update({.rate = rate, .momentum = mu, .weight_decay = lambda, .grad_scale = grad_scale, .first = first},
+                    w, g, buf ? buf + state : nullptr, end - begin);
   });
 }
 

@@ -1,7 +1,5 @@
 #include "tp/training/trainer.h"
 
-#include <xmmintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -20,6 +18,7 @@
 #include "tp/training/optimizer_factory.h"
 #include "tp/training/loss.h"
 #include "tp/training/router_aux_loss.h"
+#include "tp/ops/denormals.h"
 #include "tp/ops/elementwise.h"
 
 namespace tp::training {
@@ -57,17 +56,6 @@ void prepare_output_dir(const fs::path& dir, dist::ProcessGroup& group) {
 
 bool finite(double x) { return std::isfinite(x); }
 
-// Flush-to-zero and denormals-are-zero on this thread and the OpenMP pool. As a
-// model learns, the probabilities of unlikely tokens underflow to denormals
-// (e^-100 ~ 4e-44), and every GEMM and kernel that touches one takes a microcode
-// assist: a small Llama's steps slowed by a quarter over 200 steps without it.
-// Values below 1.2e-38 become 0, as on GPUs' default training path.
-void flush_denormals() {
-  _mm_setcsr(_mm_getcsr() | 0x8040);
-#pragma omp parallel
-  _mm_setcsr(_mm_getcsr() | 0x8040);
-}
-
 }  // namespace
 
 Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr<const TokenBlocks> train,
@@ -75,7 +63,7 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
     : model_(model), args_(std::move(args)), train_(std::move(train)), eval_(std::move(eval)),
       options_(std::move(options)) {
   args_.validate();
-  flush_denormals();
+  ops::flush_denormals_to_zero();  // the whole run computes without denormals
   TP_CHECK(train_ != nullptr && train_->size() > 0, "the Trainer needs training data (at least one block)");
   const ModelConfig& c = model_.config();
   for (const TokenBlocks* d : {train_.get(), eval_.get()}) {

@@ -1,0 +1,69 @@
+#include "tp/ops/optimizer_updates.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+namespace tp::ops {
+
+namespace {
+
+// One AdamW update of n elements; every operation as torch's for-loop AdamW
+// does it, in that order (decay, m, v, denominator, step), so the vector and
+// scalar forms give the same bits. The vector form streams the four arrays at
+// about twice the rate of what the compiler makes of the loop for AVX2.
+void adamw_portable(const AdamWScalars& c, float* w, const float* g, float* m, float* v, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * c.grad_scale;
+    w[i] *= c.keep;
+    m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gi;
+    v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
+    const float denom = std::sqrt(v[i]) / c.bias_correction2_sqrt + c.eps;
+    w[i] -= c.step_size * m[i] / denom;
+  }
+}
+
+__attribute__((target("avx512f"))) void adamw_avx512(const AdamWScalars& c, float* w, const float* g, float* m,
+                                                      float* v, int64_t n) {
+  const __m512 keep = _mm512_set1_ps(c.keep), b1 = _mm512_set1_ps(c.beta1), ob1 = _mm512_set1_ps(c.one_minus_beta1),
+               b2 = _mm512_set1_ps(c.beta2), ob2 = _mm512_set1_ps(c.one_minus_beta2),
+               bc2 = _mm512_set1_ps(c.bias_correction2_sqrt), eps = _mm512_set1_ps(c.eps),
+               step = _mm512_set1_ps(c.step_size), scale = _mm512_set1_ps(c.grad_scale);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), scale);
+    const __m512 wi = _mm512_mul_ps(_mm512_loadu_ps(w + i), keep);
+    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(ob1, gi));
+    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2), _mm512_mul_ps(_mm512_mul_ps(ob2, gi), gi));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    _mm512_storeu_ps(w + i, _mm512_sub_ps(wi, _mm512_div_ps(_mm512_mul_ps(step, mi), denom)));
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+  }
+  adamw_portable(c, w + i, g + i, m + i, v + i, n - i);
+}
+
+using AdamWKernel = void (*)(const AdamWScalars&, float*, const float*, float*, float*, int64_t);
+
+AdamWKernel adamw_kernel() {
+  static const AdamWKernel k = __builtin_cpu_supports("avx512f") ? adamw_avx512 : adamw_portable;
+  return k;
+}
+
+}  // namespace
+
+void adamw_update(const AdamWScalars& c, float* w, const float* g, float* m, float* v, int64_t n) {
+  adamw_kernel()(c, w, g, m, v, n);
+}
+
+void sgd_update(const SgdScalars& c, float* w, const float* g, float* b, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i] * c.grad_scale + c.weight_decay * w[i];
+    if (b) d = b[i] = c.first ? d : c.momentum * b[i] + d;
+    w[i] -= c.rate * d;
+  }
+}
+
+}  // namespace tp::ops

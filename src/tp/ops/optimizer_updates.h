@@ -1,0 +1,28 @@
+#pragma once
+// The optimizers' element updates over a span of f32 masters, their gradients
+// and their state; every operation as torch's for-loop AdamW / SGD does it, in
+// that order, so each vector form gives its scalar form's bits (and torch's).
+#include <cstdint>
+
+namespace tp::ops {
+
+// AdamW's per-step constants (lr and the bias corrections folded in by the caller).
+struct AdamWScalars {
+  float keep;  // 1 - lr * weight_decay (decoupled decay)
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  float eps;
+  float step_size;   // lr / (1 - beta1^t)
+  float grad_scale;  // clipping's factor, applied to each gradient first
+};
+// w, g, exp_avg m, exp_avg_sq v: n elements each.
+void adamw_update(const AdamWScalars& c, float* w, const float* g, float* m, float* v, int64_t n);
+
+struct SgdScalars {
+  float rate, momentum, weight_decay, grad_scale;
+  bool first;  // the first step: the momentum buffer takes the gradient as it is
+};
+// w, g, and the momentum buffer b (null without momentum): n elements each.
+void sgd_update(const SgdScalars& c, float* w, const float* g, float* b, int64_t n);
+
+}  // namespace tp::ops
