@@ -11,6 +11,7 @@
 #include "tp/distributed/process_group.h"
 #include "tp/generation/generate.h"
 #include "tp/models/auto.h"
+#include "tp/nn/moe.h"
 #include "tp/ops/shape.h"
 
 using namespace tp;
@@ -80,6 +81,28 @@ TEST_P(Equivalence, ShardedLogitsAreTheSlicesOfTheGatheredOnes) {
   EXPECT_TRUE(equal(sharded.logits, ops::narrow(full, 2, sharded.vocab_start, local)))
       << GetParam().model << " at tp " << dist::world_size();
   EXPECT_TRUE(equal(many.forward(ids), full)) << "no state left behind by the sharded forward";
+}
+
+// ForwardOptions::output_router_logits: one [B * T, E] tensor per sparse
+// layer's router, in layer order, the same at tp N as at tp 1 (the routers are
+// replicated); none unless asked, and none for a dense model.
+TEST_P(Equivalence, RouterLogitsComeBackWhenAsked) {
+  PretrainedModel one = load(GetParam().model, true), many = load(GetParam().model, false);
+  std::vector<int64_t> experts;
+  for (nn::Module* m : many.lm().modules())
+    if (const auto* router = dynamic_cast<const nn::TopKRouter*>(m)) experts.push_back(router->num_experts());
+  Tensor ids = Tensor::from_ints({1, 17, 42, 99, 250, 3, 511, 7, 300, 12, 5, 0, 64, 128}, {2, 7});
+  const CausalLMOutput a = one.forward(ids, {.output_router_logits = true});
+  const CausalLMOutput b = many.forward(ids, {.output_router_logits = true});
+  ASSERT_EQ(a.router_logits.size(), experts.size());
+  ASSERT_EQ(b.router_logits.size(), experts.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    EXPECT_EQ(b.router_logits[i].shape(), (Shape{14, experts[i]})) << "router " << i;
+    EXPECT_LE(max_abs_diff(a.router_logits[i], b.router_logits[i]), GetParam().logit_tol * max_abs(a.router_logits[i]))
+        << GetParam().model << " router " << i << " at tp " << dist::world_size();
+  }
+  EXPECT_TRUE(many.forward(ids, {}).router_logits.empty());
+  EXPECT_TRUE(equal(b.logits, many.forward(ids))) << "asking for router logits changes no logit";
 }
 
 TEST_P(Equivalence, GreedyTokensMatchTp1AndKvCacheEqualsRecompute) {

@@ -74,9 +74,11 @@ int64_t CausalLM::logits_vocab_start(bool sharded_logits) {
 }
 
 CausalLMOutput CausalLM::forward_ids(const Tensor& ids, const ForwardOptions& options) {
-  Tensor h = logit_rows(forward_hidden(ids, options.cache, options.counts), options.logit_positions);
+  HiddenOutput decoded = forward_hidden(ids, options);
+  const Tensor h = logit_rows(decoded.hidden, options.logit_positions);
   return {.logits = output_embeddings().call_with_style({h}, head_style(options.sharded_logits)),
-          .vocab_start = logits_vocab_start(options.sharded_logits)};
+          .vocab_start = logits_vocab_start(options.sharded_logits),
+          .router_logits = std::move(decoded.router_logits)};
 }
 
 }  // namespace tp

@@ -54,12 +54,24 @@ struct ForwardOptions {
   // of all-gathering it (the loss-parallel loss, greedy argmax over shards).
   // Possible when lm_head is column-parallel (CausalLM::can_shard_logits).
   bool sharded_logits = false;
+  // Return each MoE router's logits (Transformers' output_router_logits), for
+  // the auxiliary load-balancing loss.
+  bool output_router_logits = false;
 };
 
 // What one forward computed.
 struct CausalLMOutput {
   Tensor logits;            // f32 [B, T, V] or [B, V]; sharded: this rank's [.., V_local]
   int64_t vocab_start = 0;  // the vocabulary id of logits' first column (0 unless sharded)
+  // Asked for: [B * T, E] f32 per sparse layer, in layer order (differentiable).
+  std::vector<Tensor> router_logits;
+};
+
+// The decoder's part of a forward: its last hidden states (after the final
+// norm, what lm_head reads) and, when asked, the routers' logits.
+struct HiddenOutput {
+  Tensor hidden;  // [B, T, H]
+  std::vector<Tensor> router_logits;
 };
 
 class CausalLM : public nn::Module {
@@ -96,10 +108,9 @@ class CausalLM : public nn::Module {
 
   // ids [B, T] (i64) -> logits as `options` ask (see ForwardOptions).
   CausalLMOutput forward_ids(const Tensor& ids, const ForwardOptions& options = {});
-  // The decoder's last hidden states [B, T, H] (after the final norm), what
-  // lm_head reads: ids [B, T] (or [T]), `state` and `counts` as in forward_ids.
-  virtual Tensor forward_hidden(const Tensor& ids, KVState* state = nullptr,
-                                const std::vector<int64_t>& counts = {}) = 0;
+  // The decoder alone: ids [B, T] (or [T]) -> its last hidden states, with the
+  // cache, counts and router logits `options` ask for (their logit options unused).
+  virtual HiddenOutput forward_hidden(const Tensor& ids, const ForwardOptions& options = {}) = 0;
   // lm_head (Transformers' get_output_embeddings).
   virtual nn::Linear& output_embeddings() = 0;
 

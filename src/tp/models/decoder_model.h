@@ -9,6 +9,7 @@
 
 #include "tp/autograd/checkpoint.h"
 #include "tp/models/config.h"
+#include "tp/models/decoder_args.h"
 #include "tp/models/gradient_checkpointing.h"
 #include "tp/models/unit_hooks.h"
 #include "tp/nn/layers.h"
@@ -33,7 +34,11 @@ class DecoderModel : public nn::Module {
   UnitHooks* const* unit_hooks = nullptr;
 
  protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override {  // ids [B, T] -> hidden [B, T, H]
+  Tensor forward(const std::vector<Tensor>& inputs) override {
+    fail("{}: the decoder runs with its DecoderArgs (positions, cache), from the model's forward_hidden", name());
+  }
+  Tensor forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args_in) override {
+    const DecoderArgs& args = decoder_args(args_in, *this);  // ids [B, T] -> hidden [B, T, H]
     UnitHooks* hooks = unit_hooks != nullptr ? *unit_hooks : nullptr;
     if (hooks != nullptr) hooks->begin_forward();
     Tensor h = embed_tokens(inputs.at(0));
@@ -41,7 +46,8 @@ class DecoderModel : public nn::Module {
     for (size_t i = 0; i < layers.size(); ++i) {
       const auto layer = static_cast<int64_t>(i);
       if (hooks != nullptr) h = hooks->enter_layer(layer, h);
-      h = checkpointing != nullptr && checkpointing->applies(layer) ? checkpointed(*layers[i], h) : (*layers[i])(h);
+      h = checkpointing != nullptr && checkpointing->applies(layer) ? checkpointed(*layers[i], h, args)
+                                                                    : layers[i]->call({h}, &args);
       if (hooks != nullptr) h = hooks->leave_layer(layer, h);
     }
     if (hooks != nullptr) h = hooks->enter_head(h);
@@ -49,20 +55,26 @@ class DecoderModel : public nn::Module {
   }
 
  private:
-  Tensor checkpointed(Layer& layer, const Tensor& h) {
-    std::vector<nn::TopKRouter*> routers;
+  // The layer's forward runs again inside the backward, after this call has
+  // returned: the block keeps its own copy of the arguments, and the routers'
+  // logits (as many each time) are outputs of the checkpoint, so that the
+  // backward reaches the ones the loss used.
+  Tensor checkpointed(Layer& layer, const Tensor& h, const DecoderArgs& args) {
     std::vector<Tensor> params;
-    for (nn::Module* m : layer.modules())
-      if (auto* r = dynamic_cast<nn::TopKRouter*>(m)) routers.push_back(r);
     for (nn::Parameter* p : layer.parameters())
       if (p->data.defined() && p->data.requires_grad()) params.push_back(p->data);
-    auto block = [&layer, routers](const std::vector<Tensor>& in) {
-      std::vector<Tensor> out{layer(in[0])};
-      for (const nn::TopKRouter* r : routers) out.push_back(r->last_logits());
+    DecoderArgs own = args;
+    own.router_logits = nullptr;
+    auto block = [&layer, own](const std::vector<Tensor>& in) {
+      std::vector<Tensor> router_logits;
+      DecoderArgs call_args = own;
+      call_args.router_logits = &router_logits;
+      std::vector<Tensor> out{layer.call({in[0]}, &call_args)};
+      out.insert(out.end(), router_logits.begin(), router_logits.end());
       return out;
     };
     std::vector<Tensor> out = autograd::checkpoint(block, {h}, params, checkpointing->policy);
-    for (size_t i = 0; i < routers.size(); ++i) routers[i]->set_last_logits(out[i + 1]);
+    if (args.router_logits != nullptr) args.router_logits->insert(args.router_logits->end(), out.begin() + 1, out.end());
     return out[0];
   }
 

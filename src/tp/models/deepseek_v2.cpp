@@ -75,27 +75,32 @@ Tensor pad_last(const Tensor& x, int64_t width) {
 }  // namespace
 
 Tensor DeepseekV2Attention::forward(const std::vector<Tensor>& inputs) {
+  fail("{}: attention runs inside its decoder layer, which hands it the positions (DecoderArgs)", name());
+}
+
+Tensor DeepseekV2Attention::forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) {
+  const DecoderArgs& context = decoder_args(args, *this);
   const Tensor& x = inputs.at(0);  // [B, T, H]
   const int64_t B = x.size(0), T = x.size(1), N = sizes_.qk_nope_head_dim, R = sizes_.qk_rope_head_dim,
                 V = sizes_.v_head_dim, C = sizes_.kv_lora_rank;
   Tensor q = q_proj != nullptr ? (*q_proj)(x) : (*q_b_proj)((*q_a_layernorm)((*q_a_proj)(x)));
   q = ops::reshape(q, {B, T, -1, N + R});  // this rank's heads
   Tensor q_nope = ops::narrow(q, 3, 0, N);
-  Tensor q_pe = ops::apply_rope(ops::narrow(q, 3, N, R), context->positions, rope->inv_freq, rope->options);
+  Tensor q_pe = ops::apply_rope(ops::narrow(q, 3, N, R), context.positions, rope->inv_freq, rope->options);
 
   Tensor compressed = (*kv_a_proj_with_mqa)(x);  // [B, T, C + R]
   Tensor latent = (*kv_a_layernorm)(ops::narrow(compressed, 2, 0, C));
-  Tensor k_pe = ops::apply_rope(ops::reshape(ops::narrow(compressed, 2, C, R), {B, T, 1, R}), context->positions,
+  Tensor k_pe = ops::apply_rope(ops::reshape(ops::narrow(compressed, 2, C, R), {B, T, 1, R}), context.positions,
                                 rope->inv_freq, rope->options);
 
   ops::AttentionOptions options{.scale = rope->scale};
-  if (context->state != nullptr) {
+  if (context.cache != nullptr) {
     // Cache the latent and k_pe, then attend over every cached token.
-    ops::KVCache& cache = context->state->layers.at(layer_index);
+    ops::KVCache& cache = context.cache->layers.at(layer_index);
     options.q_offsets = cache.lengths();
     Tensor latent_rows = ops::reshape(latent, {B, T, 1, C});
-    if (context->counts != nullptr && !context->counts->empty())
-      cache.append(latent_rows, k_pe, *context->counts);
+    if (!context.counts.empty())
+      cache.append(latent_rows, k_pe, context.counts);
     else
       cache.append(latent_rows, k_pe);
     options.kv_lens = cache.lengths();
@@ -135,9 +140,13 @@ DeepseekV2DecoderLayer::DeepseekV2DecoderLayer(const std::string& name, int64_t 
 }
 
 Tensor DeepseekV2DecoderLayer::forward(const std::vector<Tensor>& inputs) {
+  fail("{}: a decoder layer needs its model's DecoderArgs (positions, cache)", name());
+}
+
+Tensor DeepseekV2DecoderLayer::forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) {
   const Tensor& x = inputs.at(0);
-  Tensor h = ops::add(x, self_attn(input_layernorm(x)));  // self attention
-  return ops::add(h, mlp(post_attention_layernorm(h)));   // fully connected
+  Tensor h = ops::add(x, self_attn(input_layernorm(x), &args));  // self attention
+  return ops::add(h, mlp(post_attention_layernorm(h), &args));   // fully connected
 }
 
 // ---------------------------------------------------------------- causal LM
@@ -174,7 +183,6 @@ DeepseekV2ForCausalLM::DeepseekV2ForCausalLM(const ModelConfig& config)
   TP_CHECK(config.hidden_act == "silu", "{}: hidden_act '{}' is not supported; supported: silu", config.model_type,
            config.hidden_act);
   for (DeepseekV2DecoderLayer* layer : model.layers) {
-    layer->self_attn.context = &context_;
     layer->self_attn.rope = &rope_;
   }
   model.checkpointing = &checkpointing_;
@@ -230,11 +238,16 @@ KVState DeepseekV2ForCausalLM::make_kv_state(int64_t batch, int64_t max_len) con
   return KVState{ops::KVCache::for_layers(batch, max_len, sizes_.kv_lora_rank, layers)};
 }
 
-Tensor DeepseekV2ForCausalLM::forward_hidden(const Tensor& ids_in, KVState* state,
-                                             const std::vector<int64_t>& counts) {
-  Tensor ids = batch_of_ids(ids_in, state);
-  context_ = {.positions = token_positions(ids.size(0), ids.size(1), state), .state = state, .counts = &counts};
-  return model(ids);  // [B, T, H]
+HiddenOutput DeepseekV2ForCausalLM::forward_hidden(const Tensor& ids_in, const ForwardOptions& options) {
+  Tensor ids = batch_of_ids(ids_in, options.cache);
+  HiddenOutput out;
+  DecoderArgs args;  // MLA's rope is the attention's own (rope_)
+  args.positions = token_positions(ids.size(0), ids.size(1), options.cache);
+  args.cache = options.cache;
+  args.counts = options.counts;
+  if (options.output_router_logits) args.router_logits = &out.router_logits;
+  out.hidden = model(ids, &args);  // [B, T, H]
+  return out;
 }
 
 }  // namespace tp

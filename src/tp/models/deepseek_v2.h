@@ -56,11 +56,12 @@ class DeepseekV2Attention : public nn::Module {
   nn::Linear* kv_b_proj = nullptr;
   nn::Linear* o_proj = nullptr;
   int64_t layer_index = 0;
-  const AttentionContext* context = nullptr;
   const MlaRope* rope = nullptr;
 
  protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override;  // x [B, T, H] -> [B, T, H]
+  // x [B, T, H] -> [B, T, H] at the call's positions (DecoderArgs), continuing its cache if any.
+  Tensor forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) override;
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // an error: attention needs DecoderArgs
 
  private:
   DeepseekSizes sizes_;
@@ -77,7 +78,8 @@ class DeepseekV2DecoderLayer : public nn::Module {
   SparseMoeBlock* moe = nullptr;   // the others (with n_routed_experts > 0)
 
  protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override;
+  Tensor forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) override;
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // an error: the attention needs DecoderArgs
 };
 
 using DeepseekV2Model = DecoderModel<DeepseekV2DecoderLayer, DeepseekSizes>;
@@ -93,13 +95,12 @@ class DeepseekV2ForCausalLM : public CausalLM {
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;
-  Tensor forward_hidden(const Tensor& ids, KVState* state = nullptr, const std::vector<int64_t>& counts = {}) override;
+  HiddenOutput forward_hidden(const Tensor& ids, const ForwardOptions& options) override;
   nn::Linear& output_embeddings() override { return lm_head; }
 
  private:
   DeepseekSizes sizes_;
   MlaRope rope_;
-  AttentionContext context_;
 };
 
 // Transformers' base_model_tp_plan (keys without "model."). V2: q_proj or q_b_proj

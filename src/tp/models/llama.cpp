@@ -64,6 +64,11 @@ void LlamaAttention::finalize_weights(bool inference_only) {
 }
 
 Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
+  fail("{}: attention runs inside its decoder layer, which hands it the positions (DecoderArgs)", name());
+}
+
+Tensor LlamaAttention::forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) {
+  const DecoderArgs& context = decoder_args(args, *this);
   const Tensor& x = inputs.at(0);  // [B, T, H]
   const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
   // This rank's heads: [B, T, Hq, D] and [B, T, Hkv, D].
@@ -82,19 +87,19 @@ Tensor LlamaAttention::forward(const std::vector<Tensor>& inputs) {
     q = (*q_norm)(q);
     k = (*k_norm)(k);
   }
-  q = ops::apply_rope(q, context->positions, *context->inv_freq, context->rope);
-  k = ops::apply_rope(k, context->positions, *context->inv_freq, context->rope);
+  q = ops::apply_rope(q, context.positions, *context.inv_freq, context.rope);
+  k = ops::apply_rope(k, context.positions, *context.inv_freq, context.rope);
   // The op takes f32 sinks (a bf16 checkpoint's are converted, differentiably).
   Tensor sink_logits;
   if (sinks != nullptr)
     sink_logits = sinks->data.dtype() == DType::F32 ? sinks->data : ops::to_dtype(sinks->data, DType::F32);
 
   Tensor out;
-  if (context->state != nullptr) {
-    ops::KVCache& cache = context->state->layers.at(layer_index);
+  if (context.cache != nullptr) {
+    ops::KVCache& cache = context.cache->layers.at(layer_index);
     std::vector<int64_t> q_offsets = cache.lengths();
-    if (context->counts != nullptr && !context->counts->empty()) {
-      cache.append(k, v, *context->counts);
+    if (!context.counts.empty()) {
+      cache.append(k, v, context.counts);
     } else {
       cache.append(k, v);
     }
@@ -191,12 +196,16 @@ bool LlamaDecoderLayer::differentiable(const Tensor& x) {
 }
 
 Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
+  fail("{}: a decoder layer needs its model's DecoderArgs (positions, cache)", name());
+}
+
+Tensor LlamaDecoderLayer::forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) {
   const Tensor& x = inputs.at(0);
   const Tensor& w1 = input_layernorm.weight.data;
   const Tensor& w2 = post_attention_layernorm.weight.data;
   if (differentiable(x) || input_layernorm.style() != nullptr || post_attention_layernorm.style() != nullptr) {
-    Tensor h = ops::add(x, self_attn(input_layernorm(x)));  // self attention
-    return ops::add(h, mlp(post_attention_layernorm(h)));   // fully connected
+    Tensor h = ops::add(x, self_attn(input_layernorm(x), &args));  // self attention
+    return ops::add(h, mlp(post_attention_layernorm(h), &args));   // fully connected
   }
   // Inference, the same numbers in fewer passes over the activations (which
   // every rank repeats at tp > 1): the norms write bf16 straight for bf16
@@ -204,9 +213,9 @@ Tensor LlamaDecoderLayer::forward(const std::vector<Tensor>& inputs) {
   auto dtype_for = [](bool bf16_in) { return bf16_in ? DType::BF16 : DType::F32; };
   const auto* dense = dynamic_cast<const LlamaMLP*>(&mlp);
   Tensor a = ops::rms_norm(x, w1, input_layernorm.eps, dtype_for(self_attn.takes_bf16_input()));
-  ops::AddRmsNorm h = ops::add_rms_norm(x, self_attn(a), w2, post_attention_layernorm.eps,
+  ops::AddRmsNorm h = ops::add_rms_norm(x, self_attn(a, &args), w2, post_attention_layernorm.eps,
                                         dtype_for(dense != nullptr && dense->takes_bf16_input()));
-  return ops::add(h.sum, mlp(h.normed));
+  return ops::add(h.sum, mlp(h.normed, &args));
 }
 
 // ---------------------------------------------------------------- causal LM
@@ -257,7 +266,6 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& config, LlamaVariant varia
       rope_options_(rope_options_for(config)) {
   TP_CHECK(config.hidden_act == "silu", "{}: hidden_act '{}' is not supported; supported: silu", config.model_type,
            config.hidden_act);
-  for (LlamaDecoderLayer* layer : model.layers) layer->self_attn.context = &context_;
   model.checkpointing = &checkpointing_;
   model.unit_hooks = &unit_hooks_;
 }
@@ -339,14 +347,18 @@ KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
   return KVState{ops::KVCache::for_layers(batch, max_len, config_.head_dim, layers)};
 }
 
-Tensor LlamaForCausalLM::forward_hidden(const Tensor& ids_in, KVState* state, const std::vector<int64_t>& counts) {
-  Tensor ids = batch_of_ids(ids_in, state);
-  context_ = {.positions = token_positions(ids.size(0), ids.size(1), state),
-              .inv_freq = &inv_freq_,
-              .rope = rope_options_,
-              .state = state,
-              .counts = &counts};
-  return model(ids);  // [B, T, H]
+HiddenOutput LlamaForCausalLM::forward_hidden(const Tensor& ids_in, const ForwardOptions& options) {
+  Tensor ids = batch_of_ids(ids_in, options.cache);
+  HiddenOutput out;
+  DecoderArgs args;
+  args.positions = token_positions(ids.size(0), ids.size(1), options.cache);
+  args.inv_freq = &inv_freq_;
+  args.rope = rope_options_;
+  args.cache = options.cache;
+  args.counts = options.counts;
+  if (options.output_router_logits) args.router_logits = &out.router_logits;
+  out.hidden = model(ids, &args);  // [B, T, H]
+  return out;
 }
 
 }  // namespace tp

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tp/models/causal_lm.h"
+#include "tp/models/decoder_args.h"
 #include "tp/models/decoder_model.h"
 #include "tp/nn/fused_linears.h"
 #include "tp/nn/layers.h"
@@ -38,15 +39,6 @@ struct LlamaVariant {
   std::function<std::unique_ptr<nn::Module>(const std::string& name, int64_t layer, const ModelConfig&)> make_mlp;
 };
 
-// What a layer's attention needs besides its input, set by the model per call.
-struct AttentionContext {
-  Tensor positions;  // [B, T] i64
-  const std::vector<float>* inv_freq = nullptr;
-  ops::RopeOptions rope;     // yarn's factor on cos and sin
-  KVState* state = nullptr;  // null: no cache
-  const std::vector<int64_t>* counts = nullptr;
-};
-
 class LlamaAttention : public nn::Module {
  public:
   LlamaAttention(const std::string& name, const ModelConfig& c, const LlamaVariant& v);
@@ -59,7 +51,6 @@ class LlamaAttention : public nn::Module {
   nn::Parameter* sinks = nullptr;  // [Hq] (this rank's heads), GPT-OSS
   int64_t layer_index;
   int64_t sliding_window = 0;  // this layer's: keys in (p - window, p]; 0: full attention
-  const AttentionContext* context = nullptr;
   // q, k and v all take a bf16 input as is (see nn::Linear::takes_bf16_input).
   bool takes_bf16_input() const;
 
@@ -69,7 +60,9 @@ class LlamaAttention : public nn::Module {
   void release_packed_weights() override { qkv_.release(); }
 
  protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override;  // x [B, T, H] -> [B, T, H]
+  // x [B, T, H] -> [B, T, H] at the call's positions (DecoderArgs), continuing its cache if any.
+  Tensor forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) override;
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // an error: attention needs DecoderArgs
 
  private:
   int64_t head_dim_;
@@ -108,7 +101,8 @@ class LlamaDecoderLayer : public nn::Module {
   nn::Module& mlp;  // LlamaMLP, or the variant's block (a sparse MoE block)
 
  protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override;
+  Tensor forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) override;
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // an error: the attention needs DecoderArgs
 
  private:
   bool differentiable(const Tensor& x);
@@ -128,14 +122,13 @@ class LlamaForCausalLM : public CausalLM {
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;
-  Tensor forward_hidden(const Tensor& ids, KVState* state = nullptr, const std::vector<int64_t>& counts = {}) override;
+  HiddenOutput forward_hidden(const Tensor& ids, const ForwardOptions& options) override;
   nn::Linear& output_embeddings() override { return lm_head; }
 
  private:
   LlamaVariant variant_;
   std::vector<float> inv_freq_;
   ops::RopeOptions rope_options_;
-  AttentionContext context_;
 };
 
 // The Llama plan as Transformers ships it (keys without the "model." prefix).

@@ -22,12 +22,17 @@ SparseMoeBlock::SparseMoeBlock(const std::string& name, const ModelConfig& c, co
         &add_module(std::make_unique<LlamaMLP>(child_name("shared_experts"), c, moe.shared_intermediate));
 }
 
-Tensor SparseMoeBlock::forward(const std::vector<Tensor>& inputs) {
-  const Tensor& x = inputs.at(0);  // [B, T, H]
+Tensor SparseMoeBlock::run(const Tensor& x, const nn::ForwardArgs* args) {  // [B, T, H]
   const Tensor flat = ops::reshape(x.dtype() == DType::F32 ? x : ops::to_dtype(x, DType::F32), {-1, x.size(-1)});
-  const Tensor routing = gate(flat);
+  const Tensor routing = gate(flat, args);
   Tensor out = ops::reshape(experts.call({flat, routing}), x.shape());
   return shared_experts == nullptr ? out : ops::add(out, (*shared_experts)(x));
+}
+
+Tensor SparseMoeBlock::forward(const std::vector<Tensor>& inputs) { return run(inputs.at(0), nullptr); }
+
+Tensor SparseMoeBlock::forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) {
+  return run(inputs.at(0), &args);
 }
 
 }  // namespace tp

@@ -61,6 +61,11 @@ class SparseMoeBlock : public nn::Module {
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // x [B, T, H] -> [B, T, H]
+  // The same, the router's logits collected where the call's arguments ask (nn::RouterLogitsArgs).
+  Tensor forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) override;
+
+ private:
+  Tensor run(const Tensor& x, const nn::ForwardArgs* args);
 };
 
 }  // namespace tp

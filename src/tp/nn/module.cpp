@@ -11,11 +11,12 @@ Shape local_shape(const Parameter& p) {
   return s;
 }
 
-Tensor Module::call_with_style(std::vector<Tensor> inputs, const TensorParallelLayer* style) {
-  if (style == nullptr) return forward(inputs);
+Tensor Module::call_with_style(std::vector<Tensor> inputs, const TensorParallelLayer* style,
+                               const ForwardArgs* args) {
+  auto run = [this, args](const std::vector<Tensor>& in) { return args ? forward_with(in, *args) : forward(in); };
+  if (style == nullptr) return run(inputs);
   TP_CHECK(mesh_ != nullptr, "{}: a style runs on the module's mesh, and it has none", name_);
-  return style->run_forward(*this, std::move(inputs), [this](const std::vector<Tensor>& in) { return forward(in); },
-                            *mesh_);
+  return style->run_forward(*this, std::move(inputs), run, *mesh_);
 }
 
 std::vector<Module*> Module::modules() {

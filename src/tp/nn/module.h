@@ -26,6 +26,13 @@ struct Parameter {
 // before any data is loaded, and after an unpacked weight was released).
 Shape local_shape(const Parameter& p);
 
+// What one call of a module needs beside its tensors (the positions, the KV
+// cache, where router logits go): an architecture derives its own, and each
+// module hands it on to the children that need it. No module keeps it past the call.
+struct ForwardArgs {
+  virtual ~ForwardArgs() = default;
+};
+
 class Module {
  public:
   explicit Module(std::string name) : name_(std::move(name)) {}
@@ -35,13 +42,16 @@ class Module {
 
   const std::string& name() const { return name_; }
 
-  // Runs the style's hooks (if any) around forward().
-  Tensor call(std::vector<Tensor> inputs) { return call_with_style(std::move(inputs), style_); }
+  // Runs the style's hooks (if any) around forward(), with this call's `args` if given.
+  Tensor call(std::vector<Tensor> inputs, const ForwardArgs* args = nullptr) {
+    return call_with_style(std::move(inputs), style_, args);
+  }
   // The same under another style of the same parameter slices, for one call (a
   // column-parallel lm_head asked for its vocabulary slice instead of the
   // gathered logits); null: forward() alone. Runs on this module's mesh.
-  Tensor call_with_style(std::vector<Tensor> inputs, const TensorParallelLayer* style);
-  Tensor operator()(const Tensor& x) { return call({x}); }
+  Tensor call_with_style(std::vector<Tensor> inputs, const TensorParallelLayer* style,
+                         const ForwardArgs* args = nullptr);
+  Tensor operator()(const Tensor& x, const ForwardArgs* args = nullptr) { return call({x}, args); }
 
   // Children in registration order, then their children (pre-order, self first).
   std::vector<Module*> modules();
@@ -77,6 +87,9 @@ class Module {
 
  protected:
   virtual Tensor forward(const std::vector<Tensor>& inputs) = 0;
+  // A call with arguments: a module that needs them (or passes them on)
+  // overrides this; the others ignore them.
+  virtual Tensor forward_with(const std::vector<Tensor>& inputs, const ForwardArgs& args) { return forward(inputs); }
 
   Parameter& add_parameter(const std::string& local_name, Shape global_shape);
   template <class M>

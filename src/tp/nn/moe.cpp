@@ -31,15 +31,26 @@ TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, Ro
            scoring.top_k, num_experts);
 }
 
-Tensor TopKRouter::forward(const std::vector<Tensor>& inputs) {
-  TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
+Tensor TopKRouter::route(const Tensor& x, std::vector<Tensor>* logits_out) const {
   // Logits in the model's arithmetic, then the scores in f32 before the top-k (Transformers).
-  last_logits_ = ops::linear(inputs[0], weight.data, bias != nullptr ? bias->data : Tensor());
+  const Tensor logits = ops::linear(x, weight.data, bias != nullptr ? bias->data : Tensor());
   const Tensor correction =
       e_score_correction_bias == nullptr ? Tensor() : e_score_correction_bias->data.to(DType::F32);
-  ops::TopK top = scoring_.top_k_then_softmax ? ops::top_k_softmax(last_logits_, scoring_.top_k)
-                                              : ops::route_top_k(last_logits_, scoring_, correction);
+  ops::TopK top = scoring_.top_k_then_softmax ? ops::top_k_softmax(logits, scoring_.top_k)
+                                              : ops::route_top_k(logits, scoring_, correction);
+  if (logits_out != nullptr) logits_out->push_back(logits);
   return pack_routing(top.weights, top.ids);
+}
+
+Tensor TopKRouter::forward(const std::vector<Tensor>& inputs) {
+  TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
+  return route(inputs[0], nullptr);
+}
+
+Tensor TopKRouter::forward_with(const std::vector<Tensor>& inputs, const ForwardArgs& args) {
+  TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
+  const auto* collect = dynamic_cast<const RouterLogitsArgs*>(&args);
+  return route(inputs[0], collect != nullptr ? collect->router_logits : nullptr);
 }
 
 MoeExperts::MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k,

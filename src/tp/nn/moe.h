@@ -31,6 +31,13 @@ Routing unpack_routing(const Tensor& routing);
 // grouped choice, renormalisation, scaling (tp/ops/moe_experts.h).
 using RouterScoring = ops::RouterScoring;
 
+// A call's arguments that collect the routers' logits [N, E] (f32), one entry
+// per router in call order, for the auxiliary load-balancing loss
+// (Transformers' output_router_logits). Null: not collected.
+struct RouterLogitsArgs : ForwardArgs {
+  std::vector<Tensor>* router_logits = nullptr;
+};
+
 class TopKRouter : public Module {
  public:
   // score_correction_bias: DeepSeek-V3's e_score_correction_bias [E], added to the
@@ -43,17 +50,15 @@ class TopKRouter : public Module {
   Parameter* e_score_correction_bias = nullptr;
   int64_t num_experts() const { return weight.global_shape[0]; }
   const RouterScoring& scoring() const { return scoring_; }
-  // The logits of the last forward [N, E] (the auxiliary load-balancing loss reads them).
-  const Tensor& last_logits() const { return last_logits_; }
-  // A checkpointed layer hands back the logits its checkpoint returned (the ones a backward reaches).
-  void set_last_logits(const Tensor& logits) { last_logits_ = logits; }
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;  // x [N, H] -> routing [N, 2K]
+  // The same, the logits added to the call's RouterLogitsArgs (if it is one that collects them).
+  Tensor forward_with(const std::vector<Tensor>& inputs, const ForwardArgs& args) override;
 
  private:
   RouterScoring scoring_;
-  Tensor last_logits_;
+  Tensor route(const Tensor& x, std::vector<Tensor>* logits_out) const;
 };
 
 // The experts' weight layout and activation (the default: Mixtral's and Qwen3-MoE's).

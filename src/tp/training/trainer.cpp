@@ -132,11 +132,12 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable, ep,
                                               shard);
   for (nn::Module* m : model_.lm().modules())
-    if (auto* router = dynamic_cast<const nn::TopKRouter*>(m)) routers_.push_back(router);
-  if (!routers_.empty()) {
-    const MoeConfig moe = MoeConfig::from(model_.config());
-    if (moe.output_router_logits) router_aux_loss_coef_ = moe.router_aux_loss_coef;
-  }
+    if (auto* router = dynamic_cast<const nn::TopKRouter*>(m)) {
+      const MoeConfig moe = MoeConfig::from(model_.config());
+      if (moe.output_router_logits) router_aux_loss_coef_ = moe.router_aux_loss_coef;
+      router_top_k_ = router->scoring().top_k;
+      break;
+    }
   TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
   if (fsdp.enabled) {
     fsdp_ = std::make_unique<FullyShardedDataParallel>(*params_, mesh.group("dp_replicate"),
@@ -220,22 +221,22 @@ bool Trainer::fused_loss() const {
          head.weight.data.defined();
 }
 
-Tensor Trainer::loss_of(const Tensor& ids, const Tensor& labels, double normalizer, const VocabSlice& vocab) {
+Trainer::MicroBatchLoss Trainer::loss_of(const Tensor& ids, const Tensor& labels, double normalizer,
+                                         const VocabSlice& vocab) {
   CausalLM& lm = model_.lm();
-  if (!fused_loss())
-    return causal_lm_loss(lm.forward_ids(ids, {.sharded_logits = loss_parallel_}).logits, labels, normalizer, vocab);
+  const bool router_logits = router_aux_loss_coef_.has_value();
+  if (!fused_loss()) {
+    CausalLMOutput out = lm.forward_ids(ids, {.sharded_logits = loss_parallel_, .output_router_logits = router_logits});
+    return {causal_lm_loss(out.logits, labels, normalizer, vocab), std::move(out.router_logits)};
+  }
   // lm_head's input as its style hands it to the GEMM (replicated, dX all-reduced in the backward).
   nn::Linear& head = lm.output_embeddings();
-  Tensor h = lm.forward_hidden(ids);
+  HiddenOutput decoded = lm.forward_hidden(ids, {.output_router_logits = router_logits});
+  Tensor h = decoded.hidden;
   if (const nn::TensorParallelLayer* style = lm.head_style(loss_parallel_))
     h = style->transform_inputs_pre_forward(head, {h}, *head.mesh()).at(0);
-  return causal_lm_loss_from_hidden(h, head.weight.data, head.compute_dtype, labels, normalizer, vocab);
-}
-
-Tensor Trainer::router_aux_loss() const {
-  std::vector<Tensor> logits;
-  for (const nn::TopKRouter* r : routers_) logits.push_back(r->last_logits());
-  return router_load_balancing_loss(logits, routers_.front()->scoring().top_k);
+  return {causal_lm_loss_from_hidden(h, head.weight.data, head.compute_dtype, labels, normalizer, vocab),
+          std::move(decoded.router_logits)};
 }
 
 StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) {
@@ -274,9 +275,10 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     const bool idle = !mb.input_ids.defined();
     if (idle && !fsdp_) continue;
     const MicroBatch run = idle ? idle_micro_batch() : mb;  // its loss and gradients are zeros
-    Tensor loss = loss_of(run.input_ids, run.labels, static_cast<double>(r.targets), vocab);
+    MicroBatchLoss micro = loss_of(run.input_ids, run.labels, static_cast<double>(r.targets), vocab);
+    Tensor loss = micro.loss;
     if (router_aux_loss_coef_) {
-      const Tensor aux = router_aux_loss();
+      const Tensor aux = router_load_balancing_loss(micro.router_logits, router_top_k_);
       if (!idle) {
         r.aux_loss += aux.item();
         ++aux_batches;
@@ -414,7 +416,7 @@ json Trainer::evaluate() {
     std::vector<int64_t> blocks;
     for (int64_t i = first; i < std::min(first + B, eval_->size()); ++i) blocks.push_back(i);
     Tensor ids = eval_->batch(blocks);
-    loss_sum += loss_of(ids, ids, 1.0, vocab).item();  // normalizer 1: the sum
+    loss_sum += loss_of(ids, ids, 1.0, vocab).loss.item();  // normalizer 1: the sum
     targets += count_targets(ids);
   }
   // FSDP: every dp rank runs as many forwards (each gathers every unit); the short ones run an ignored one.

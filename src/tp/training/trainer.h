@@ -157,14 +157,18 @@ class Trainer {
   void log(nlohmann::json logs);
   void maybe_log_save_evaluate(const StepResult& r, double step_seconds);
   // A micro-batch's loss: through the fused, chunked lm_head + cross-entropy
-  // (causal_lm_loss_from_hidden) where it applies, else from the logits.
-  Tensor loss_of(const Tensor& ids, const Tensor& labels, double normalizer, const VocabSlice& vocab);
+  // (causal_lm_loss_from_hidden) where it applies, else from the logits; and
+  // the forward's router logits when the aux loss wants them.
+  struct MicroBatchLoss {
+    Tensor loss;
+    std::vector<Tensor> router_logits;
+  };
+  MicroBatchLoss loss_of(const Tensor& ids, const Tensor& labels, double normalizer, const VocabSlice& vocab);
   nlohmann::json checkpoint_identity() const;
 
-  // The sparse layers' routers and the aux loss's coefficient (unset: output_router_logits is off).
-  std::vector<const nn::TopKRouter*> routers_;
+  // The aux loss's coefficient (unset: no routers, or output_router_logits is off) and the routers' top_k.
   std::optional<double> router_aux_loss_coef_;
-  Tensor router_aux_loss() const;  // of the last forward
+  int64_t router_top_k_ = 0;
 
   PretrainedModel& model_;
   TrainingArguments args_;
