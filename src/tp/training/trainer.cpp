@@ -17,9 +17,9 @@
 #include "tp/training/fsdp.h"
 #include "tp/training/optimizer_factory.h"
 #include "tp/training/loss.h"
-#include "tp/training/router_aux_loss.h"
 #include "tp/ops/denormals.h"
 #include "tp/ops/elementwise.h"
+#include "tp/ops/router_loss.h"
 
 namespace tp::training {
 
@@ -278,7 +278,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     MicroBatchLoss micro = loss_of(run.input_ids, run.labels, static_cast<double>(r.targets), vocab);
     Tensor loss = micro.loss;
     if (router_aux_loss_coef_) {
-      const Tensor aux = router_load_balancing_loss(micro.router_logits, router_top_k_);
+      const Tensor aux = ops::router_load_balancing_loss(micro.router_logits, router_top_k_);
       if (!idle) {
         r.aux_loss += aux.item();
         ++aux_batches;

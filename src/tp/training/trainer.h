@@ -28,7 +28,7 @@
 // (ModelParameters::sync_ep_replicas).
 //
 // MoE models whose config sets output_router_logits add Transformers' router
-// load-balancing loss (router_aux_loss.h) times router_aux_loss_coef to each
+// load-balancing loss (tp/ops/router_loss.h) times router_aux_loss_coef to each
 // micro-batch's loss, as MixtralForCausalLM does with its labels: the step's
 // loss is the cross-entropy over the step's targets plus coef x the sum of the
 // micro-batches' aux losses (Transformers' Trainer does not divide a loss that

@@ -18,9 +18,9 @@
 
 #include "tp/tensor/tensor.h"
 
-namespace tp::training {
+namespace tp::ops {
 
 // logits: [N_l, E] f32 per sparse layer (differentiable) -> scalar, differentiable w.r.t. every logit.
 Tensor router_load_balancing_loss(const std::vector<Tensor>& logits, int64_t top_k);
 
-}  // namespace tp::training
+}  // namespace tp::ops

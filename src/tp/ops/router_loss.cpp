@@ -1,12 +1,11 @@
-#include "tp/training/router_aux_loss.h"
+#include "tp/ops/router_loss.h"
 
 #include <cmath>
 
 #include "tp/autograd/tape.h"
 #include "tp/ops/moe_experts.h"
-#include "tp/ops/shape.h"
 
-namespace tp::training {
+namespace tp::ops {
 
 Tensor router_load_balancing_loss(const std::vector<Tensor>& logits, int64_t top_k) {
   TP_CHECK(!logits.empty(), "router_load_balancing_loss: no router logits (the model has no sparse layer)");
@@ -32,9 +31,9 @@ Tensor router_load_balancing_loss(const std::vector<Tensor>& logits, int64_t top
     std::vector<int64_t> chosen(static_cast<size_t>(top_k));
     for (int64_t n = 0; n < N; ++n) {
       // The router's own choice (ops::softmax_top_k's rows).
-      ops::softmax_row(x + n * E, E, pr + n * E);
+      softmax_row(x + n * E, E, pr + n * E);
       for (int64_t e = 0; e < E; ++e) prob_sum[e] += pr[n * E + e];
-      ops::top_k_row(pr + n * E, E, top_k, chosen.data());
+      top_k_row(pr + n * E, E, top_k, chosen.data());
       for (int64_t e : chosen) routed[e] += 1.0;
     }
     probs.push_back(p);
@@ -70,4 +69,4 @@ Tensor router_load_balancing_loss(const std::vector<Tensor>& logits, int64_t top
   return out;
 }
 
-}  // namespace tp::training
+}  // namespace tp::ops
