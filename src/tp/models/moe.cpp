@@ -24,8 +24,8 @@ SparseMoeBlock::SparseMoeBlock(const std::string& name, const ModelConfig& c, co
 
 Tensor SparseMoeBlock::run(const Tensor& x, const nn::ForwardArgs* args) {  // [B, T, H]
   const Tensor flat = ops::reshape(x.dtype() == DType::F32 ? x : ops::to_dtype(x, DType::F32), {-1, x.size(-1)});
-  const Tensor routing = gate(flat, args);
-  Tensor out = ops::reshape(experts.call({flat, routing}), x.shape());
+  const nn::Routing routing = gate.route(flat, args);
+  Tensor out = ops::reshape(experts.call({flat, routing.weights, routing.ids}), x.shape());
   return shared_experts == nullptr ? out : ops::add(out, (*shared_experts)(x));
 }
 

@@ -2,24 +2,8 @@
 
 #include "tp/ops/linear.h"
 #include "tp/ops/moe_experts.h"
-#include "tp/ops/shape.h"
 
 namespace tp::nn {
-
-Tensor pack_routing(const Tensor& weights, const Tensor& ids) {
-  TP_CHECK(weights.shape() == ids.shape() && weights.dim() == 2, "pack_routing: weights {} and ids {} must be [N, K]",
-           shape_str(weights.shape()), shape_str(ids.shape()));
-  return ops::cat({weights, ids.to(DType::F32)}, 1);
-}
-
-Routing unpack_routing(const Tensor& routing) {
-  TP_CHECK(routing.dim() == 2 && routing.size(1) % 2 == 0 && routing.dtype() == DType::F32,
-           "a routing tensor is f32 [tokens, 2 x top_k] (weights | ids), got {} {}", dtype_name(routing.dtype()),
-           shape_str(routing.shape()));
-  const int64_t K = routing.size(1) / 2;
-  Tensor ids = ops::narrow(routing, 1, K, K).to(DType::I64);
-  return {ops::narrow(routing, 1, 0, K), ids};
-}
 
 TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring,
                        bool score_correction_bias, bool linear_bias)
@@ -31,26 +15,23 @@ TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, Ro
            scoring.top_k, num_experts);
 }
 
-Tensor TopKRouter::route(const Tensor& x, std::vector<Tensor>* logits_out) const {
+Routing TopKRouter::route(const Tensor& x, const ForwardArgs* args) const {
   // Logits in the model's arithmetic, then the scores in f32 before the top-k (Transformers).
   const Tensor logits = ops::linear(x, weight.data, bias != nullptr ? bias->data : Tensor());
   const Tensor correction =
       e_score_correction_bias == nullptr ? Tensor() : e_score_correction_bias->data.to(DType::F32);
   ops::TopK top = scoring_.top_k_then_softmax ? ops::top_k_softmax(logits, scoring_.top_k)
                                               : ops::route_top_k(logits, scoring_, correction);
-  if (logits_out != nullptr) logits_out->push_back(logits);
-  return pack_routing(top.weights, top.ids);
+  if (const auto* collect = dynamic_cast<const RouterLogitsArgs*>(args); collect && collect->router_logits)
+    collect->router_logits->push_back(logits);
+  Routing routing{top.weights, top.ids};
+  if (const auto* hook = dynamic_cast<const RoutingHook*>(style()))
+    routing = hook->transform_routing(*this, std::move(routing), *mesh());
+  return routing;
 }
 
 Tensor TopKRouter::forward(const std::vector<Tensor>& inputs) {
-  TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
-  return route(inputs[0], nullptr);
-}
-
-Tensor TopKRouter::forward_with(const std::vector<Tensor>& inputs, const ForwardArgs& args) {
-  TP_CHECK(inputs.size() == 1, "{} takes one input, got {}", name(), inputs.size());
-  const auto* collect = dynamic_cast<const RouterLogitsArgs*>(&args);
-  return route(inputs[0], collect != nullptr ? collect->router_logits : nullptr);
+  fail("{}: a router's choice is its weights and expert ids (two tensors); call route()", name());
 }
 
 MoeExperts::MoeExperts(std::string name, int64_t num_experts, int64_t hidden, int64_t intermediate, int64_t top_k,
@@ -89,8 +70,9 @@ size_t MoeExperts::packed_bytes() const {
 }
 
 Tensor MoeExperts::forward(const std::vector<Tensor>& inputs) {
-  TP_CHECK(inputs.size() == 2, "{} takes the hidden states and the routing, got {} inputs", name(), inputs.size());
-  const Routing r = unpack_routing(inputs[1]);
+  TP_CHECK(inputs.size() == 3, "{} takes the hidden states, the routing weights and the expert ids, got {} inputs",
+           name(), inputs.size());
+  const Routing r{inputs[1], inputs[2]};
   ops::ExpertOptions o =
       layout_.gpt_oss ? ops::ExpertOptions::gpt_oss(layout_.swiglu_limit, layout_.swiglu_alpha) : ops::ExpertOptions{};
   if (packed()) {

@@ -6,11 +6,10 @@
 // GPT-OSS: mlp.router with a bias; experts gate_up_proj [E, H, 2I] (interleaved
 // gate/up columns), down_proj [E, I, H], gate_up_proj_bias [E, 2I], down_proj_bias
 // [E, H], its clamped SwiGLU (ExpertLayout below; the math in tp/ops/moe_experts.h).
-// The router's output is one tensor (a module returns one): the routing
-//   [N, 2K] f32 = weights (columns 0..K-1) | expert ids (K..2K-1, exact integers)
-// so that a style can mask and remap it (ep_router) and the experts take
-// {hidden [N, H], routing}. An id equal to the experts' local count is the
-// expert-parallel sentinel: that slot is skipped.
+// The router's choice is two tensors, its weights and the expert ids, which the
+// experts take as their inputs {hidden [N, H], weights [N, K], ids [N, K]}.
+// An id equal to the experts' local count is the expert-parallel sentinel: that
+// slot is skipped.
 #include <string>
 #include <vector>
 
@@ -20,12 +19,20 @@
 namespace tp::nn {
 
 struct Routing {
-  Tensor weights;  // [N, K] f32
+  Tensor weights;  // [N, K] f32 (differentiable)
   Tensor ids;      // [N, K] i64
 };
-// weights | ids as one [N, 2K] f32 tensor (differentiable w.r.t. the weights), and back.
-Tensor pack_routing(const Tensor& weights, const Tensor& ids);
-Routing unpack_routing(const Tensor& routing);
+
+class TopKRouter;
+// What a parallel style does to a router's choice (ep_router masks the slots of
+// other ranks' experts); the router runs it on its choice when its style is one.
+// (A router is not called through Module::call, whose output is one tensor: this
+// is the one hook of its style it runs.)
+class RoutingHook {
+ public:
+  virtual ~RoutingHook() = default;
+  virtual Routing transform_routing(const TopKRouter& router, Routing routing, const dist::DeviceMesh& mesh) const = 0;
+};
 
 // How a router turns its logits into (weights, ids): softmax or sigmoid scores,
 // grouped choice, renormalisation, scaling (tp/ops/moe_experts.h).
@@ -51,14 +58,16 @@ class TopKRouter : public Module {
   int64_t num_experts() const { return weight.global_shape[0]; }
   const RouterScoring& scoring() const { return scoring_; }
 
+  // x [N, H] -> the choice of each token, after the style's RoutingHook if it has
+  // one; the logits added to the call's RouterLogitsArgs when `args` collects them.
+  Routing route(const Tensor& x, const ForwardArgs* args = nullptr) const;
+
  protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override;  // x [N, H] -> routing [N, 2K]
-  // The same, the logits added to the call's RouterLogitsArgs (if it is one that collects them).
-  Tensor forward_with(const std::vector<Tensor>& inputs, const ForwardArgs& args) override;
+  // A router's output is two tensors: an error pointing to route().
+  Tensor forward(const std::vector<Tensor>& inputs) override;
 
  private:
   RouterScoring scoring_;
-  Tensor route(const Tensor& x, std::vector<Tensor>* logits_out) const;
 };
 
 // The experts' weight layout and activation (the default: Mixtral's and Qwen3-MoE's).
@@ -98,7 +107,7 @@ class MoeExperts : public Module {
   size_t packed_bytes() const;
 
  protected:
-  Tensor forward(const std::vector<Tensor>& inputs) override;  // {x [N, H], routing [N, 2K]} -> [N, H]
+  Tensor forward(const std::vector<Tensor>& inputs) override;  // {x [N, H], weights [N, K], ids [N, K]} -> [N, H]
 
  private:
   int64_t top_k_;

@@ -55,7 +55,8 @@ Tensor MoeTpExperts::run_forward(nn::Module& module, std::vector<Tensor> inputs,
                                  const std::function<Tensor(const std::vector<Tensor>&)>& forward,
                                  const dist::DeviceMesh& mesh) const {
   nn::MoeExperts& experts = as_experts(module, "moe_tp_experts");
-  TP_CHECK(inputs.size() == 2, "moe_tp_experts: '{}' takes the hidden states and the routing", module.name());
+  TP_CHECK(inputs.size() == 3, "moe_tp_experts: '{}' takes the hidden states, the routing weights and the expert ids",
+           module.name());
   dist::ProcessGroup& group = experts_group(experts, mesh, "moe_tp_experts");
   inputs[0] = dist::copy_to_region(inputs[0], group);
   // Each rank's gradient of the routing weights covers its part of every expert:
@@ -67,14 +68,13 @@ Tensor MoeTpExperts::run_forward(nn::Module& module, std::vector<Tensor> inputs,
   const bool bias_after_sum =
       experts.down_proj_bias != nullptr && !experts.experts_sharded() && any_param_sharded(module);
   experts.add_down_bias = !bias_after_sum;
-  const Tensor routing = inputs[1];  // before the copy below
+  const Tensor weights = inputs[1];  // before the copy below
   if (!experts.experts_sharded()) inputs[1] = dist::copy_to_region(inputs[1], mesh.group("tp"));
   Tensor output = forward(inputs);
   if (!any_param_sharded(module)) return output;
   Tensor sum = dist::reduce_from_region(output, group);
   if (!bias_after_sum) return sum;
-  const nn::Routing r = nn::unpack_routing(routing);
-  return ops::add(sum, ops::routed_bias(r.ids, r.weights, experts.down_proj_bias->data));
+  return ops::add(sum, ops::routed_bias(inputs[2], weights, experts.down_proj_bias->data));
 }
 
 std::vector<nn::CollectiveCost> MoeTpExperts::forward_collectives(const nn::Module& module, const nn::TpRank& tp) const {
@@ -122,17 +122,15 @@ void EpRouter::validate_param(const nn::Module& module, const std::string& param
            router->num_experts(), tp.ep_size, module.name());
 }
 
-Tensor EpRouter::transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const {
-  auto* router = dynamic_cast<nn::TopKRouter*>(&module);
-  TP_CHECK(router != nullptr, "Router module {} is missing `num_experts` and `config.num_experts`", module.name());
-  dist::ProcessGroup& g = ep_group(mesh, module, "ep_router");
-  const int64_t n_local = router->num_experts() / g.size(), me = g.rank();
-  nn::Routing r = nn::unpack_routing(output);
+nn::Routing EpRouter::transform_routing(const nn::TopKRouter& router, nn::Routing r,
+                                        const dist::DeviceMesh& mesh) const {
+  dist::ProcessGroup& g = ep_group(mesh, router, "ep_router");
+  const int64_t n_local = router.num_experts() / g.size(), me = g.rank();
   // Each rank's weight gradient covers only its own experts' slots (#48205): summed here.
   Tensor weights = dist::copy_to_region(r.weights, g);
   // Other ranks' experts: weight 0 and the sentinel id (n_local), which the experts skip.
   const ops::LocalRoutes mine = ops::local_routes(r.ids, n_local, me);
-  return nn::pack_routing(ops::mul(weights, mine.keep), mine.ids);
+  return {ops::mul(weights, mine.keep), mine.ids};
 }
 
 // ---------------------------------------------------------------- ep_dispatch_experts
@@ -143,14 +141,16 @@ namespace {
 // experts; `s` records the routes for the way back. -> the experts' inputs.
 std::vector<Tensor> dispatch_tokens(const nn::MoeExperts& experts, const std::vector<Tensor>& inputs,
                                     const dist::DeviceMesh& mesh, DispatchState& s) {
-  TP_CHECK(inputs.size() == 2, "ep_dispatch_experts: '{}' takes the hidden states and the routing", experts.name());
+  TP_CHECK(inputs.size() == 3,
+           "ep_dispatch_experts: '{}' takes the hidden states, the routing weights and the expert ids",
+           experts.name());
   dist::ProcessGroup& ep = ep_group(mesh, experts, "ep_dispatch_experts");
   const int64_t n_local = experts.num_local_experts();
   TP_CHECK(n_local * ep.size() == experts.num_experts(),
            "ep_dispatch_experts: '{}' holds {} of {} experts on each of {} ranks; shard its parameters with "
            "grouped_gemm",
            experts.name(), n_local, experts.num_experts(), ep.size());
-  Tensor x = inputs[0], routing = inputs[1];
+  Tensor x = inputs[0], weights = inputs[1], ids = inputs[2];
   s.tokens = x.size(0);
   // Every rank of the ep group holds all the tokens (replicated over tp, and every
   // tp group runs the same ones): each dispatches its own chunk, so each (token,
@@ -158,8 +158,8 @@ std::vector<Tensor> dispatch_tokens(const nn::MoeExperts& experts, const std::ve
   // other data; here they would repeat the same pairs).
   s.chunk = chunk_span(s.tokens, ep.size(), ep.rank());
   x = ops::narrow(dist::copy_to_region(x, ep), 0, s.chunk.offset, s.chunk.size);
-  routing = ops::narrow(dist::copy_to_region(routing, ep), 0, s.chunk.offset, s.chunk.size);
-  const nn::Routing r = nn::unpack_routing(routing);
+  weights = ops::narrow(dist::copy_to_region(weights, ep), 0, s.chunk.offset, s.chunk.size);
+  const nn::Routing r{weights, ops::narrow(ids, 0, s.chunk.offset, s.chunk.size)};
   const int64_t pairs = r.ids.numel();
   // (token, slot) pairs in order of their expert, so each owner's arrive together.
   ops::DispatchOrder order = ops::dispatch_order(r.ids, n_local, ep.size());
@@ -171,7 +171,7 @@ std::vector<Tensor> dispatch_tokens(const nn::MoeExperts& experts, const std::ve
   Tensor received_ids = ep.all_to_all_v(Tensor::from_ints(local_ids, {pairs, 1}), s.send_counts);
   // The experts run each received pair once, with weight 1: the weights are applied on the way back.
   Tensor unit = Tensor::full({received.size(0), 1}, 1.0);
-  return {received, nn::pack_routing(unit, received_ids)};
+  return {received, unit, received_ids};
 }
 
 // The experts' outputs back along the routes `s` recorded, weighted and summed

@@ -25,6 +25,7 @@
 //     hidden states' and weights' gradients all-reduced over ep).
 //   moe_identity_expert: the input divided by the tp size (an identity expert
 //     would otherwise be counted tp times by the sum).
+#include "tp/nn/moe.h"
 #include "tp/nn/parallel_layer.h"
 
 namespace tp::parallel {
@@ -52,11 +53,12 @@ class GroupedGemm : public nn::TensorParallelLayer {
                          const nn::TpRank& tp) const override;
 };
 
-class EpRouter : public nn::TensorParallelLayer {
+class EpRouter : public nn::TensorParallelLayer, public nn::RoutingHook {
  public:
   void validate_param(const nn::Module& module, const std::string& param_name, const Shape& global_shape,
                       const nn::TpRank& tp) const override;
-  Tensor transform_output_post_forward(nn::Module& module, Tensor output, const dist::DeviceMesh& mesh) const override;
+  nn::Routing transform_routing(const nn::TopKRouter& router, nn::Routing routing,
+                                const dist::DeviceMesh& mesh) const override;
 };
 
 class EpDispatchExperts : public nn::TensorParallelLayer {
