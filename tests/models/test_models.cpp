@@ -3,6 +3,7 @@
 // whole on every rank (a one-rank mesh of its own).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "distributed/dist_test_util.h"
@@ -103,6 +104,12 @@ TEST_P(Equivalence, RouterLogitsComeBackWhenAsked) {
   }
   EXPECT_TRUE(many.forward(ids, {}).router_logits.empty());
   EXPECT_TRUE(equal(b.logits, many.forward(ids))) << "asking for router logits changes no logit";
+  // Their load-balancing loss comes with them (Transformers' aux_loss), the same at tp N.
+  EXPECT_EQ(b.aux_loss.defined(), !experts.empty());
+  if (!experts.empty()) {
+    EXPECT_NEAR(b.aux_loss.item(), a.aux_loss.item(), 1e-5 * std::abs(a.aux_loss.item()));
+    EXPECT_GT(a.aux_loss.item(), 0.0);
+  }
 }
 
 TEST_P(Equivalence, GreedyTokensMatchTp1AndKvCacheEqualsRecompute) {

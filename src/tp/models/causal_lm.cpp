@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tp/nn/moe.h"
+#include "tp/ops/router_loss.h"
 #include "tp/ops/shape.h"
 
 namespace tp {
@@ -73,12 +75,28 @@ int64_t CausalLM::logits_vocab_start(bool sharded_logits) {
   return sharded_logits && head_style(true) != nullptr && !w.shard.replicated() ? w.shard.spans.at(0).offset : 0;
 }
 
+HiddenOutput CausalLM::forward_hidden(const Tensor& ids, const ForwardOptions& options) {
+  HiddenOutput out = run_decoder(ids, options);
+  if (!options.output_router_logits || out.router_logits.empty()) return out;
+  if (router_top_k_ < 0) {
+    router_top_k_ = 0;
+    for (nn::Module* m : modules())
+      if (const auto* router = dynamic_cast<const nn::TopKRouter*>(m)) {
+        router_top_k_ = router->scoring().top_k;
+        break;
+      }
+  }
+  out.aux_loss = ops::router_load_balancing_loss(out.router_logits, router_top_k_);
+  return out;
+}
+
 CausalLMOutput CausalLM::forward_ids(const Tensor& ids, const ForwardOptions& options) {
   HiddenOutput decoded = forward_hidden(ids, options);
   const Tensor h = logit_rows(decoded.hidden, options.logit_positions);
   return {.logits = output_embeddings().call_with_style({h}, head_style(options.sharded_logits)),
           .vocab_start = logits_vocab_start(options.sharded_logits),
-          .router_logits = std::move(decoded.router_logits)};
+          .router_logits = std::move(decoded.router_logits),
+          .aux_loss = decoded.aux_loss};
 }
 
 }  // namespace tp

@@ -63,8 +63,11 @@ struct ForwardOptions {
 struct CausalLMOutput {
   Tensor logits;            // f32 [B, T, V] or [B, V]; sharded: this rank's [.., V_local]
   int64_t vocab_start = 0;  // the vocabulary id of logits' first column (0 unless sharded)
-  // Asked for: [B * T, E] f32 per sparse layer, in layer order (differentiable).
+  // Asked for: [B * T, E] f32 per sparse layer, in layer order (differentiable),
+  // and their load-balancing loss (Transformers' aux_loss, ops/router_loss.h;
+  // undefined for a model without routers). The caller scales it by router_aux_loss_coef.
   std::vector<Tensor> router_logits;
+  Tensor aux_loss;
 };
 
 // The decoder's part of a forward: its last hidden states (after the final
@@ -72,6 +75,7 @@ struct CausalLMOutput {
 struct HiddenOutput {
   Tensor hidden;  // [B, T, H]
   std::vector<Tensor> router_logits;
+  Tensor aux_loss;
 };
 
 class CausalLM : public nn::Module {
@@ -109,8 +113,9 @@ class CausalLM : public nn::Module {
   // ids [B, T] (i64) -> logits as `options` ask (see ForwardOptions).
   CausalLMOutput forward_ids(const Tensor& ids, const ForwardOptions& options = {});
   // The decoder alone: ids [B, T] (or [T]) -> its last hidden states, with the
-  // cache, counts and router logits `options` ask for (their logit options unused).
-  virtual HiddenOutput forward_hidden(const Tensor& ids, const ForwardOptions& options = {}) = 0;
+  // cache, counts and router logits (and their aux loss) `options` ask for
+  // (their logit options unused).
+  HiddenOutput forward_hidden(const Tensor& ids, const ForwardOptions& options = {});
   // lm_head (Transformers' get_output_embeddings).
   virtual nn::Linear& output_embeddings() = 0;
 
@@ -133,6 +138,8 @@ class CausalLM : public nn::Module {
     TP_CHECK(inputs.size() == 1, "a causal LM takes one input (token ids), got {}", inputs.size());
     return forward_ids(inputs[0]).logits;
   }
+  // The architecture's decoder: forward_hidden without the aux loss.
+  virtual HiddenOutput run_decoder(const Tensor& ids, const ForwardOptions& options) = 0;
   ModelConfig config_;
   GradientCheckpointing checkpointing_;  // the decoder reads it (DecoderModel::checkpointing)
   UnitHooks* unit_hooks_ = nullptr;      // and this (DecoderModel::unit_hooks)
@@ -140,6 +147,7 @@ class CausalLM : public nn::Module {
  private:
   bool can_shard_logits_ = false;
   const nn::TensorParallelLayer* vocab_parallel_head_ = nullptr;
+  int64_t router_top_k_ = -1;  // the routers' top_k, looked up on first use (0: no router)
 };
 
 // Pieces every architecture's forward_ids and shipped_plan share (causal_lm.cpp).

@@ -2,7 +2,7 @@
 // What one forward of a decoder hands down its layers beside the hidden states:
 // the tokens' positions and rope, the KV cache to continue, and where the MoE
 // routers' logits go when the forward asks for them. Built by the model's
-// forward_hidden for that call; the layers pass it on and keep none of it.
+// run_decoder for that call; the layers pass it on and keep none of it.
 #include <vector>
 
 #include "tp/models/causal_lm.h"

@@ -35,7 +35,7 @@ class DecoderModel : public nn::Module {
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override {
-    fail("{}: the decoder runs with its DecoderArgs (positions, cache), from the model's forward_hidden", name());
+    fail("{}: the decoder runs with its DecoderArgs (positions, cache), from the model's run_decoder", name());
   }
   Tensor forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args_in) override {
     const DecoderArgs& args = decoder_args(args_in, *this);  // ids [B, T] -> hidden [B, T, H]

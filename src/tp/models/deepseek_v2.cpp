@@ -238,7 +238,7 @@ KVState DeepseekV2ForCausalLM::make_kv_state(int64_t batch, int64_t max_len) con
   return KVState{ops::KVCache::for_layers(batch, max_len, sizes_.kv_lora_rank, layers)};
 }
 
-HiddenOutput DeepseekV2ForCausalLM::forward_hidden(const Tensor& ids_in, const ForwardOptions& options) {
+HiddenOutput DeepseekV2ForCausalLM::run_decoder(const Tensor& ids_in, const ForwardOptions& options) {
   Tensor ids = batch_of_ids(ids_in, options.cache);
   HiddenOutput out;
   DecoderArgs args;  // MLA's rope is the attention's own (rope_)

@@ -95,8 +95,10 @@ class DeepseekV2ForCausalLM : public CausalLM {
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;
-  HiddenOutput forward_hidden(const Tensor& ids, const ForwardOptions& options) override;
   nn::Linear& output_embeddings() override { return lm_head; }
+
+ protected:
+  HiddenOutput run_decoder(const Tensor& ids, const ForwardOptions& options) override;
 
  private:
   DeepseekSizes sizes_;

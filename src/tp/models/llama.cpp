@@ -347,7 +347,7 @@ KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
   return KVState{ops::KVCache::for_layers(batch, max_len, config_.head_dim, layers)};
 }
 
-HiddenOutput LlamaForCausalLM::forward_hidden(const Tensor& ids_in, const ForwardOptions& options) {
+HiddenOutput LlamaForCausalLM::run_decoder(const Tensor& ids_in, const ForwardOptions& options) {
   Tensor ids = batch_of_ids(ids_in, options.cache);
   HiddenOutput out;
   DecoderArgs args;

@@ -19,7 +19,6 @@
 #include "tp/training/loss.h"
 #include "tp/ops/denormals.h"
 #include "tp/ops/elementwise.h"
-#include "tp/ops/router_loss.h"
 
 namespace tp::training {
 
@@ -135,7 +134,6 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
     if (auto* router = dynamic_cast<const nn::TopKRouter*>(m)) {
       const MoeConfig moe = MoeConfig::from(model_.config());
       if (moe.output_router_logits) router_aux_loss_coef_ = moe.router_aux_loss_coef;
-      router_top_k_ = router->scoring().top_k;
       break;
     }
   TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
@@ -227,7 +225,7 @@ Trainer::MicroBatchLoss Trainer::loss_of(const Tensor& ids, const Tensor& labels
   const bool router_logits = router_aux_loss_coef_.has_value();
   if (!fused_loss()) {
     CausalLMOutput out = lm.forward_ids(ids, {.sharded_logits = loss_parallel_, .output_router_logits = router_logits});
-    return {causal_lm_loss(out.logits, labels, normalizer, vocab), std::move(out.router_logits)};
+    return {causal_lm_loss(out.logits, labels, normalizer, vocab), out.aux_loss};
   }
   // lm_head's input as its style hands it to the GEMM (replicated, dX all-reduced in the backward).
   nn::Linear& head = lm.output_embeddings();
@@ -236,7 +234,7 @@ Trainer::MicroBatchLoss Trainer::loss_of(const Tensor& ids, const Tensor& labels
   if (const nn::TensorParallelLayer* style = lm.head_style(loss_parallel_))
     h = style->transform_inputs_pre_forward(head, {h}, *head.mesh()).at(0);
   return {causal_lm_loss_from_hidden(h, head.weight.data, head.compute_dtype, labels, normalizer, vocab),
-          std::move(decoded.router_logits)};
+          decoded.aux_loss};
 }
 
 StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) {
@@ -278,7 +276,7 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     MicroBatchLoss micro = loss_of(run.input_ids, run.labels, static_cast<double>(r.targets), vocab);
     Tensor loss = micro.loss;
     if (router_aux_loss_coef_) {
-      const Tensor aux = ops::router_load_balancing_loss(micro.router_logits, router_top_k_);
+      const Tensor& aux = micro.aux_loss;
       if (!idle) {
         r.aux_loss += aux.item();
         ++aux_batches;

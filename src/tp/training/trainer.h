@@ -28,7 +28,7 @@
 // (ModelParameters::sync_ep_replicas).
 //
 // MoE models whose config sets output_router_logits add Transformers' router
-// load-balancing loss (tp/ops/router_loss.h) times router_aux_loss_coef to each
+// load-balancing loss (the forward's aux_loss, tp/ops/router_loss.h) times router_aux_loss_coef to each
 // micro-batch's loss, as MixtralForCausalLM does with its labels: the step's
 // loss is the cross-entropy over the step's targets plus coef x the sum of the
 // micro-batches' aux losses (Transformers' Trainer does not divide a loss that
@@ -158,17 +158,16 @@ class Trainer {
   void maybe_log_save_evaluate(const StepResult& r, double step_seconds);
   // A micro-batch's loss: through the fused, chunked lm_head + cross-entropy
   // (causal_lm_loss_from_hidden) where it applies, else from the logits; and
-  // the forward's router logits when the aux loss wants them.
+  // the routers' aux loss (CausalLMOutput::aux_loss) when it is on.
   struct MicroBatchLoss {
     Tensor loss;
-    std::vector<Tensor> router_logits;
+    Tensor aux_loss;
   };
   MicroBatchLoss loss_of(const Tensor& ids, const Tensor& labels, double normalizer, const VocabSlice& vocab);
   nlohmann::json checkpoint_identity() const;
 
-  // The aux loss's coefficient (unset: no routers, or output_router_logits is off) and the routers' top_k.
+  // The aux loss's coefficient (unset: no routers, or output_router_logits is off).
   std::optional<double> router_aux_loss_coef_;
-  int64_t router_top_k_ = 0;
 
   PretrainedModel& model_;
   TrainingArguments args_;
