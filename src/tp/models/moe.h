@@ -2,8 +2,8 @@
 // The sparse mixture-of-experts block shared by the MoE architectures (Mixtral,
 // Qwen3-MoE, DeepSeek-V2/V3):
 //
-//   routing = gate(x)                    top-k experts per token and their weights
-//   out     = experts(x, routing)        sum_k w_k * SwiGLU expert_k(x), grouped by expert
+//   weights, ids = gate.route(x)         top-k experts per token and their weights
+//   out     = experts(x, weights, ids)   sum_k w_k * SwiGLU expert_k(x), grouped by expert
 //           + shared_experts(x)          DeepSeek: one SwiGLU MLP every token takes, unweighted
 //
 // and the config keys that size it. x [B, T, H] is flattened to N = B*T tokens.
