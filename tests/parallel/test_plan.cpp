@@ -90,6 +90,22 @@ TEST(Plan, PrecedenceExactParamThenModuleThenWildcards) {
   EXPECT_EQ(r.param_style.at("model.layers.1.mlp.up_proj.weight"), "local_params");
 }
 
+// An architecture's variant edits its base plan by name: the edits keep the
+// order, and a key the plan lacks is an error naming it and the plan's keys.
+TEST(Plan, EditedByNameKeepsTheOrderAndRefusesAMissingKey) {
+  const Plan base = {{"a", "colwise"}, {"b", "colwise"}, {"c", "rowwise"}, {"d", "colwise"}};
+  EXPECT_EQ(parallel::without_entries(base, {"d", "b"}), (Plan{{"a", "colwise"}, {"c", "rowwise"}}));
+  EXPECT_EQ(parallel::with_entries_after(base, "b", {{"x", "local"}, {"y", "local"}}),
+            (Plan{{"a", "colwise"}, {"b", "colwise"}, {"x", "local"}, {"y", "local"}, {"c", "rowwise"},
+                  {"d", "colwise"}}));
+  EXPECT_EQ(parallel::with_entries_after(base, "d", {{"x", "local"}}).back(), (std::pair<std::string, std::string>{
+                                                                                   "x", "local"}));
+  EXPECT_EQ(error_of([&] { parallel::without_entries(base, {"a", "mlp"}); }),
+            "without_entries: the plan has no entry 'mlp'; its keys: a, b, c, d");
+  EXPECT_EQ(error_of([&] { parallel::with_entries_after(base, "e", {}); }),
+            "with_entries_after: the plan has no entry 'e'; its keys: a, b, c, d");
+}
+
 TEST(Plan, UserPlanMergesOverShippedAndUserWins) {
   Plan merged = parallel::merge_plans({{"a", "colwise"}, {"b", "rowwise"}}, {{"b", "colwise"}, {"c", "rowwise"}});
   ASSERT_EQ(merged.size(), 3u);

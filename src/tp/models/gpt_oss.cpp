@@ -27,7 +27,8 @@ LlamaVariant gpt_oss_variant(const ModelConfig& config) {
   // GptOssConfig's default window is 128; the "sliding_attention" layers use it.
   LlamaVariant v{.sliding_window = sliding_window_key(config, 128), .attention_sinks = true,
                  .default_plan = llama_base_tp_plan()};
-  v.default_plan.resize(4);  // the attention entries; the experts replace the dense MLP's
+  // The experts replace the dense MLP's entries.
+  v.default_plan = parallel::without_entries(v.default_plan, {"layers.*.mlp.gate_proj", "layers.*.mlp.up_proj", "layers.*.mlp.down_proj"});
   // The attention runs on local tensors (its sinks are this rank's heads' own, not a gathered whole).
   v.default_plan.push_back({"layers.*.self_attn", "local_params"});
   v.default_plan.push_back({"layers.*.self_attn.sinks", "colwise"});

@@ -27,7 +27,8 @@ LlamaVariant with_sparse_moe(LlamaVariant v, const ModelConfig& config) {
 LlamaVariant mixtral_variant(const ModelConfig& config) {
   // Mistral's window on every layer, but MixtralConfig's default is none.
   LlamaVariant v{.sliding_window = sliding_window_key(config, 0), .default_plan = llama_base_tp_plan()};
-  v.default_plan.resize(4);  // the attention entries; the experts replace the dense MLP's
+  // The experts replace the dense MLP's entries.
+  v.default_plan = parallel::without_entries(v.default_plan, {"layers.*.mlp.gate_proj", "layers.*.mlp.up_proj", "layers.*.mlp.down_proj"});
   for (auto& entry : moe_experts_tp_plan()) v.default_plan.push_back(entry);
   v.default_ep_plan = {{"layers.*.mlp.gate", "ep_router"},
                        {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},

@@ -22,9 +22,10 @@ void qwen_sliding_window(const ModelConfig& config, LlamaVariant& v, bool from_m
 }
 
 LlamaVariant qwen3_decoder_variant() {
-  parallel::Plan plan = llama_base_tp_plan();
-  plan.insert(plan.begin() + 3, {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"});
-  plan.insert(plan.begin() + 4, {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"});
+  const parallel::Plan plan =
+      parallel::with_entries_after(llama_base_tp_plan(), "layers.*.self_attn.v_proj",
+                                   {{"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+                                    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}});
   return {.qk_norm = true, .default_plan = plan};
 }
 

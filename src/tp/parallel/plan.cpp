@@ -82,6 +82,36 @@ Plan parse_user_plan(const std::string& spec) {
   return plan;
 }
 
+namespace {
+
+Plan::const_iterator find_key(const Plan& plan, const std::string& key, const char* edit) {
+  auto it = std::find_if(plan.begin(), plan.end(), [&](const auto& e) { return e.first == key; });
+  if (it == plan.end()) {
+    std::vector<std::string> keys;
+    for (const auto& e : plan) keys.push_back(e.first);
+    fail("{}: the plan has no entry '{}'; its keys: {}", edit, key, fmt::join(keys, ", "));
+  }
+  return it;
+}
+
+}  // namespace
+
+Plan without_entries(const Plan& plan, const std::vector<std::string>& keys) {
+  for (const std::string& key : keys) (void)find_key(plan, key, "without_entries");
+  Plan out;
+  for (const auto& e : plan)
+    if (std::find(keys.begin(), keys.end(), e.first) == keys.end()) out.push_back(e);
+  return out;
+}
+
+Plan with_entries_after(const Plan& plan, const std::string& key, const Plan& entries) {
+  const auto at = find_key(plan, key, "with_entries_after") + 1;
+  Plan out(Plan::Entries(plan.begin(), at));
+  out.insert(out.end(), entries.begin(), entries.end());
+  out.insert(out.end(), at, plan.end());
+  return out;
+}
+
 Plan merge_plans(const Plan& shipped, const Plan& user) {
   Plan merged = shipped;
   for (const auto& [key, style] : user) {

@@ -34,6 +34,12 @@ struct Plan : std::vector<std::pair<std::string, std::string>> {
 // Prints a plan as a JSON object, in its order.
 std::ostream& operator<<(std::ostream& out, const Plan& plan);
 
+// A plan edited by name (an architecture's variant of a base plan): each names
+// the entries it touches and fails naming a key the plan lacks, so a base plan
+// reordered or renamed cannot be edited in the wrong place without a word.
+Plan without_entries(const Plan& plan, const std::vector<std::string>& keys);
+Plan with_entries_after(const Plan& plan, const std::string& key, const Plan& entries);
+
 // What the user asks for (Transformers' DistributedConfig).
 struct DistributedConfig {
   std::optional<int64_t> tp_size;  // unset: WORLD_SIZE
