@@ -181,6 +181,10 @@ TEST(ChatTemplate, ErrorsNameTemplateLineColumnAndWhat) {
   expect_error("{{ 1 }", "the template ends inside a tag");
   expect_error("{% set x.y = 1 %}", "can only assign attributes of a namespace()");
   expect_error("{{ 'a' | tojson(separators=(',', ':')) }}", "separators argument is not supported");
+  // Found by fuzz_chat_template: an indent of millions of spaces took the memory before any limit spoke.
+  expect_error("{{ [[1]] | tojson(indent=2000000) }}", "tojson: indent must be an integer from 0 to 100, got 2000000");
+  expect_error("{{ [[1]] | tojson(indent=-1) }}", "got -1");
+  expect_error("{{ range(1000000) | list | tojson(indent=100) }}", "JSON text grows past 64 MiB");
   expect_error("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}", "nesting deeper than 256 levels");
   expect_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "calls nested deeper than 100");
   // A namespace that holds itself (found by fuzz_chat_template: a stack overflow, then a leak).

@@ -12,6 +12,10 @@
 namespace tp::chat {
 namespace {
 
+// tojson's indent: a readable width (templates use 2 or 4), not one that makes
+// every line of the text megabytes of spaces.
+constexpr int64_t kMaxJsonIndent = 100;
+
 std::string upper(const std::string& s) {
   std::string out;
   icu::UnicodeString::fromUTF8(s).toUpper(icu::Locale::getRoot()).toUTF8String(out);
@@ -364,8 +368,10 @@ Value apply_filter(const std::string& name, const Value& x, const Args& args) {
     const Value* ascii = args.get(99, "ensure_ascii");
     const Value* sort = args.get(99, "sort_keys");
     if (args.get(99, "separators")) builtin_error("tojson: the separators argument is not supported");
-    const int indent_n = indent_v && indent_v->kind() == K::Int ? static_cast<int>(indent_v->as_int()) : 0;
-    return Value(x.to_json(indent_n, ascii && ascii->truthy(), sort && sort->truthy()));
+    const int64_t indent_n = indent_v && indent_v->kind() == K::Int ? indent_v->as_int() : 0;
+    if (indent_n < 0 || indent_n > kMaxJsonIndent)
+      builtin_error("tojson: indent must be an integer from 0 to {}, got {}", kMaxJsonIndent, indent_n);
+    return Value(x.to_json(static_cast<int>(indent_n), ascii && ascii->truthy(), sort && sort->truthy()));
   }
   if (name == "default" || name == "d") {
     const Value* fallback = args.get(0, "default_value");

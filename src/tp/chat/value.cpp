@@ -189,6 +189,14 @@ void append_json_string(std::string& out, const std::string& s, bool ensure_asci
 // that holds itself: printing stops at this depth with an error instead of recursing
 // until the stack runs out (JavaScript's JSON.stringify refuses a cycle too).
 constexpr int kMaxValueDepth = 256;
+// A JSON text is built whole before the template's output can refuse it: it
+// stops at the output's own limit (a list of a million items, or a wide indent,
+// must not take the machine's memory first).
+constexpr size_t kMaxJsonBytes = size_t{64} << 20;
+
+void check_json_size(const std::string& out) {
+  if (out.size() > kMaxJsonBytes) fail("a value's JSON text grows past {} MiB", kMaxJsonBytes >> 20);
+}
 
 void append_json(std::string& out, const Value& v, int indent, bool ensure_ascii, bool sort_keys, int depth,
                  const char* undefined_as) {
@@ -214,6 +222,7 @@ void append_json(std::string& out, const Value& v, int indent, bool ensure_ascii
         if (i > 0) out += item_sep;
         if (indent > 0) out += child_pad;
         append_json(out, items[i], indent, ensure_ascii, sort_keys, depth + 1, undefined_as);
+        check_json_size(out);
       }
       if (indent > 0 && !items.empty()) out += pad;
       out += ']';
@@ -232,6 +241,7 @@ void append_json(std::string& out, const Value& v, int indent, bool ensure_ascii
         append_json_string(out, entries[i]->first, ensure_ascii);
         out += ": ";
         append_json(out, entries[i]->second, indent, ensure_ascii, sort_keys, depth + 1, undefined_as);
+        check_json_size(out);
       }
       if (indent > 0 && !entries.empty()) out += pad;
       out += '}';
