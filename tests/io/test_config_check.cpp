@@ -177,7 +177,7 @@ TEST(ConfigCheck, WithoutWeightsTheModuleTreeMustFitInMemory) {
   // Products that overflow 64 bits are named, not wrapped around.
   json j = make_preset_config("llama", "tiny").raw;
   j["hidden_size"] = j["intermediate_size"] = j["num_hidden_layers"] = 2147483647;
-  j["head_dim"] = 1;
+  j["head_dim"] = 2;  // otherwise valid (RoPE rotates pairs): the count is what fails
   j["num_attention_heads"] = j["num_key_value_heads"] = 1;
   EXPECT_HAS(tree_error(ModelConfig::from_json(j, "x"), 24 * gib), "config sizes overflow: the parameter count does not fit in 64 bits");
   // from_config refuses before it builds anything.

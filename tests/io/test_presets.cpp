@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tp/models/auto.h"
 #include "tp/models/presets.h"
 
 namespace tp {
@@ -106,6 +107,50 @@ TEST(Presets, AttentionBiasAddsBiases) {
   ASSERT_NE(it, layout.end());
   EXPECT_EQ(it->shape, (Shape{96}));
   EXPECT_EQ(it->init, ParamSpec::Init::Zeros);
+}
+
+// The checkpoint layout is read off the module tree: every parameter of the
+// tree is in it under its own name, or under the Hub's per-expert names.
+TEST(Presets, TheLayoutIsTheModuleTreeRenamedWhereTheHubDiffers) {
+  for (const std::string& arch : preset_architectures()) {
+    const ModelConfig c = make_preset_config(arch, "tiny");
+    std::map<std::string, Shape> layout;
+    for (const ParamSpec& p : checkpoint_layout(c)) layout[p.name] = p.shape;
+    std::unique_ptr<CausalLM> tree = AutoModelForCausalLM::from_config(c);
+    const std::map<std::string, std::string> tied = tree->tied_parameters();
+    size_t fused = 0, same_name = 0;
+    for (nn::Parameter* p : tree->parameters()) {
+      if (tied.contains(p->name)) {
+        EXPECT_FALSE(layout.contains(p->name)) << arch << ": tied " << p->name;
+      } else if (layout.contains(p->name)) {
+        EXPECT_EQ(layout.at(p->name), p->global_shape) << arch << ": " << p->name;
+        ++same_name;
+      } else {  // a fused expert parameter [E, ...]: E tensors per projection under the Hub's names
+        EXPECT_TRUE(p->name.ends_with("mlp.experts.gate_up_proj") || p->name.ends_with("mlp.experts.down_proj") ||
+                    p->name.ends_with("mlp.gate.weight"))
+            << arch << ": " << p->name << " is not in the layout";
+        fused += static_cast<size_t>(p->name.ends_with("gate_up_proj") ? 2 * p->global_shape[0]
+                                     : p->name.ends_with("down_proj")  ? p->global_shape[0]
+                                                                       : 1);
+      }
+    }
+    EXPECT_EQ(layout.size(), same_name + fused) << arch;  // and nothing else
+  }
+  // Mixtral's experts and router under block_sparse_moe, as the Hub stores them.
+  std::map<std::string, Shape> mixtral;
+  for (const ParamSpec& p : checkpoint_layout(make_preset_config("mixtral", "tiny"))) mixtral[p.name] = p.shape;
+  EXPECT_TRUE(mixtral.contains("model.layers.0.block_sparse_moe.gate.weight"));
+  EXPECT_TRUE(mixtral.contains("model.layers.0.block_sparse_moe.experts.3.w3.weight"));
+  EXPECT_FALSE(mixtral.contains("model.layers.0.mlp.experts.gate_up_proj"));
+}
+
+// Mistral's attention has no biases whatever config.json says: the tree (and so
+// the layout the loader checks) leaves them out.
+TEST(Presets, MistralHasNoAttentionBiases) {
+  nlohmann::json raw = make_preset_config("mistral", "tiny").raw;
+  raw["attention_bias"] = true;
+  for (const ParamSpec& p : checkpoint_layout(ModelConfig::from_json(raw, "x")))
+    EXPECT_FALSE(p.name.ends_with(".bias")) << p.name;
 }
 
 TEST(Init, NormalIsDeterministicPerNameAndSeed) {

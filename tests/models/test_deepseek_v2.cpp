@@ -43,7 +43,7 @@ TEST(DeepseekV2, LayersFromFirstKDenseReplaceAreMoeWithSharedExperts) {
   EXPECT_EQ(moe->gate.e_score_correction_bias, nullptr);
   EXPECT_FALSE(moe->gate.scoring().renormalize);  // Transformers' V2 ignores norm_topk_prob
   const ModelConfig v3 = make_preset_config("deepseek_v3", "tiny");
-  const MoeConfig m = MoeConfig::from(v3);
+  const MoeConfig m = deepseek_moe_config(v3, deepseek_sizes(v3));
   EXPECT_TRUE(m.scoring.sigmoid && m.scoring.renormalize && m.scoring.group_sum_top2 && m.score_correction_bias);
   EXPECT_EQ(m.scoring.n_group, 4);
   EXPECT_EQ(m.scoring.topk_group, 2);

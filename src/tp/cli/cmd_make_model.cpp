@@ -1,5 +1,6 @@
 // `tp make-model`: writes a random-weight checkpoint with the exact config.json
 // and tensor names of a real architecture, for tests and benchmarks.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -90,6 +91,14 @@ void fit_per_layer_keys(nlohmann::json& raw, const nlohmann::json& preset, const
     *it = n;
 }
 
+// Every architecture's presets, for --help.
+std::string preset_help() {
+  std::vector<std::string> lines;
+  for (const std::string& arch : preset_architectures())
+    lines.push_back(fmt::format("{}: {}", arch, fmt::join(preset_names(arch), ", ")));
+  return fmt::format("Preset ({})", fmt::join(lines, "; "));
+}
+
 DType model_dtype(const std::string& flag, const std::string& torch_dtype) {
   const std::string name = flag.empty() ? torch_dtype : flag;
   if (name == "f32" || name == "float32") return DType::F32;
@@ -120,9 +129,6 @@ int run(const Options& o) {
   for (const std::string& kv : o.sets) set_keys.insert(apply_set(raw, kv));
   fit_per_layer_keys(raw, base.raw, set_keys);
   if (o.mxfp4) {
-    if (raw.value("model_type", "") != "gpt_oss")
-      throw UsageError(fmt::format("--mxfp4: only gpt_oss checkpoints have MXFP4 experts (this is {})",
-                                   raw.value("model_type", "")));
     // What the Hub's gpt-oss checkpoints carry: everything but the experts stays unquantised.
     raw["quantization_config"] = {
         {"quant_method", "mxfp4"},
@@ -134,6 +140,9 @@ int run(const Options& o) {
   ModelConfig config = ModelConfig::from_json(raw, fmt::format("preset {}/{} with overrides", o.arch, o.preset));
 
   std::vector<ParamSpec> layout = checkpoint_layout(config);
+  if (o.mxfp4 && std::none_of(layout.begin(), layout.end(), [](const ParamSpec& p) { return mxfp4_param(p.name); }))
+    throw UsageError(fmt::format("--mxfp4: only gpt_oss checkpoints have MXFP4 experts (this is {})",
+                                 config.model_type));
   std::vector<io::TensorSource> sources;
   size_t total = 0;
   for (const ParamSpec& p : layout) {
@@ -168,10 +177,10 @@ int run(const Options& o) {
 Registrar reg("make-model", "Write a random-weight checkpoint of a real architecture (config.json + safetensors)",
               [](CLI::App& sub) -> RunFn {
                 auto o = std::make_shared<Options>();
-                sub.add_option("--arch", o->arch, "Architecture: llama, mistral, qwen3, mixtral, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3")->required();
-                sub.add_option("--preset", o->preset,
-                               "Preset: tiny, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, qwen3-0.6b, qwen3-8b")
+                sub.add_option("--arch", o->arch,
+                               fmt::format("Architecture: {}", fmt::join(preset_architectures(), ", ")))
                     ->required();
+                sub.add_option("--preset", o->preset, preset_help())->required();
                 sub.add_option("--layers", o->layers, "Override num_hidden_layers")->check(CLI::PositiveNumber);
                 sub.add_option("--dtype", o->dtype, "Weight dtype: f32, bf16, f16 (default: the preset's torch_dtype)");
                 sub.add_option("--seed", o->seed, "Random seed (default 0)");

@@ -240,7 +240,7 @@ int run_train(TrainFlags& f) {
                  return n;
                }(),
                lora ? fmt::format("LoRA (r={} on {}) ", lora->config().r,
-                                  fmt::join(lora->config().targets_for(model.config().model_type), ","))
+                                  fmt::join(lora->config().targets_for(model.lm().default_lora_targets(), model.config().model_type), ","))
                     : std::string(),
                dist::world_size(),
                trainer.fsdp() != nullptr ? fmt::format("{}, fsdp={}", layout, a.fsdp) : layout, train->size(), train->seq_len(), train->documents(),

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tp/models/checkpoint_names.h"
 #include "tp/models/config.h"
 #include "tp/models/gradient_checkpointing.h"
 #include "tp/models/unit_hooks.h"
@@ -100,6 +101,11 @@ class CausalLM : public nn::Module {
   virtual parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const = 0;
   // Parameters stored under another name in the checkpoint (tied weights): name -> source.
   virtual std::map<std::string, std::string> tied_parameters() const { return {}; }
+  // Where the Hub's checkpoint names differ from the tree's (tp/models/layout.h).
+  virtual CheckpointNames checkpoint_names() const { return {}; }
+  // LoRA's target_modules when a config names none: PEFT's default for the
+  // architecture (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); empty: none.
+  virtual std::vector<std::string> default_lora_targets() const { return {}; }
 
   // Activation checkpointing of the decoder layers in training (off by default).
   void set_gradient_checkpointing(const GradientCheckpointing& c) { checkpointing_ = c; }

@@ -68,6 +68,16 @@ void check_positive(const std::string& source, const char* key, int64_t v) {
            kMaxSize);
 }
 
+}  // namespace
+
+void check_head_dim(const std::string& source, const char* key, int64_t v) {
+  TP_CHECK(v <= kMaxHeadDim,
+           "{}: {} is {}; head sizes above {} are not accepted (no model has one; the RoPE tables follow it)", source,
+           key, v, kMaxHeadDim);
+}
+
+namespace {
+
 RopeScalingConfig parse_rope_scaling(const json& rs, const std::string& source, const char* key) {
   RopeScalingConfig r;
   TP_CHECK(rs.is_object(), "{}: '{}' must be an object or null, got {}", source, key, rs.dump());
@@ -153,6 +163,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
              c.hidden_size, c.num_attention_heads);
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
+  check_head_dim(source, "'head_dim'", c.head_dim);
   c.max_position_embeddings = rd.optional_int("max_position_embeddings", 2048);
   check_positive(source, "max_position_embeddings", c.max_position_embeddings);
   c.rms_norm_eps = rd.optional_double("rms_norm_eps", 1e-6);

@@ -31,6 +31,13 @@ struct RopeScalingConfig {
   std::optional<bool> truncate;                  // yarn: round the correction range (default true)
 };
 
+// Head sizes (head_dim, DeepSeek's qk_rope_head_dim ...) above this are refused
+// at parse: no model comes near (256 at most today), and a module tree's RoPE
+// tables are sized by them before any weight is read.
+inline constexpr int64_t kMaxHeadDim = 65536;
+// Errors name `source` and `key` when v > kMaxHeadDim.
+void check_head_dim(const std::string& source, const char* key, int64_t v);
+
 struct ModelConfig {
   std::string model_type;
   std::vector<std::string> architectures;

@@ -73,6 +73,14 @@ struct Checker {
              cfg, dir);
   }
 
+  // The architecture's attention sizes its projections by heads x head_dim
+  // (MLA's are not: deepseek_config.h), as the layout from its module tree says.
+  static bool heads_by_head_dim(const std::vector<ParamSpec>& layout, const ModelConfig& c) {
+    for (const ParamSpec& p : layout)
+      if (p.name == "model.layers.0.self_attn.q_proj.weight") return p.shape[0] == c.num_attention_heads * c.head_dim;
+    return false;
+  }
+
   void attention() const {
     const bool head_dim_given = c.raw.is_object() && c.raw.contains("head_dim") && !c.raw["head_dim"].is_null();
     const std::string hd = head_dim_given ? fmt::format("'head_dim' ({})", c.head_dim)
@@ -133,9 +141,9 @@ struct Checker {
     return true;
   }
 
-  // Every tensor; bounded now that the layer count equals the weights'.
-  void layout() const {
-    for (const ParamSpec& p : checkpoint_layout(c)) {
+  // Every tensor.
+  void layout(const std::vector<ParamSpec>& expected) const {
+    for (const ParamSpec& p : expected) {
       const io::TensorInfo* t = find(p.name);
       if (!t && already_fused(p)) continue;
       if (!t && stored_packed(p)) continue;
@@ -158,13 +166,13 @@ std::string gib(int64_t bytes) { return fmt::format("{:.1f} GiB", static_cast<do
 }  // namespace
 
 void check_module_tree_fits(const ModelConfig& config, int64_t memory_bytes) {
-  const LayoutCounts counts = layout_counts(config);  // sizes whose products overflow fail here
   const int64_t layers = config.num_hidden_layers;
-  TP_CHECK(layers <= memory_bytes / 2 / kModuleTreeBytesPerLayer,
-           "{}: 'num_hidden_layers' is {}: building the module tree alone would take about {}, more than half of "
-           "this machine's {} (the model would have {:.3g} parameters); is the value a typo?",
-           config.source, layers, gib(layers * kModuleTreeBytesPerLayer), gib(memory_bytes),
-           static_cast<double>(counts.total));
+  if (layers <= memory_bytes / 2 / kModuleTreeBytesPerLayer) return;
+  const int64_t params = estimated_parameter_count(config);  // a count that overflows fails here, named
+  fail("{}: 'num_hidden_layers' is {}: building the module tree alone would take about {}, more than half of "
+       "this machine's {} (the model would have about {:.3g} parameters); is the value a typo?",
+       config.source, layers, gib(layers * kModuleTreeBytesPerLayer), gib(memory_bytes),
+       static_cast<double>(params));
 }
 
 void check_config_against_weights(const ModelConfig& config, const TensorIndex& tensors, const std::string& config_file,
@@ -173,10 +181,12 @@ void check_config_against_weights(const ModelConfig& config, const TensorIndex& 
   const Checker check{config, tensors, config_file, weights_dir};
   check.layer_count();
   check.embeddings();
-  // MLA's projections are not heads x head_dim (deepseek_config.h): the layout check names their sizes.
-  if (config.model_type != "deepseek_v2" && config.model_type != "deepseek_v3") check.attention();
+  const std::vector<ParamSpec> layout = checkpoint_layout(config);  // bounded: the layer count is the weights'
+
+  // The keys that size the attention named first where they size it; else the layout check names the tensors.
+  if (Checker::heads_by_head_dim(layout, config)) check.attention();
   check.mlp();
-  check.layout();
+  check.layout(layout);
 }
 
 }  // namespace tp

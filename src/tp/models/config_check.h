@@ -25,9 +25,10 @@ void check_config_against_weights(const ModelConfig& config, const TensorIndex& 
                                   const std::string& weights_dir);
 
 // Where there are no weights to check against (`tp plan` on a config alone):
-// a config with sizes no model could have (products that overflow 64 bits, a
-// layer count whose bare module tree would take more than half of
-// `memory_bytes`) is an error naming the key, before anything is allocated.
+// a layer count whose bare module tree would take more than half of
+// `memory_bytes` is an error naming the key (and the parameter count, or the
+// count that overflows 64 bits), before anything is allocated per layer. Sizes
+// whose products overflow fail as the tree is built, naming the tensor.
 // AutoModelForCausalLM::from_config calls it with physical_memory_bytes().
 void check_module_tree_fits(const ModelConfig& config, int64_t memory_bytes);
 

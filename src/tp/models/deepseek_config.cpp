@@ -36,6 +36,9 @@ DeepseekSizes deepseek_sizes(const ModelConfig& c) {
   for (auto [key, v] : {std::pair{"kv_lora_rank", s.kv_lora_rank}, {"qk_rope_head_dim", s.qk_rope_head_dim},
                         {"v_head_dim", s.v_head_dim}})
     TP_CHECK(v > 0, "{}: '{}' must be positive, got {}", c.source, key, v);
+  for (auto [key, v] : {std::pair{"qk_nope_head_dim", s.qk_nope_head_dim}, {"qk_rope_head_dim", s.qk_rope_head_dim},
+                        {"v_head_dim", s.v_head_dim}})
+    check_head_dim(c.source, fmt::format("'{}'", key).c_str(), v);
   TP_CHECK(s.qk_rope_head_dim % 2 == 0, "{}: 'qk_rope_head_dim' must be even (RoPE rotates pairs), got {}", c.source,
            s.qk_rope_head_dim);
   TP_CHECK(c.num_key_value_heads == c.num_attention_heads,

@@ -132,7 +132,7 @@ DeepseekV2DecoderLayer::DeepseekV2DecoderLayer(const std::string& name, int64_t 
       self_attn(add_module(std::make_unique<DeepseekV2Attention>(child_name("self_attn"), c, s))),
       post_attention_layernorm(add_module(
           std::make_unique<nn::RMSNorm>(child_name("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps))),
-      mlp(s.is_moe_layer(index) ? add_module(std::make_unique<SparseMoeBlock>(child_name("mlp"), c, MoeConfig::from(c)))
+      mlp(s.is_moe_layer(index) ? add_module(std::make_unique<SparseMoeBlock>(child_name("mlp"), c, deepseek_moe_config(c, s)))
                                 : static_cast<nn::Module&>(add_module(std::make_unique<LlamaMLP>(child_name("mlp"), c)))) {
   self_attn.layer_index = index;
   dense = dynamic_cast<LlamaMLP*>(&mlp);

@@ -94,6 +94,8 @@ class DeepseekV2ForCausalLM : public CausalLM {
   parallel::Plan shipped_ep_plan() const override;
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
+  // The experts per expert under mlp.experts.E.{gate,up,down}_proj, as Qwen3-MoE's.
+  CheckpointNames checkpoint_names() const override { return {.experts = &kNamings[1]}; }
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;
   nn::Linear& output_embeddings() override { return lm_head; }
 

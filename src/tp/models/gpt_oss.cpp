@@ -42,7 +42,15 @@ LlamaVariant gpt_oss_variant(const ModelConfig& config) {
                        {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
                        {"layers.*.mlp.experts.down_proj_bias", "grouped_gemm"},
                        {"layers.*.mlp.experts", "moe_tp_experts"}};
-  return with_sparse_moe(std::move(v), config);
+  // Its experts are stored fused, as the tree holds them; biases and sinks drawn like weights.
+  v.checkpoint_names.random_biases = true;
+  // Sized as Mixtral's (num_local_experts, intermediate_size), every layer sparse.
+  const MoeKeys keys{.num_experts = "num_local_experts",
+                     .expert_intermediate = "intermediate_size",
+                     .always_renormalize = true,
+                     .sparse_layer_keys = false,
+                     .gpt_oss = true};
+  return with_sparse_moe(std::move(v), MoeConfig::from(config, keys));
 }
 
 }  // namespace tp

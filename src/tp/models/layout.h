@@ -1,42 +1,50 @@
 #pragma once
-// The tensors an architecture's checkpoint holds: Hub names and shapes implied
-// by config.json, in Transformers' state_dict order, and the parameter count
-// that follows. Pure functions of the config (no tensors are made), so that the
-// config fuzzer can drive them; every size product is overflow-checked.
+// The tensors an architecture's checkpoint holds, read off its module tree:
+// the tree's parameters know their names and global shapes before any weight
+// is loaded, and the architecture's CheckpointNames say where the Hub names a
+// tensor differently (MoE experts stored per expert). No per-architecture
+// lists here: a new architecture's checkpoint is its module tree.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "tp/models/config.h"
+#include "tp/nn/module.h"
 #include "tp/tensor/shape.h"
 
 namespace tp {
 
+class CausalLM;
+
 struct ParamSpec {
   std::string name;
   Shape shape;
-  // Like Transformers' _init_weights: Linear/Embedding normal(0, initializer_range),
-  // RMSNorm ones, biases zeros.
-  enum class Init { Normal, Ones, Zeros } init;
+  using Init = nn::ParamInit;  // Transformers' _init_weights for the owning module
+  Init init;
 };
 
-// The model types whose checkpoint layout tp knows.
+// The model types whose checkpoint layout tp knows: those it has a module tree for.
 bool has_known_layout(const std::string& model_type);
 
-// Every parameter of the checkpoint. Errors for a model_type it does not know and
-// for sizes whose products overflow (naming the keys). Allocates per layer: call
-// it only once num_hidden_layers is known to be sane (checked against weights,
-// or bounded by check_model_fits).
+// Every tensor of the checkpoint, in the module tree's order (tied parameters
+// left out, fused experts as the Hub's per-expert tensors). Builds the tree
+// (no weights): errors for a model_type tp does not run, for a tree that would
+// not fit in memory (check_module_tree_fits), and for sizes whose products
+// overflow (naming the tensor).
 std::vector<ParamSpec> checkpoint_layout(const ModelConfig& config);
+std::vector<ParamSpec> checkpoint_layout(CausalLM& model);
 
-// The parameters of one decoder layer, and of everything outside the layers.
+// The parameters of the decoder layers, and of everything outside them.
 struct LayoutCounts {
-  int64_t in_layers = 0;  // parameters (elements) of all decoder layers (dense and MoE ones differ)
+  int64_t in_layers = 0;  // parameters (elements) of all decoder layers
   int64_t outside_layers = 0;
   int64_t layer_tensors = 0;  // tensors of all decoder layers
   int64_t total = 0;          // outside_layers + in_layers
 };
-// Enumerating one layer of each kind only; errors name the keys when a count overflows.
 LayoutCounts layout_counts(const ModelConfig& config);
+// Without building every layer (for a num_hidden_layers too large to build):
+// the tensors outside the layers plus num_hidden_layers x layer 0's, counted
+// on a one-layer tree. Errors name the count that overflows 64 bits.
+int64_t estimated_parameter_count(const ModelConfig& config);
 
 }  // namespace tp

@@ -22,13 +22,16 @@ namespace tp {
 LlamaAttention::LlamaAttention(const std::string& name, const ModelConfig& c, const LlamaVariant& v)
     : nn::Module(name),
       q_proj(add_module(std::make_unique<nn::Linear>(child_name("q_proj"), c.hidden_size,
-                                                     c.num_attention_heads * c.head_dim, c.attention_bias))),
+                                                     c.num_attention_heads * c.head_dim,
+                                                     v.qkv_bias.value_or(c.attention_bias)))),
       k_proj(add_module(std::make_unique<nn::Linear>(child_name("k_proj"), c.hidden_size,
-                                                     c.num_key_value_heads * c.head_dim, c.attention_bias))),
+                                                     c.num_key_value_heads * c.head_dim,
+                                                     v.qkv_bias.value_or(c.attention_bias)))),
       v_proj(add_module(std::make_unique<nn::Linear>(child_name("v_proj"), c.hidden_size,
-                                                     c.num_key_value_heads * c.head_dim, c.attention_bias))),
+                                                     c.num_key_value_heads * c.head_dim,
+                                                     v.qkv_bias.value_or(c.attention_bias)))),
       o_proj(add_module(std::make_unique<nn::Linear>(child_name("o_proj"), c.num_attention_heads * c.head_dim,
-                                                     c.hidden_size, c.attention_bias))),
+                                                     c.hidden_size, v.o_bias.value_or(c.attention_bias)))),
       layer_index(0),
       head_dim_(c.head_dim),
       scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
@@ -365,6 +368,8 @@ HiddenOutput LlamaForCausalLM::run_decoder(const Tensor& ids_in, const ForwardOp
 
 namespace tp {
 LlamaVariant llama_variant(const ModelConfig& config) {
-  return {.mlp_bias = config.raw_bool("mlp_bias", false), .default_plan = llama_base_tp_plan()};
+  return {.mlp_bias = config.raw_bool("mlp_bias", false),
+          .default_plan = llama_base_tp_plan(),
+          .lora_targets = {"q_proj", "v_proj"}};
 }
 }  // namespace tp

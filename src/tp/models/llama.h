@@ -8,6 +8,7 @@
 // B = batch, T = tokens, H = hidden_size, D = head_dim, V = vocab_size.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct LlamaVariant {
   // max_window_layers); the rest use sliding_window.
   int64_t full_attention_layers = 0;
   bool mlp_bias = false;  // Llama's mlp_bias: biases on gate_proj, up_proj and down_proj
+  // Biases on q/k/v and on o_proj: config.json's attention_bias unless the
+  // architecture fixes them (Mistral: none; Qwen2: on q, k and v only).
+  std::optional<bool> qkv_bias, o_bias;
   // GPT-OSS: one learned sink logit per query head (self_attn.sinks [Hq]) joins
   // every softmax's denominator.
   bool attention_sinks = false;
@@ -37,6 +41,8 @@ struct LlamaVariant {
   // The feed-forward block of layer i (named `name`, i.e. "...layers.i.mlp");
   // null (or returning null for a layer): the dense LlamaMLP. MoE architectures return their sparse block here.
   std::function<std::unique_ptr<nn::Module>(const std::string& name, int64_t layer, const ModelConfig&)> make_mlp;
+  CheckpointNames checkpoint_names;  // where the Hub's names differ from the tree's (MoE experts)
+  std::vector<std::string> lora_targets;  // PEFT's default target_modules (empty: none)
 };
 
 class LlamaAttention : public nn::Module {
@@ -121,6 +127,8 @@ class LlamaForCausalLM : public CausalLM {
   parallel::Plan sequence_parallel_plan() const override;
   parallel::StyleOverrides check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const override;
   std::map<std::string, std::string> tied_parameters() const override;
+  CheckpointNames checkpoint_names() const override { return variant_.checkpoint_names; }
+  std::vector<std::string> default_lora_targets() const override { return variant_.lora_targets; }
   KVState make_kv_state(int64_t batch, int64_t max_len) const override;
   nn::Linear& output_embeddings() override { return lm_head; }
 

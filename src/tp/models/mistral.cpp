@@ -15,7 +15,12 @@ int64_t sliding_window_key(const ModelConfig& config, int64_t absent) {
 
 LlamaVariant mistral_variant(const ModelConfig& config) {
   // MistralConfig's default: a file without the key has a window of 4096 in Transformers.
-  return {.sliding_window = sliding_window_key(config, 4096), .default_plan = llama_base_tp_plan()};
+  // Its attention has no biases, whatever config.json says (MistralConfig has no attention_bias).
+  return {.sliding_window = sliding_window_key(config, 4096),
+          .qkv_bias = false,
+          .o_bias = false,
+          .default_plan = llama_base_tp_plan(),
+          .lora_targets = {"q_proj", "v_proj"}};
 }
 
 }  // namespace tp

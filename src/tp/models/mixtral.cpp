@@ -15,8 +15,7 @@ parallel::Plan moe_experts_tp_plan() {
           {"layers.*.mlp.experts", "moe_tp_experts"}};
 }
 
-LlamaVariant with_sparse_moe(LlamaVariant v, const ModelConfig& config) {
-  const MoeConfig moe = MoeConfig::from(config);
+LlamaVariant with_sparse_moe(LlamaVariant v, const MoeConfig& moe) {
   v.make_mlp = [moe](const std::string& name, int64_t layer, const ModelConfig& c) -> std::unique_ptr<nn::Module> {
     if (!moe.is_sparse_layer(layer)) return nullptr;
     return std::make_unique<SparseMoeBlock>(name, c, moe);
@@ -34,7 +33,13 @@ LlamaVariant mixtral_variant(const ModelConfig& config) {
                        {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
                        {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
                        {"layers.*.mlp.experts", "moe_tp_experts"}};
-  return with_sparse_moe(std::move(v), config);
+  v.checkpoint_names.experts = &kNamings[0];  // block_sparse_moe.experts.E.{w1,w3,w2}, block_sparse_moe.gate
+  // num_local_experts experts of intermediate_size each, every layer sparse, the top-k weights renormalised.
+  const MoeKeys keys{.num_experts = "num_local_experts",
+                     .expert_intermediate = "intermediate_size",
+                     .always_renormalize = true,
+                     .sparse_layer_keys = false};
+  return with_sparse_moe(std::move(v), MoeConfig::from(config, keys));
 }
 
 }  // namespace tp

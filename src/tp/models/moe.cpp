@@ -20,6 +20,7 @@ SparseMoeBlock::SparseMoeBlock(const std::string& name, const ModelConfig& c, co
   if (moe.shared_intermediate > 0)
     shared_experts =
         &add_module(std::make_unique<LlamaMLP>(child_name("shared_experts"), c, moe.shared_intermediate));
+  moe_ = moe;
 }
 
 Tensor SparseMoeBlock::run(const Tensor& x, const nn::ForwardArgs* args) {  // [B, T, H]

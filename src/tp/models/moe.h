@@ -23,6 +23,18 @@ namespace tp {
 // decoder_sparse_step, mlp_only_layers; GPT-OSS: num_local_experts,
 // intermediate_size, swiglu_limit, a router `mlp.router` with a bias; DeepSeek:
 // deepseek_moe_config).
+// What an architecture's config.json calls its MoE keys (Qwen3-MoE's names by default).
+struct MoeKeys {
+  const char* num_experts = "num_experts";                    // Mixtral, GPT-OSS: num_local_experts
+  const char* expert_intermediate = "moe_intermediate_size";  // Mixtral, GPT-OSS: intermediate_size
+  // Mixtral, GPT-OSS: the top-k weights always renormalised; else under norm_topk_prob (default false).
+  bool always_renormalize = false;
+  // Qwen3-MoE: decoder_sparse_step and mlp_only_layers choose the sparse layers (else every layer is).
+  bool sparse_layer_keys = true;
+  // GPT-OSS: a router `mlp.router` with a bias, top-k then softmax, swiglu_limit.
+  bool gpt_oss = false;
+};
+
 struct MoeConfig {
   int64_t num_experts = 0;
   int64_t top_k = 0;               // num_experts_per_tok
@@ -41,8 +53,8 @@ struct MoeConfig {
   bool score_correction_bias = false;  // DeepSeek-V3's mlp.gate.e_score_correction_bias
   int64_t shared_intermediate = 0;     // DeepSeek: moe_intermediate_size x n_shared_experts (0: none)
 
-  // Errors name the file and the key.
-  static MoeConfig from(const ModelConfig& config);
+  // Errors name the file and the key. (DeepSeek's: deepseek_moe_config.)
+  static MoeConfig from(const ModelConfig& config, const MoeKeys& keys);
   // Qwen3-MoE's rule (Mixtral: every layer): layer i is sparse unless listed in
   // mlp_only_layers, and when (i + 1) % decoder_sparse_step == 0.
   bool is_sparse_layer(int64_t layer) const;
@@ -55,6 +67,7 @@ parallel::Plan moe_experts_tp_plan();
 class SparseMoeBlock : public nn::Module {
  public:
   SparseMoeBlock(const std::string& name, const ModelConfig& c, const MoeConfig& moe);
+  const MoeConfig& moe_config() const { return moe_; }
   nn::TopKRouter& gate;
   nn::MoeExperts& experts;
   LlamaMLP* shared_experts = nullptr;  // DeepSeek
@@ -66,6 +79,7 @@ class SparseMoeBlock : public nn::Module {
 
  private:
   Tensor run(const Tensor& x, const nn::ForwardArgs* args);
+  MoeConfig moe_;
 };
 
 }  // namespace tp

@@ -1,8 +1,6 @@
-// MoeConfig: config.json's MoE keys (apart from the block, so that config
-// checks and layouts can size a model without linking the modules).
+// MoeConfig: config.json's MoE keys, under the names the architecture gives them (MoeKeys).
 #include <algorithm>
 
-#include "tp/models/deepseek_config.h"
 #include "tp/models/moe.h"
 
 namespace tp {
@@ -19,18 +17,15 @@ int64_t positive_int(const ModelConfig& c, const char* key) {
 
 }  // namespace
 
-MoeConfig MoeConfig::from(const ModelConfig& c) {
-  if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") return deepseek_moe_config(c, deepseek_sizes(c));
+MoeConfig MoeConfig::from(const ModelConfig& c, const MoeKeys& keys) {
   MoeConfig m;
-  m.gpt_oss = c.model_type == "gpt_oss";
-  const bool mixtral = c.model_type == "mixtral" || m.gpt_oss;  // GPT-OSS sizes its experts as Mixtral does
-  m.num_experts = positive_int(c, mixtral ? "num_local_experts" : "num_experts");
+  m.gpt_oss = keys.gpt_oss;
+  m.num_experts = positive_int(c, keys.num_experts);
   m.top_k = positive_int(c, "num_experts_per_tok");
   TP_CHECK(m.top_k <= m.num_experts, "{}: 'num_experts_per_tok' ({}) is more than the {} experts", c.source, m.top_k,
            m.num_experts);
-  m.expert_intermediate = mixtral ? c.intermediate_size : positive_int(c, "moe_intermediate_size");
-  // Mixtral always renormalises the top-k weights; Qwen3-MoE when norm_topk_prob (default false, as Transformers).
-  m.norm_topk_prob = mixtral || c.raw_bool("norm_topk_prob", false);
+  m.expert_intermediate = positive_int(c, keys.expert_intermediate);
+  m.norm_topk_prob = keys.always_renormalize || c.raw_bool("norm_topk_prob", false);
   if (m.gpt_oss) {
     m.router_name = "router";
     if (auto it = c.raw.find("swiglu_limit"); it != c.raw.end()) {
@@ -39,7 +34,7 @@ MoeConfig MoeConfig::from(const ModelConfig& c) {
       m.swiglu_limit = it->get<double>();
     }
   }
-  if (!mixtral) {
+  if (keys.sparse_layer_keys) {
     m.decoder_sparse_step = c.raw.contains("decoder_sparse_step") ? positive_int(c, "decoder_sparse_step") : 1;
     if (auto it = c.raw.find("mlp_only_layers"); it != c.raw.end() && !it->is_null()) {
       TP_CHECK(it->is_array(), "{}: 'mlp_only_layers' must be a list of layer indices, got {}", c.source, it->dump());

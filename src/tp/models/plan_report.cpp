@@ -73,7 +73,7 @@ PlanReport make_plan_report(const ModelConfig& config, const DistributedConfig& 
     if (const auto* experts = dynamic_cast<const nn::MoeExperts*>(m); experts && config.quantization) {
       if (config.quantization->method == "mxfp4" && experts->layout().gpt_oss)
         mxfp4_experts.insert({experts->gate_up_proj.name, experts->down_proj.name});
-      if (quantizes_experts(*config.quantization, config.model_type, *experts))
+      if (quantizes_experts(*config.quantization, model->checkpoint_names().experts, *experts))
         quantized_experts[experts->gate_up_proj.name] = quantized_experts[experts->down_proj.name] = experts;
     }
   // Unsharded: every expert whole (the shards as tp 1 has them, before the plan is applied).

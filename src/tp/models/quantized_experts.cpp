@@ -108,10 +108,9 @@ QuantizedExperts read_quantized_experts(const Checkpoint& ckpt, const nn::MoeExp
   return out;
 }
 
-bool quantizes_experts(const QuantizationConfig& q, const std::string& model_type, const nn::MoeExperts& experts) {
-  if (!q.packs_linears() || experts.layout().gpt_oss) return false;
-  const HubNaming& n = kNamings[model_type == "mixtral" ? 0 : 1];
-  const std::string key = expert_key(layer_prefix(experts.gate_up_proj.name), n, 0, n.gate);
+bool quantizes_experts(const QuantizationConfig& q, const HubNaming* naming, const nn::MoeExperts& experts) {
+  if (!q.packs_linears() || naming == nullptr) return false;
+  const std::string key = expert_key(layer_prefix(experts.gate_up_proj.name), *naming, 0, naming->gate);
   return q.quantizes(key.substr(0, key.size() - std::string(".weight").size()));
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tp/models/checkpoint.h"
+#include "tp/models/moe_hub_names.h"
 #include "tp/nn/moe.h"
 
 namespace tp {
@@ -22,8 +23,9 @@ struct QuantizedExperts {
 };
 QuantizedExperts read_quantized_experts(const Checkpoint& ckpt, const nn::MoeExperts& experts);
 
-// Whether `q` quantizes these experts' per-expert Linears (the Hub naming of `model_type`), from the config alone.
-bool quantizes_experts(const QuantizationConfig& q, const std::string& model_type, const nn::MoeExperts& experts);
+// Whether `q` quantizes these experts' per-expert Linears, stored under `naming`
+// (the architecture's CheckpointNames::experts; null: fused, never quantized), from the config alone.
+bool quantizes_experts(const QuantizationConfig& q, const HubNaming* naming, const nn::MoeExperts& experts);
 
 // The bytes read_quantized_experts will hold on this rank (the shards applied) for gate_up_proj (gate and up) and
 // for down_proj, from the config alone.

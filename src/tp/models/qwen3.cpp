@@ -31,6 +31,7 @@ LlamaVariant qwen3_decoder_variant() {
 
 LlamaVariant qwen3_variant(const ModelConfig& config) {
   LlamaVariant v = qwen3_decoder_variant();
+  v.lora_targets = {"q_proj", "v_proj"};
   // Qwen3Config: layers from max_window_layers on are "sliding_attention" (unless layer_types says otherwise).
   qwen_sliding_window(config, v, true);
   return v;

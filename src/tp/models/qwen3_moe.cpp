@@ -19,7 +19,8 @@ LlamaVariant qwen3_moe_variant(const ModelConfig& config) {
   v.default_ep_plan = {{"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
                        {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
                        {"layers.*.mlp.experts", "ep_dispatch_experts"}};
-  return with_sparse_moe(std::move(v), config);
+  v.checkpoint_names.experts = &kNamings[1];  // mlp.experts.E.{gate,up,down}_proj
+  return with_sparse_moe(std::move(v), MoeConfig::from(config, MoeKeys{}));
 }
 
 }  // namespace tp

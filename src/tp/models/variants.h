@@ -1,6 +1,7 @@
 #pragma once
 // The Llama-family architectures tp runs, by model_type.
 #include "tp/models/llama.h"
+#include "tp/models/moe.h"
 
 namespace tp {
 
@@ -21,7 +22,7 @@ LlamaVariant qwen3_decoder_variant();  // qwen3.cpp
 void qwen_sliding_window(const ModelConfig& config, LlamaVariant& v, bool from_max_window_layers);  // qwen3.cpp
 
 // Shared by the MoE variants (mixtral.cpp): `v` with a sparse MoE block on the
-// layers the config makes sparse.
-LlamaVariant with_sparse_moe(LlamaVariant v, const ModelConfig& config);
+// layers `moe` makes sparse.
+LlamaVariant with_sparse_moe(LlamaVariant v, const MoeConfig& moe);
 
 }  // namespace tp

@@ -15,7 +15,7 @@ const Tensor& single_input(const std::vector<Tensor>& inputs, const std::string&
 
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool has_bias)
     : Module(std::move(name)), weight(add_parameter("weight", {out_features, in_features})) {
-  if (has_bias) bias = &add_parameter("bias", {out_features});
+  if (has_bias) bias = &add_parameter("bias", {out_features}, ParamInit::Zeros);
 }
 
 DType Linear::weight_dtype() const {
@@ -94,7 +94,7 @@ Tensor Embedding::forward(const std::vector<Tensor>& inputs) {
 }
 
 RMSNorm::RMSNorm(std::string name, int64_t dim, double eps_)
-    : Module(std::move(name)), weight(add_parameter("weight", {dim})), eps(eps_) {}
+    : Module(std::move(name)), weight(add_parameter("weight", {dim}, ParamInit::Ones)), eps(eps_) {}
 
 Tensor RMSNorm::forward(const std::vector<Tensor>& inputs) {
   return ops::rms_norm(single_input(inputs, name()), weight.data, eps);

@@ -44,10 +44,16 @@ void Module::set_style(const TensorParallelLayer* style, const dist::DeviceMesh*
   mesh_ = mesh;
 }
 
-Parameter& Module::add_parameter(const std::string& local_name, Shape global_shape) {
+Parameter& Module::add_parameter(const std::string& local_name, Shape global_shape, ParamInit init) {
   auto p = std::make_unique<Parameter>();
   p->name = child_name(local_name);
+  int64_t elements = 1;
+  for (int64_t d : global_shape)
+    TP_CHECK(d >= 0 && !__builtin_mul_overflow(elements, d, &elements),
+             "config sizes overflow: the element count of {} {} does not fit in 64 bits", p->name,
+             shape_str(global_shape));
   p->global_shape = std::move(global_shape);
+  p->init = init;
   params_.push_back(std::move(p));
   return *params_.back();
 }

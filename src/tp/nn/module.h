@@ -15,11 +15,17 @@
 
 namespace tp::nn {
 
+// How a new checkpoint draws a parameter, as Transformers' _init_weights does
+// for the module that owns it: Linear and Embedding weights normal(0,
+// initializer_range), RMSNorm weights ones, Linear biases zeros.
+enum class ParamInit { Normal, Ones, Zeros };
+
 struct Parameter {
   std::string name;            // full name
   Shape global_shape;          // the checkpoint tensor's shape
   Tensor data;                 // this rank's local piece (undefined until loaded)
   ParamShard shard;  // which piece (replicated unless a style sharded it)
+  ParamInit init = ParamInit::Normal;
 };
 
 // The shape of this rank's piece, from the global shape and the shard (known
@@ -91,7 +97,8 @@ class Module {
   // overrides this; the others ignore them.
   virtual Tensor forward_with(const std::vector<Tensor>& inputs, const ForwardArgs& args) { return forward(inputs); }
 
-  Parameter& add_parameter(const std::string& local_name, Shape global_shape);
+  // Errors when the shape's element count does not fit in 64 bits (sizes from a config.json).
+  Parameter& add_parameter(const std::string& local_name, Shape global_shape, ParamInit init = ParamInit::Normal);
   template <class M>
   M& add_module(std::unique_ptr<M> child) {
     M& ref = *child;

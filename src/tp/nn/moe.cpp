@@ -8,7 +8,7 @@ namespace tp::nn {
 TopKRouter::TopKRouter(std::string name, int64_t hidden, int64_t num_experts, RouterScoring scoring,
                        bool score_correction_bias, bool linear_bias)
     : Module(std::move(name)), weight(add_parameter("weight", {num_experts, hidden})), scoring_(scoring) {
-  if (linear_bias) bias = &add_parameter("bias", {num_experts});
+  if (linear_bias) bias = &add_parameter("bias", {num_experts}, ParamInit::Zeros);
   if (score_correction_bias) e_score_correction_bias = &add_parameter("e_score_correction_bias", {num_experts});
   TP_CHECK(scoring.top_k >= 1 && scoring.top_k <= num_experts,
            "{}: num_experts_per_tok {} must be between 1 and the number of experts ({})", this->name(),

@@ -27,7 +27,7 @@ void save_adapter(PretrainedModel& model, const LoraModel& lora, const fs::path&
   // Every rank learns whether rank 0's writes worked (no rank waits on a failed one).
   dist::on_rank0(group, "save_adapter", [&] {
     LoraConfig c = lora.config();
-    if (c.target_modules.empty() && !c.target_regex) c.target_modules = c.targets_for(model.config().model_type);
+    if (c.target_modules.empty() && !c.target_regex) c.target_modules = c.targets_for(model.lm().default_lora_targets(), model.config().model_type);
     if (c.base_model_name_or_path.empty()) c.base_model_name_or_path = model.source_dir().string();
     io::write_json_file(dir / "adapter_config.json", c.to_json());
     io::save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});

@@ -163,7 +163,7 @@ std::function<Tensor(const nn::Parameter&)> peft_init(uint64_t seed) {
 LoraModel apply_lora(PretrainedModel& model, const LoraConfig& config,
                      const std::function<Tensor(const nn::Parameter&)>& values) {
   config.validate("LoraConfig");
-  const std::vector<std::string> targets = config.targets_for(model.config().model_type);
+  const std::vector<std::string> targets = config.targets_for(model.lm().default_lora_targets(), model.config().model_type);
   std::vector<bool> used(targets.size(), false);
   std::optional<std::regex> pattern;  // validate() checked that it compiles
   if (config.target_regex) pattern.emplace(*config.target_regex);

@@ -13,12 +13,12 @@ double LoraConfig::scaling() const {
   return use_rslora ? lora_alpha / std::sqrt(static_cast<double>(r)) : lora_alpha / static_cast<double>(r);
 }
 
-std::vector<std::string> LoraConfig::targets_for(const std::string& model_type) const {
+std::vector<std::string> LoraConfig::targets_for(const std::vector<std::string>& architecture_default,
+                                                 const std::string& model_type) const {
   if (!target_modules.empty() || target_regex) return target_modules;
-  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for these architectures.
-  TP_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen3" || model_type == "qwen2",
+  TP_CHECK(!architecture_default.empty(),
            "LoRA: no default target_modules for model_type '{}'; name them (e.g. q_proj,v_proj)", model_type);
-  return {"q_proj", "v_proj"};
+  return architecture_default;
 }
 
 void LoraConfig::validate(const std::string& source) const {

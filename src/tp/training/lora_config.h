@@ -26,8 +26,10 @@ struct LoraConfig {
   std::string base_model_name_or_path;
 
   double scaling() const;
-  // The targets after defaults: `model_type` picks PEFT's default list.
-  std::vector<std::string> targets_for(const std::string& model_type) const;
+  // The targets after defaults: the architecture's (PEFT's default list for
+  // it, CausalLM::default_lora_targets); errors name `model_type` when it has none.
+  std::vector<std::string> targets_for(const std::vector<std::string>& architecture_default,
+                                       const std::string& model_type) const;
   // Errors name the key and the value (and `source`, e.g. the file).
   void validate(const std::string& source) const;
   static LoraConfig from_json(const nlohmann::json& j, const std::string& source);

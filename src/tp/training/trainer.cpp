@@ -131,8 +131,8 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable, ep,
                                               shard);
   for (nn::Module* m : model_.lm().modules())
-    if (auto* router = dynamic_cast<const nn::TopKRouter*>(m)) {
-      const MoeConfig moe = MoeConfig::from(model_.config());
+    if (auto* block = dynamic_cast<const SparseMoeBlock*>(m)) {
+      const MoeConfig& moe = block->moe_config();
       if (moe.output_router_logits) router_aux_loss_coef_ = moe.router_aux_loss_coef;
       break;
     }
