@@ -87,7 +87,7 @@ TEST(Presets, ErrorsListTheValidNames) {
     make_preset_config("gpt2", "tiny");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, deepseek_v3, gpt_oss, llama, mistral, mixtral, qwen3, qwen3_moe"),
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, deepseek_v3, gpt_oss, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe"),
               std::string::npos);
   }
   try {
@@ -96,6 +96,23 @@ TEST(Presets, ErrorsListTheValidNames) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("supported: qwen3-0.6b, qwen3-8b, tiny"), std::string::npos) << e.what();
   }
+}
+
+// Qwen2.5-0.5B: 494,032,768 parameters (0.49B; 0.36B outside the embedding, model card):
+// biases on q, k and v only, tied embeddings, head_dim = 896 / 14.
+TEST(Presets, Qwen2_5_0_5bHasBiasesOnQkvOnly) {
+  const ModelConfig c = make_preset_config("qwen2", "qwen2.5-0.5b");
+  EXPECT_EQ(c.head_dim, 64);
+  const std::vector<ParamSpec> layout = checkpoint_layout(c);
+  EXPECT_EQ(param_count(layout), 494032768);
+  std::map<std::string, Shape> by_name;
+  for (const ParamSpec& p : layout) by_name[p.name] = p.shape;
+  EXPECT_EQ(by_name.at("model.layers.3.self_attn.q_proj.bias"), (Shape{896}));
+  EXPECT_EQ(by_name.at("model.layers.3.self_attn.k_proj.bias"), (Shape{128}));
+  EXPECT_EQ(by_name.at("model.layers.3.self_attn.v_proj.bias"), (Shape{128}));
+  EXPECT_FALSE(by_name.contains("model.layers.3.self_attn.o_proj.bias"));
+  EXPECT_FALSE(by_name.contains("lm_head.weight"));
+  EXPECT_FALSE(c.raw.contains("attention_bias"));  // Qwen2's config has no such key: the biases are the architecture's
 }
 
 TEST(Presets, AttentionBiasAddsBiases) {

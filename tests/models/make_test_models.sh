@@ -25,6 +25,9 @@ llama3_rope='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hig
 # (layer 0 keeps full attention); Qwen3-MoE's on every layer (its max_window_layers is not read).
 "$tp" make-model --arch llama --preset tiny "${std[@]}" --set mlp_bias=true --seed 4 --out "$out/llama-mlp-bias"
 /usr/bin/python3 "$(dirname "$0")/fill_biases.py" "$out/llama-mlp-bias" bias  # make-model's are zeros
+# Qwen2: biases on q, k and v (drawn, not make-model's zeros), none on o_proj.
+"$tp" make-model --arch qwen2 --preset tiny "${std[@]}" --seed 7 --out "$out/qwen2"
+/usr/bin/python3 "$(dirname "$0")/fill_biases.py" "$out/qwen2" bias
 window=(--set use_sliding_window=true --set sliding_window=4 --set max_window_layers=1)
 "$tp" make-model --arch qwen3 --preset tiny "${std[@]}" "${window[@]}" --seed 5 --out "$out/qwen3-window"
 # MoE: 8 experts (ep 1, 2, 4), top-2, routed unevenly (skew_router.py): in every MoE
@@ -88,6 +91,11 @@ train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_a
 "$tp" make-model --arch llama "${train[@]}" --out "$out/llama-train"
 "$tp" make-model --arch mistral "${train[@]}" --seed 2 --out "$out/mistral-train"
 "$tp" make-model --arch qwen3 "${train[@]}" --out "$out/qwen3-train"
+# qwen2-train's RoPE base is small enough that every frequency turns within its 16 positions: the
+# key bias's gradient comes from how q . R(j - i) b varies with j, and a pair that barely turns
+# (base 1e6) gets a gradient of rounding size, which Adam would scale up to lr-sized steps.
+"$tp" make-model --arch qwen2 "${train[@]}" --set rope_theta=100 --seed 8 --out "$out/qwen2-train"
+/usr/bin/python3 "$(dirname "$0")/fill_biases.py" "$out/qwen2-train" bias
 # Larger ones for the memory estimate's grid (tests/training/test_memory_estimate.cpp):
 # activations, logits and optimizer state all a visible part of a step's peak.
 mem=(--preset tiny --set hidden_size=256 --set intermediate_size=512 --set num_attention_heads=8

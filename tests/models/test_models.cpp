@@ -202,6 +202,7 @@ TEST_P(Equivalence, ShouldStopOnRankZeroStopsEveryRankTogether) {
 INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                          ::testing::Values(ArchCase{"llama", 1e-4}, ArchCase{"mistral", 1e-4},
                                           ArchCase{"qwen3", 1e-4},
+                                          ArchCase{"qwen2", 1e-4},  // q/k/v biases cut with their rows
                                           // experts cut inside each expert (packed gate/up, rowwise down)
                                           ArchCase{"mixtral", 1e-4}, ArchCase{"qwen3_moe", 1e-4},
                                           // MLA; layer 1 MoE with shared experts (V2 greedy, q-lora

@@ -39,7 +39,7 @@ TEST_P(Reference, Tp1MatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
-                         ::testing::Values("llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "mixtral",
+                         ::testing::Values("llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "qwen2", "mixtral",
                                           "qwen3_moe", "qwen3_moe-window", "deepseek_v2", "deepseek_v2-q-lora",
                                           "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4", "qwen3_moe-route",
                                           "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route",

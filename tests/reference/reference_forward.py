@@ -9,6 +9,7 @@ RMSNorm in float32, rotate-half RoPE (default / linear / llama3 scaling),
 grouped-query attention with 1/sqrt(head_dim), sliding windows (query i sees keys
 (i - W, i]) on the layers each config gives them (attention_windows), SiLU-gated
 MLP (with Llama's mlp_bias), Qwen3's per-head q_norm/k_norm before RoPE,
+Qwen2's biases on q/k/v (none on o_proj) and its window rule (Qwen3's),
 tied embeddings; MoE: router softmax in float32 over all experts, top-k,
 renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob), each expert a
 SiLU-gated MLP over the tokens routed to it, weighted and summed; Qwen3-MoE's
@@ -38,7 +39,7 @@ import sys
 
 import torch
 
-MODELS = ["llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "mixtral", "qwen3_moe", "qwen3_moe-window",
+MODELS = ["llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "qwen2", "mixtral", "qwen3_moe", "qwen3_moe-window",
           "deepseek_v2", "deepseek_v2-q-lora", "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4",
           # routing branches, on unskewed routers (tests/models/make_test_models.sh)
           "qwen3_moe-route", "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route", "deepseek_v2-route",
@@ -207,7 +208,7 @@ def mlp(w, prefix, h):
 def attention_windows(cfg):
     """Each layer's sliding window (None: full attention), as Transformers' configs
     set it: Mistral (key default 4096) and Mixtral (default None) on every layer;
-    Qwen3 only under use_sliding_window (window default 4096), on the layers from
+    Qwen3 and Qwen2 only under use_sliding_window (window default 4096), on the layers from
     max_window_layers (default 28) on unless layer_types lists them; Qwen3-MoE
     under use_sliding_window, on every layer (its max_window_layers is not read);
     GPT-OSS (default 128) on its "sliding_attention" layer_types."""
@@ -219,10 +220,10 @@ def attention_windows(cfg):
         window = cfg.get("sliding_window")
     elif mt == "gpt_oss":
         window = cfg.get("sliding_window", 128)
-    elif mt in ("qwen3", "qwen3_moe") and cfg.get("use_sliding_window", False):
+    elif mt in ("qwen3", "qwen3_moe", "qwen2") and cfg.get("use_sliding_window", False):
         window = cfg.get("sliding_window", 4096)
     types = cfg.get("layer_types")
-    if types is None and mt == "qwen3":
+    if types is None and mt in ("qwen3", "qwen2"):
         first = cfg.get("max_window_layers", 28)
         types = ["sliding_attention" if window is not None and i >= first else "full_attention" for i in range(n)]
     if types is None:
@@ -317,9 +318,12 @@ def llama_attention(cfg, w, p, h, mask):
     ang = torch.outer(torch.arange(T).float(), inv_freq(cfg, D))
     emb = torch.cat((ang, ang), dim=-1)
     cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
-    q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, nh, D)
-    k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, nkv, D)
-    v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, nkv, D)
+    def proj(name, heads):  # with a bias where the checkpoint has one (Qwen2's q/k/v)
+        y = h @ w[p + f"self_attn.{name}.weight"].T
+        bias = w.get(p + f"self_attn.{name}.bias")
+        return (y if bias is None else y + bias).view(B, T, heads, D)
+
+    q, k, v = proj("q_proj", nh), proj("k_proj", nkv), proj("v_proj", nkv)
     if cfg["model_type"] in ("qwen3", "qwen3_moe"):
         q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg["rms_norm_eps"])
         k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg["rms_norm_eps"])
@@ -452,6 +456,8 @@ def without_feature(name, cfg, w):
     golden could not tell a tp that ignores the key."""
     if "window" in name:
         return dict(cfg, use_sliding_window=False), w
+    if name == "qwen2":
+        return cfg, {k: v for k, v in w.items() if not k.endswith("_proj.bias")}
     if "mlp-bias" in name:
         return cfg, {k: v for k, v in w.items() if not (".mlp." in k and k.endswith(".bias"))}
     if name in ("qwen3_moe-route", "qwen3_moe-route-norm", "deepseek_v3-route", "deepseek_v3-route-nonorm"):

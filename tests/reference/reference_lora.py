@@ -54,7 +54,7 @@ from reference_training import (  # noqa: E402
     compare_tensors, decayed, read_safetensors, write_safetensors)
 import reference_training  # noqa: E402
 
-MODELS = {"llama": "llama-train", "qwen3": "qwen3-train"}
+MODELS = {"llama": "llama-train", "qwen3": "qwen3-train", "qwen2": "qwen2-train"}
 
 R, LORA_ALPHA = 4, 8
 SCALING = LORA_ALPHA / R

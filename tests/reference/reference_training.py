@@ -42,7 +42,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_forward import forward_batch, load_model  # noqa: E402
 
-MODELS = {"llama": "llama-train", "mistral": "mistral-train", "qwen3": "qwen3-train", "qwen3_moe": "qwen3_moe-train"}
+MODELS = {"llama": "llama-train", "mistral": "mistral-train", "qwen3": "qwen3-train", "qwen3_moe": "qwen3_moe-train",
+          "qwen2": "qwen2-train"}
 
 STEPS, ACCUM, BATCH, SEQ_LEN = 20, 2, 2, 16
 SEED = 1234

@@ -31,6 +31,7 @@ const std::vector<std::pair<std::string, Factory>>& architectures() {
   static const std::vector<std::pair<std::string, Factory>> list = {{"llama", llama_family<llama_variant>},
                                                                     {"mistral", llama_family<mistral_variant>},
                                                                     {"qwen3", llama_family<qwen3_variant>},
+                                                                    {"qwen2", llama_family<qwen2_variant>},
                                                                     {"mixtral", llama_family<mixtral_variant>},
                                                                     {"qwen3_moe", llama_family<qwen3_moe_variant>},
                                                                     {"gpt_oss", llama_family<gpt_oss_variant>},

@@ -94,6 +94,20 @@ json qwen3_config(const Sizes& s) {
   return j;
 }
 
+// Qwen2 / Qwen2.5 write no head_dim (hidden_size / num_attention_heads) and no attention_bias
+// (their q/k/v always have biases).
+json qwen2_config(const Sizes& s, int64_t sliding_window) {
+  json j = common_keys(s);
+  j.erase("head_dim");
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  j["max_window_layers"] = s.layers;
+  j["sliding_window"] = sliding_window;
+  j["use_sliding_window"] = false;
+  j["base_model_tp_plan"] = llama_tp_plan();
+  return j;
+}
+
 // Mixtral's expert entries (Transformers' MixtralConfig.base_model_tp_plan / _ep_plan).
 json moe_tp_plan_entries(json plan) {
   plan["layers.*.mlp.experts.gate_up_proj"] = "packed_colwise";
@@ -352,6 +366,18 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
            return deepseek_config(
                "deepseek_v3", {7168, 18432, 61, 128, 128, 64, 129280, 163840, 10000.0, 1e-6, false, "bfloat16", 0, 1},
                {1536, 512, 128, 64, 128}, {3, 1, {256, 8, 2048}, "noaux_tc", 8, 4, 2.5}, long_yarn(1.0));
+         }}}},
+      // Qwen2.5-0.5B (tied, 14 heads over 2 KV heads) and Qwen2.5-7B; tiny's heads split over 1-4 ranks.
+      {"qwen2",
+       {{"tiny", [] { return qwen2_config({192, 384, 2, 24, 12, 8, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}, 256); }},
+        {"qwen2.5-0.5b",
+         [] {
+           return qwen2_config(
+               {896, 4864, 24, 14, 2, 64, 151936, 32768, 1e6, 1e-6, true, "bfloat16", 151643, 151643}, 32768);
+         }},
+        {"qwen2.5-7b", [] {
+           return qwen2_config(
+               {3584, 18944, 28, 28, 4, 128, 152064, 131072, 1e6, 1e-6, false, "bfloat16", 151643, 151643}, 131072);
          }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},

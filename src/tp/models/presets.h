@@ -13,7 +13,7 @@
 
 namespace tp {
 
-// arch: llama, mistral, qwen3, mixtral, qwen3_moe, deepseek_v2, deepseek_v3. Errors list the valid architectures / presets.
+// arch: one of preset_architectures(). Errors list the valid architectures / presets.
 ModelConfig make_preset_config(const std::string& arch, const std::string& preset);
 std::vector<std::string> preset_names(const std::string& arch);
 std::vector<std::string> preset_architectures();

@@ -8,6 +8,7 @@ namespace tp {
 LlamaVariant llama_variant(const ModelConfig& config);    // llama.cpp
 LlamaVariant mistral_variant(const ModelConfig& config);  // mistral.cpp
 LlamaVariant qwen3_variant(const ModelConfig& config);    // qwen3.cpp
+LlamaVariant qwen2_variant(const ModelConfig& config);    // qwen2.cpp
 LlamaVariant mixtral_variant(const ModelConfig& config);    // mixtral.cpp
 LlamaVariant qwen3_moe_variant(const ModelConfig& config);  // qwen3_moe.cpp
 LlamaVariant gpt_oss_variant(const ModelConfig& config);    // gpt_oss.cpp
