@@ -33,7 +33,6 @@ RAW_ELEMENT_DEBT = {
     "autograd/gradcheck.cpp": 1,
     "autograd/tape.cpp": 4,
     "distributed/redistribute.cpp": 1,
-    "models/mxfp4.cpp": 10,
     "models/quantize_rtn.cpp": 8,
     "models/quantized_checkpoint.cpp": 12,
     "training/data.cpp": 1,

@@ -12,21 +12,21 @@
 #include <vector>
 
 #include "tp/models/checkpoint.h"
+#include "tp/ops/mxfp4.h"
 #include "tp/ops/quantized_linear.h"
 #include "tp/nn/parallel_layer.h"
 
 namespace tp {
 
-inline constexpr int64_t kMxfp4Block = 32;
+using ops::kMxfp4Block;
+using ops::dequantise_mxfp4;  // the element work (tp/ops/mxfp4.h)
+using ops::Mxfp4Tensors;
+using ops::quantise_mxfp4;
 
 // W_blocks' and W_scales' shapes for a parameter of shape [E, in, out]; an error
 // names `name` unless in is a multiple of 32.
 Shape mxfp4_blocks_shape(const std::string& name, const Shape& param);
 Shape mxfp4_scales_shape(const std::string& name, const Shape& param);
-
-// blocks [E, O, G, 16] and scales [E, O, G] (u8) -> f32 [E, n, O]: the input rows
-// [lo, lo + n) of the G * 32 the blocks hold, transposed to the parameter's layout.
-Tensor dequantise_mxfp4(const Tensor& blocks, const Tensor& scales, int64_t lo, int64_t n);
 
 // `param` is not in `ckpt` under its own name but as param_blocks + param_scales.
 bool reads_mxfp4(const Checkpoint& ckpt, const std::string& param);
@@ -47,13 +47,5 @@ int64_t mxfp4_packed_bytes(const Shape& local);
 // not whole blocks, or in several spans): the caller then reads it dequantised (read_mxfp4).
 std::vector<ops::QuantizedLinear> read_mxfp4_packed(const Checkpoint& ckpt, const std::string& param,
                                                     const Shape& global_shape, const nn::ParamShard& shard);
-
-// W [E, in, out] f32 -> blocks and scales (make-model --mxfp4): per block the
-// smallest scale that fits its largest |value| into 6, each value rounded to the
-// nearest E2M1 value (ties: the lower magnitude).
-struct Mxfp4Tensors {
-  Tensor blocks, scales;
-};
-Mxfp4Tensors quantise_mxfp4(const Tensor& w);
 
 }  // namespace tp
