@@ -428,19 +428,18 @@ TEST(Linear, PairedF32GivesNativeBf16Bits) {
         EXPECT_EQ(differ, 0) << m << "x" << k << "x" << n << " bias " << bias << " x " << dtype_name(xd);
       }
   }
-  // Auto takes it from 64 rows where f32 GEMMs are the faster ones, not below.
-  const bool was_native = ops::detail::bf16_gemm_native();
-  ops::detail::set_bf16_gemm_native(false);
+  // Auto takes it from 64 rows for a weight that prefers f32 GEMMs (where they are the faster ones), not below.
   ops::PackedLinear p(Tensor::randn({96, 128}, 43).to(DType::BF16));
+  EXPECT_EQ(p.prefers_f32_gemms(), !ops::detail::bf16_gemm_native());
+  p.set_prefers_f32_gemms(true);
   Tensor y64 = Tensor::empty({64, 96}), y63 = Tensor::empty({63, 96});
   EXPECT_EQ(ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto),
             ops::detail::Bf16Kernel::Paired);
   EXPECT_EQ(ops::detail::linear_into_path(y63, Tensor::randn({63, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto),
             ops::detail::Bf16Kernel::OneDnn);
-  ops::detail::set_bf16_gemm_native(true);
+  p.set_prefers_f32_gemms(false);
   EXPECT_EQ(ops::detail::linear_into_path(y64, Tensor::randn({64, 128}, 44), p, Tensor(), ops::detail::Bf16Path::Auto),
             ops::detail::Bf16Kernel::OneDnn);
-  ops::detail::set_bf16_gemm_native(was_native);
   // f32 weights and odd K never take it.
   ops::PackedLinear f32w(Tensor::randn({96, 128}, 45)), odd(Tensor::randn({96, 127}, 45).to(DType::BF16));
   EXPECT_EQ(

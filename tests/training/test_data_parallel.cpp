@@ -167,16 +167,16 @@ TEST(DataParallelMemory, DpShard2HalvesTheOptimizerState) {
 TEST(DataParallelMemory, DpShard2UnderBf16ShardsTheMasterWeights) {
   if (dist::world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   for (const bool native : {false, true}) {
-    ops::detail::set_bf16_gemm_native(native);
+    const TrainerOptions how{.bf16_native_gemm = native};
     const std::string tag = native ? "native bf16" : "bf16 in f32";
     TrainingArguments a = args_for(out_dir("bf16-replicated", false), 1);
     a.bf16 = true;
     a.max_steps = 8;
     PretrainedModel ma = load("qwen3", mesh_for({"dp2_tp2", 2, 1, 2}));
     PretrainedModel mb = load("qwen3", mesh_for({"dpshard2_tp2", 1, 2, 2}));
-    Trainer replicated(ma, a, data());
+    Trainer replicated(ma, a, data(), nullptr, how);
     a.output_dir = out_dir("bf16-sharded", false);
-    Trainer sharded(mb, a, data());
+    Trainer sharded(mb, a, data(), nullptr, how);
     ModelParameters& r = replicated.parameters();
     ModelParameters& s = sharded.parameters();
     ASSERT_EQ(s.bf16_native(), native);

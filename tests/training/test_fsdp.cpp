@@ -205,7 +205,7 @@ TEST(FsdpBf16, TrainsAsDpReplicate) {
   if (dist::world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   const Layout l{"dpshard2_tp2", 1, 2, 2};
   for (const bool native : {false, true}) {
-    ops::detail::set_bf16_gemm_native(native);
+    const TrainerOptions how{.bf16_native_gemm = native};
     const std::string what = native ? "native bf16" : "bf16 in f32";
     TrainingArguments a = args_for("bf16-" + std::to_string(native));
     TrainingArguments f = args_for("bf16-" + std::to_string(native), "full_shard");
@@ -215,8 +215,8 @@ TEST(FsdpBf16, TrainsAsDpReplicate) {
       x->per_device_train_batch_size = 2;
     }
     PretrainedModel ma = load("qwen3", replicated(l)), mb = load("qwen3", l);
-    Trainer ddp(ma, a, data());
-    Trainer fsdp(mb, f, data());
+    Trainer ddp(ma, a, data(), nullptr, how);
+    Trainer fsdp(mb, f, data(), nullptr, how);
     ASSERT_EQ(fsdp.parameters().bf16_native(), native);
     ddp.train();
     fsdp.train();

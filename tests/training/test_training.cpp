@@ -109,13 +109,13 @@ struct Pair {
 };
 
 Pair make_pair(const std::string& model, const std::string& test, TrainingArguments args,
-               std::shared_ptr<TokenBlocks> data) {
+               std::shared_ptr<TokenBlocks> data, const TrainerOptions& options = {}) {
   Pair p{load(model, true), load(model, false), nullptr, nullptr};
   TrainingArguments a = args;
   a.output_dir = out_dir(test, true);
-  p.solo_trainer = std::make_unique<Trainer>(p.solo, a, data);
+  p.solo_trainer = std::make_unique<Trainer>(p.solo, a, data, nullptr, options);
   a.output_dir = out_dir(test, false);
-  p.par_trainer = std::make_unique<Trainer>(p.par, a, data);
+  p.par_trainer = std::make_unique<Trainer>(p.par, a, data, nullptr, options);
   return p;
 }
 
@@ -348,11 +348,11 @@ class TrainingBf16 : public ::testing::TestWithParam<bool> {};
 
 TEST_P(TrainingBf16, MixedPrecisionKeepsF32MastersAndMatchesTp1) {
   const bool native = GetParam();
-  ops::detail::set_bf16_gemm_native(native);
   auto data = synthetic_data(516, 8);
   TrainingArguments args = base_args("");
   args.bf16 = true;
-  Pair p = make_pair("llama", std::string("bf16-") + (native ? "native" : "f32"), args, data);
+  Pair p = make_pair("llama", std::string("bf16-") + (native ? "native" : "f32"), args, data,
+                     {.bf16_native_gemm = native});
   std::vector<double> losses;
   for (int64_t step = 0; step < 3; ++step) {
     StepResult a = p.solo_trainer->training_step(step_batches(*data, step));

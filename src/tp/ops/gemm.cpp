@@ -149,12 +149,6 @@ bool bf16_gemm_native() {
 
 bool bf16_gemm_forced_native() { return bf16_gemm_env() == 1; }
 
-void set_bf16_gemm_native(bool native) {
-  Bf16Choice& c = bf16_choice();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  c.native = native ? 1 : 0;
-}
-
 size_t gemm_primitives_created() {
   std::lock_guard<std::mutex> lock(cache_mutex);
   return cache.size();

@@ -32,14 +32,14 @@ void gemm(const GemmSpec& spec, const void* a, const void* b, const float* bias,
 // which give the same products (a product of two bf16 values is exact in f32).
 // On a Xeon without AMX, oneDNN's bf16 GEMM (AVX512-BF16) ran at 84 GFLOP/s per
 // core and its f32 GEMM at 152: there the rounded-f32 form wins. Measured once
-// per process (a few milliseconds) unless TP_BF16_GEMM=native|f32 says; callers
-// that need every rank to agree (a trainer) make it so with set_bf16_gemm_native.
-// A packed inference weight (PackedLinear) reads it too, to choose its paired-f32
-// form, which gives native bf16's bits exactly (bf16_pairs.h).
+// per process (a few milliseconds) unless TP_BF16_GEMM=native|f32 says. It is a
+// fact about the machine, not a mode: each weight decides from it (a trainer's
+// bf16 compute copies, from rank 0's answer so that ranks agree; a PackedLinear
+// when packed, for its paired-f32 form, which gives native bf16's bits exactly:
+// bf16_pairs.h).
 // TP_BF16_GEMM=widen: every bf16 product as an f32 GEMM of the widened operands,
 // what a CPU whose oneDNN has no bf16 matmul gets (this build's needs AVX-512).
 bool bf16_gemm_native();
-void set_bf16_gemm_native(bool native);
 // TP_BF16_GEMM=native: oneDNN's bf16 kernels everywhere (no paired or one-row forms).
 bool bf16_gemm_forced_native();
 // Whether oneDNN has a bf16 matmul for this CPU (probed once; false under

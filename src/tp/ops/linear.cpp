@@ -339,6 +339,7 @@ PackedLinear::PackedLinear(const Tensor& w, bool keep_weight) {
            dtype_name(w.dtype()));
   shape_ = w.shape();
   dtype_ = w.dtype();
+  prefers_f32_gemms_ = dtype_ == DType::BF16 && !detail::bf16_gemm_native();
   state_ = std::make_shared<State>();
   state_->weight = w;
   state_->n = w.size(0);
@@ -511,10 +512,10 @@ bool paired_f32_exact() {
   return exact;
 }
 
-bool paired_applies(const PackedLinear::State& s, int64_t m, Bf16Path path) {
+bool paired_applies(const PackedLinear::State& s, bool prefers_f32_gemms, int64_t m, Bf16Path path) {
   if (path == Bf16Path::Native || s.panels == nullptr) return false;
   if (path == Bf16Path::Paired) return true;
-  return m >= kPairedMinRows && !detail::bf16_gemm_native() && paired_f32_exact();
+  return m >= kPairedMinRows && prefers_f32_gemms && paired_f32_exact();
 }
 
 }  // namespace
@@ -552,7 +553,7 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
                          bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), n);
     return Bf16Kernel::Ordered;
   }
-  if (paired_applies(s, m, path)) {
+  if (paired_applies(s, w.prefers_f32_gemms_, m, path)) {
     paired_linear_into(out, x, s, bias, m);
     return Bf16Kernel::Paired;
   }

@@ -60,6 +60,11 @@ class PackedLinear {
   // Packed copies held (1 unless oneDNN asked for another layout for some row count;
   // 1 under ordered_gemm, whose one copy is the weight itself, unpacked).
   size_t packed_copies() const;
+  // Whether this bf16 weight's products run, from 64 rows on, as f32 GEMMs of its
+  // bf16 values (the paired form, bit for bit the native GEMM's): where f32 GEMMs
+  // are the faster ones here (detail::bf16_gemm_native), decided when it is packed.
+  bool prefers_f32_gemms() const { return prefers_f32_gemms_; }
+  void set_prefers_f32_gemms(bool f32) { prefers_f32_gemms_ = f32; }
 
   struct State;  // oneDNN primitives and packed weights, per row count
 
@@ -69,6 +74,7 @@ class PackedLinear {
   Tensor weight_;
   Shape shape_;
   DType dtype_ = DType::F32;
+  bool prefers_f32_gemms_ = false;
   std::shared_ptr<State> state_;
 };
 

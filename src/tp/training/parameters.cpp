@@ -68,18 +68,20 @@ Tensor view(const Tensor& slab, int64_t offset, const Shape& shape) {
 
 ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
                                  const std::function<bool(const std::string&)>& trainable,
-                                 const ExpertParallelGroups& ep, const FullyShardOptions& fsdp)
+                                 const ExpertParallelGroups& ep, const FullyShardOptions& fsdp,
+                                 std::optional<bool> bf16_native_gemm)
     : group_(tp_group), ep_(ep), bf16_(bf16_compute), fsdp_(fsdp.enabled()) {
   TP_CHECK(!ep_.enabled() || ep_.replicas != nullptr, "ModelParameters: expert parallelism needs the ep_replicas group");
   TP_CHECK(!fsdp_ || !ep_.enabled(), "FSDP with expert parallelism is not supported: shard over dp_shard, or the "
            "experts over ep, not both");
-  if (bf16_) {
+  if (bf16_ && bf16_native_gemm) {
+    bf16_native_ = *bf16_native_gemm;
+  } else if (bf16_) {
     // Rank 0's measurement decides for all: ranks must run the same arithmetic.
     // Only rank 0 probes: ranks sharing cores would time each other's probes.
     Tensor native = Tensor::from_ints({group_.rank() == 0 && ops::detail::bf16_gemm_native() ? 1 : 0}, {1});
     group_.broadcast(native, 0);
     bf16_native_ = native.to_int_vector()[0] == 1;
-    ops::detail::set_bf16_gemm_native(bf16_native_);
   }
   std::map<const TensorImpl*, size_t> seen;  // tied parameters share one tensor
   // A frozen matrix computes in the step's precision too: under bf16, its bf16

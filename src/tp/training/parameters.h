@@ -34,6 +34,7 @@
 // gathered (Storage::release), so every rank holds about 16 bytes per parameter
 // / (tp x dp_shard) plus the units gathered at the time.
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,9 +125,12 @@ class ModelParameters {
   // gradient, no optimizer state (under bf16 their matrices are rounded to bf16 once).
   // Collective over `tp_group` (each rank learns every rank's slices), and over
   // the ep group when `ep` is enabled.
+  // Under bf16, `bf16_native_gemm` says how the matrices compute (TrainerOptions::bf16_native_gemm);
+  // unset: rank 0's measurement, broadcast so that ranks agree.
   ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group, bool bf16_compute,
                   const std::function<bool(const std::string&)>& trainable = {},
-                  const ExpertParallelGroups& ep = {}, const FullyShardOptions& fsdp = {});
+                  const ExpertParallelGroups& ep = {}, const FullyShardOptions& fsdp = {},
+                  std::optional<bool> bf16_native_gemm = std::nullopt);
   ModelParameters(const ModelParameters&) = delete;
   ModelParameters& operator=(const ModelParameters&) = delete;
 

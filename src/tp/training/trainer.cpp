@@ -129,7 +129,7 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
              }};
   }
   params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable, ep,
-                                              shard);
+                                              shard, options_.bf16_native_gemm);
   for (nn::Module* m : model_.lm().modules())
     if (auto* block = dynamic_cast<const SparseMoeBlock*>(m)) {
       const MoeConfig& moe = block->moe_config();

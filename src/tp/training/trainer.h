@@ -81,6 +81,10 @@ struct TrainerOptions {
   // dropout masks by both, so a resumed run, and a data-parallel one, draws the
   // masks of the uninterrupted one-rank run).
   std::function<void(int64_t global_step, int64_t first_row)> on_step_begin;
+  // Under bf16: whether the matrices compute as bf16 tensors on native bf16 GEMMs
+  // (true) or as f32 tensors of bf16 values on f32 GEMMs (false), the same
+  // products. Unset: whichever rank 0 measured the faster (ops::detail::bf16_gemm_native).
+  std::optional<bool> bf16_native_gemm;
 };
 
 struct MicroBatch {
