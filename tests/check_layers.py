@@ -16,6 +16,9 @@
    count of data<...> uses, while issue 30's item 4 moves their kernels into
    ops/: a file may only lose uses (the check then asks for its entry to be
    lowered), and no other file may gain one.
+3. oneDNN stays behind ops/: only ops/ sources and the headers in ops/detail/
+   include it, and only ops/ includes ops/detail/, so that ops' public headers
+   name no CPU library (a second device adds its own detail/).
 
 Exits 1 naming every file and line that breaks a rule.
 """
@@ -43,6 +46,10 @@ RAW_ELEMENT_DEBT = {
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"tp/([a-z_]+)/([^"]+)"')
+# oneDNN (and any other CPU kernel library) stays behind ops/: only ops/ sources
+# and ops/detail/ headers include it, and only ops/ includes ops/detail/.
+DNNL_INCLUDE = re.compile(r"^\s*#\s*include\s+<(?:oneapi/dnnl/)?dnnl")
+OPS_DETAIL = "ops/detail/"
 RAW_ELEMENT = re.compile(r"\bdata<")
 
 
@@ -82,6 +89,13 @@ def check(root, debt):
                         elif LAYERS.index(target) > LAYERS.index(layer):
                             problems.append(f"{rel}:{number}: {layer}/ includes tp/{target_path}, a higher layer "
                                             f"(order: {' < '.join(LAYERS)})")
+                        elif target_path.startswith(OPS_DETAIL) and layer != "ops":
+                            problems.append(f"{rel}:{number}: includes tp/{target_path}, internal to ops/ (call the "
+                                            "op through its public header)")
+                    if DNNL_INCLUDE.match(line) and not (rel.startswith(OPS_DETAIL) or
+                                                         (layer == "ops" and rel.endswith(".cpp"))):
+                        problems.append(f"{rel}:{number}: includes oneDNN; only ops/ sources and ops/detail/ headers "
+                                        "may (the device seam: ops' public headers name no CPU library)")
                     code = line.split("//", 1)[0]
                     raw_uses += len(RAW_ELEMENT.findall(code))
             if layer in RAW_ELEMENT_LAYERS or raw_uses == 0 and rel not in debt:
@@ -108,6 +122,9 @@ def self_test():
         "cli/tprun/launch.cpp": ('#include "tp/models/auto.h"\n', "the launcher includes tp/models/auto.h"),
         "serving/engine.cpp": ('#include "tp/cli/tprun/launch.h"\n', "includes the launcher"),
         "widgets/w.h": ("\n", "folder 'widgets' is not in LAYERS"),
+        "ops/linear.h": ("#include <dnnl.hpp>\n", "ops/linear.h:1: includes oneDNN"),
+        "nn/fused.cpp": ('#include "tp/ops/detail/dnnl_context.h"\n', "internal to ops/"),
+        "ops/detail/ctx.h": ("#include <oneapi/dnnl/dnnl.hpp>\n", None),
         "nn/module.h": ('#include "tp/nn/parallel_layer.h"\n#include "tp/core/error.h"\n', None),
     }
     with tempfile.TemporaryDirectory() as root:

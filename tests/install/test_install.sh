@@ -16,7 +16,7 @@ for f in bin/tp bin/tprun lib/libtp.a include/tp/models/auto.h include/tp/versio
 done
 ls "$prefix"/lib/python3/dist-packages/tp/_tp*.so >/dev/null || fail "the install has no Python extension"
 # Internals stay out: kernels and the oneDNN / MPI wrappers.
-for f in include/tp/ops/gemm.h include/tp/ops/dnnl_context.h include/tp/distributed/mpi_process_group.h include/tp/cli; do
+for f in include/tp/ops/gemm.h include/tp/ops/detail/dnnl_context.h include/tp/distributed/mpi_process_group.h include/tp/cli; do
   [ ! -e "$prefix/$f" ] || fail "internal $f was installed"
 done
 

@@ -4,7 +4,7 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/nn/layers.h"
-#include "tp/ops/bf16_gemv.h"
+#include "tp/ops/detail/bf16_gemv.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"

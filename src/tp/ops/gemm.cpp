@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tp/ops/dnnl_context.h"
+#include "tp/ops/detail/dnnl_context.h"
 #include "tp/tensor/convert.h"
 #include "tp/core/error.h"
 #include "tp/tensor/storage.h"

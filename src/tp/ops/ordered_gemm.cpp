@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "tp/ops/dnnl_context.h"
+#include "tp/ops/detail/dnnl_context.h"
 #include "tp/ops/gemm.h"
 #include "tp/core/error.h"
 

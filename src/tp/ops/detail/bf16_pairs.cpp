@@ -1,4 +1,4 @@
-#include "tp/ops/bf16_pairs.h"
+#include "tp/ops/detail/bf16_pairs.h"
 
 #include <array>
 #include <cstring>

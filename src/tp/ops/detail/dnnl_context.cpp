@@ -1,4 +1,4 @@
-#include "tp/ops/dnnl_context.h"
+#include "tp/ops/detail/dnnl_context.h"
 
 namespace tp::ops::detail {
 

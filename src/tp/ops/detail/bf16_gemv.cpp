@@ -1,11 +1,11 @@
-#include "tp/ops/bf16_gemv.h"
+#include "tp/ops/detail/bf16_gemv.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "tp/ops/bf16_pairs.h"
+#include "tp/ops/detail/bf16_pairs.h"
 #include "tp/tensor/convert.h"
 
 namespace tp::ops::detail {
