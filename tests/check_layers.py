@@ -35,11 +35,8 @@ RAW_ELEMENT_LAYERS = {"ops", "io", "tokenizer", "chat", "tensor", "core"}
 RAW_ELEMENT_DEBT = {
     "autograd/gradcheck.cpp": 1,
     "autograd/tape.cpp": 4,
-    "distributed/redistribute.cpp": 1,
     "models/quantize_rtn.cpp": 8,
     "models/quantized_checkpoint.cpp": 12,
-    "training/data.cpp": 1,
-    "training/lora.cpp": 1,
     "training/loss.cpp": 33,
     "training/optimizer.cpp": 3,
     "training/parameters.cpp": 25,

@@ -1,6 +1,7 @@
 #include "tp/distributed/redistribute.h"
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/elementwise.h"
 
 namespace tp::dist {
 namespace {
@@ -83,13 +84,7 @@ Tensor run_plan(const Tensor& local, const std::vector<TransformStep>& plan, con
 }
 
 // Multiplies by `factor` into a new f32 tensor (gradients of P(avg)).
-Tensor scaled(const Tensor& g, double factor) {
-  Tensor out = g.to(DType::F32).clone();
-  float* p = out.data<float>();
-  float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < out.numel(); ++i) p[i] *= f;
-  return out;
-}
+Tensor scaled(const Tensor& g, double factor) { return ops::scale(g, factor); }
 
 double avg_factor(const std::vector<Placement>& ps, const DeviceMesh& mesh) {
   double f = 1;

@@ -143,14 +143,14 @@ uint64_t TokenBlocks::fingerprint() const {
 }
 
 Tensor TokenBlocks::batch(const std::vector<int64_t>& indices) const {
-  Tensor ids = Tensor::empty({static_cast<int64_t>(indices.size()), seq_len_}, DType::I64);
-  int64_t* out = ids.data<int64_t>();
-  for (size_t b = 0; b < indices.size(); ++b) {
-    TP_CHECK(indices[b] >= 0 && indices[b] < size(), "block {} is outside [0, {})", indices[b], size());
-    const int32_t* src = tokens_.data() + indices[b] * seq_len_;
-    for (int64_t t = 0; t < seq_len_; ++t) out[b * seq_len_ + t] = src[t];
+  std::vector<int64_t> out;
+  out.reserve(indices.size() * static_cast<size_t>(seq_len_));
+  for (int64_t block : indices) {
+    TP_CHECK(block >= 0 && block < size(), "block {} is outside [0, {})", block, size());
+    const int32_t* src = tokens_.data() + block * seq_len_;
+    out.insert(out.end(), src, src + seq_len_);
   }
-  return ids;
+  return Tensor::from_ints(out, {static_cast<int64_t>(indices.size()), seq_len_});
 }
 
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {

@@ -10,6 +10,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/distributed/functional.h"
 #include "tp/models/presets.h"  // param_seed
+#include "tp/ops/dropout.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/embedding.h"
 #include "tp/ops/linear.h"
@@ -94,21 +95,13 @@ class LoraAdapter : public nn::Adapter {
  private:
   // Keep (1 / (1 - p)) or drop (0) each element, from (seed, step, call, global index).
   Tensor dropout_mask(const Shape& shape) {
-    const int64_t cols = shape.back(), rows = numel(shape) / cols, full_cols = A.global_shape[1];
     // A checkpointed layer's recompute draws the mask its forward drew.
     const std::optional<uint64_t> replayed = autograd::replayed_value();
     const uint64_t call = replayed ? *replayed : calls_++;
     autograd::keep_value(call);
     const uint64_t stream = mix64(seed_ ^ mix64(static_cast<uint64_t>(step_) * 1000003u + call));
-    Tensor m = Tensor::empty(shape);
-    float* p = m.data<float>();
-    const float keep = static_cast<float>(1.0 / (1.0 - dropout_));
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        const uint64_t index = static_cast<uint64_t>((first_row_ + i) * full_cols + in_offset + j);
-        p[i * cols + j] = uniform01(stream, index) >= dropout_ ? keep : 0.f;
-      }
-    return m;
+    return ops::dropout_mask(shape, dropout_, stream,
+                             {.first_row = first_row_, .first_col = in_offset, .full_cols = A.global_shape[1]});
   }
 
   bool embedding_;
