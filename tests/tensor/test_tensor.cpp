@@ -17,6 +17,15 @@ TEST(Tensor, CreationAndAlignment) {
   EXPECT_EQ(s.item(), 2.5);
 }
 
+// Every tensor says where its bytes are; views share their storage's device.
+TEST(Tensor, LivesOnTheCpu) {
+  Tensor t = Tensor::zeros({4, 8});
+  EXPECT_EQ(t.device(), Device{});
+  EXPECT_EQ(t.device().type, DeviceType::CPU);
+  EXPECT_EQ(device_name(t.narrow(0, 1, 2).device()), "cpu");
+  EXPECT_EQ(t.storage()->device(), t.reshape({32}).device());
+}
+
 TEST(Tensor, ReshapeIsAViewAndChecksCounts) {
   Tensor t = Tensor::arange(12, DType::I64);
   Tensor r = t.reshape({3, -1});

@@ -8,6 +8,8 @@
 #include <functional>
 #include <memory>
 
+#include "tp/tensor/device.h"
+
 namespace tp {
 
 class Storage {
@@ -33,6 +35,8 @@ class Storage {
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // Where the bytes are: the CPU, for every buffer the three constructors above make.
+  Device device() const { return device_; }
 
   // Gives an allocate() buffer's memory back while the Storage (and every tensor
   // viewing it) lives on, and takes memory again (uninitialized) for it: FSDP's
@@ -49,6 +53,7 @@ class Storage {
   size_t capacity_ = 0;  // allocated size of a cached block (0: external)
   size_t exact_ = 0;     // bytes an allocate_exact piece takes of its slab (owner_)
   std::shared_ptr<void> owner_;
+  Device device_;
   bool released_ = false;
   void take_block();
   void give_back_block();

@@ -97,6 +97,7 @@ Tensor Tensor::arange(int64_t n, DType dtype) {
 
 const Shape& Tensor::shape() const { return checked(impl_).shape; }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
+Device Tensor::device() const { return checked(impl_).storage->device(); }
 int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim())]; }
 void* Tensor::raw_data() const {
   const TensorImpl& i = checked(impl_);

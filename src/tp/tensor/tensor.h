@@ -57,6 +57,7 @@ class Tensor {
   int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t numel() const { return tp::numel(shape()); }
   DType dtype() const;
+  Device device() const;  // its storage's (tensor/device.h)
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
   void* raw_data() const;
   template <class T>
