@@ -57,6 +57,13 @@ aux=(--set output_router_logits=true --set router_aux_loss_coef=0.02)
 for m in deepseek_v2 deepseek_v2-q-lora deepseek_v3; do
   "${skew[@]}" "$out/$m" "model.layers.{}.mlp.gate.weight" 5 6,7
 done
+# Phi-3: fused q|k|v and gate|up, 12 of 16 head dims rotary, LongRoPE trained on 32 positions
+# (the tests' prompts and generations stay within: short_factor); phi3-long's original context
+# of 2 positions puts every call of the tests (3 tokens and more) on long_factor, and the
+# reference's cached step after a 2-token prefill crosses from one to the other.
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --out "$out/phi3"
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --set original_max_position_embeddings=2 --seed 12 \
+  --out "$out/phi3-long"
 # Each routing branch of each MoE config, on routers left as drawn (the skewed ones above send
 # nearly all weight to one expert, where renormalising or not changes little): Qwen3-MoE with
 # norm_topk_prob false (Transformers' default) and true, its layer 0 dense by decoder_sparse_step 2;
@@ -88,6 +95,10 @@ train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_a
 "$tp" make-model --arch llama "${train[@]}" --out "$out/llama-train"
 "$tp" make-model --arch mistral "${train[@]}" --seed 2 --out "$out/mistral-train"
 "$tp" make-model --arch qwen3 "${train[@]}" --out "$out/qwen3-train"
+# Phi-3's: 6 of 8 head dims rotary (3 factors a list), its 16-token sequences past an original context of 8.
+phi3_rope='{"type": "longrope", "short_factor": [1.0, 1.1, 1.3], "long_factor": [1.0, 2.0, 4.0]}'
+"$tp" make-model --arch phi3 "${train[@]}" --set "rope_scaling=$phi3_rope" --set original_max_position_embeddings=8 \
+  --out "$out/phi3-train"
 # Larger ones for the memory estimate's grid (tests/training/test_memory_estimate.cpp):
 # activations, logits and optimizer state all a visible part of a step's peak.
 mem=(--preset tiny --set hidden_size=256 --set intermediate_size=512 --set num_attention_heads=8
