@@ -64,6 +64,9 @@ done
 "$tp" make-model --arch phi3 --preset tiny "${std[@]}" --out "$out/phi3"
 "$tp" make-model --arch phi3 --preset tiny "${std[@]}" --set original_max_position_embeddings=2 --seed 12 \
   --out "$out/phi3-long"
+# Phi-3-mini-4k's window (2047) on every layer, at 4 here; bf16 weights (and KV cache).
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --set sliding_window=4 --seed 13 --out "$out/phi3-window"
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --dtype bf16 --out "$out/phi3-bf16"
 # Each routing branch of each MoE config, on routers left as drawn (the skewed ones above send
 # nearly all weight to one expert, where renormalising or not changes little): Qwen3-MoE with
 # norm_topk_prob false (Transformers' default) and true, its layer 0 dense by decoder_sparse_step 2;

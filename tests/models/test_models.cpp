@@ -215,7 +215,8 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                            ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2},
                                            // fused q|k|v and gate|up gathered on every rank (Transformers' plan),
                                            // partial rotary dims, LongRoPE's short and long factors
-                                           ArchCase{"phi3", 1e-4}, ArchCase{"phi3-long", 1e-4}),
+                                           ArchCase{"phi3", 1e-4}, ArchCase{"phi3-long", 1e-4},
+                                           ArchCase{"phi3-window", 1e-4}, ArchCase{"phi3-bf16", 3e-2}),
                          [](const auto& info) {
                            std::string n = info.param.model;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -44,7 +44,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
                                           "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4", "qwen3_moe-route",
                                           "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route",
                                           "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm",
-                                          "phi3", "phi3-long"));
+                                          "phi3", "phi3-long", "phi3-window"));
 
 // LongRoPE's factors follow each call's length, as Transformers' dynamic update picks
 // them: a prefill within the original context (2 positions) caches keys turned by

@@ -49,7 +49,7 @@ MODELS = ["llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "mixtra
           "deepseek_v2", "deepseek_v2-q-lora", "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4",
           # routing branches, on unskewed routers (tests/models/make_test_models.sh)
           "qwen3_moe-route", "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route", "deepseek_v2-route",
-          "deepseek_v3-route", "deepseek_v3-route-nonorm", "phi3", "phi3-long"]
+          "deepseek_v3-route", "deepseek_v3-route-nonorm", "phi3", "phi3-long", "phi3-window"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32,
           "U8": torch.uint8}
@@ -511,8 +511,9 @@ def without_feature(name, cfg, w):
     """The config and weights of a model named for one feature (a window, MLP biases, a
     routing branch) with that feature off or flipped: its logits must differ, or the
     golden could not tell a tp that ignores the key."""
-    if "window" in name:
-        return dict(cfg, use_sliding_window=False), w
+    if "window" in name:  # Phi-3's window applies whenever it is set
+        off = {"sliding_window": None} if cfg["model_type"] == "phi3" else {"use_sliding_window": False}
+        return dict(cfg, **off), w
     if "mlp-bias" in name:
         return cfg, {k: v for k, v in w.items() if not (".mlp." in k and k.endswith(".bias"))}
     if name in ("qwen3_moe-route", "qwen3_moe-route-norm", "deepseek_v3-route", "deepseek_v3-route-nonorm"):
