@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "tp/models/auto.h"
+#include "tp/models/phi3.h"
 #include "tp/models/presets.h"
 #include "tp/models/rope_config.h"
 
@@ -71,6 +72,13 @@ TEST(Presets, LargeModelsHaveTheirPublishedParameterCounts) {
   EXPECT_TRUE(l32.tie_word_embeddings);
 }
 
+// `c` cut to one layer (a tree of the real shapes, built quickly).
+ModelConfig first_layer(const ModelConfig& c) {
+  nlohmann::json raw = c.raw;
+  raw["num_hidden_layers"] = 1;
+  return ModelConfig::from_json(raw, c.source);
+}
+
 // Phi-3.5-mini: the Hub's fused names and shapes, 3,821,079,552 parameters (as Phi-3-mini's,
 // whose 4k config has no rope_scaling), LongRoPE over 4096 of 131072 positions.
 TEST(Presets, Phi3HasTheRealNamesShapesAndLongRope) {
@@ -105,6 +113,16 @@ TEST(Presets, Phi3HasTheRealNamesShapesAndLongRope) {
   EXPECT_NEAR(rope.long_inv_freq[47], 1.0 / (64.83999633789062 * std::pow(10000.0, 94.0 / 96)), 1e-12);
   EXPECT_EQ(rope.inv_freq_for(4096).data(), rope.short_inv_freq.data());  // within the original context
   EXPECT_EQ(rope.inv_freq_for(4097).data(), rope.long_inv_freq.data());
+  // Without the key, Phi3Config's default (4096), not max_position_embeddings.
+  nlohmann::json raw = c.raw;
+  raw.erase("original_max_position_embeddings");
+  const ModelConfig without = ModelConfig::from_json(raw, "x");
+  EXPECT_EQ(longrope_for(without, without.head_dim, 4096).original_max_position_embeddings, 4096);
+  EXPECT_EQ(longrope_for(without, without.head_dim).original_max_position_embeddings, 131072);
+  std::unique_ptr<CausalLM> tree = AutoModelForCausalLM::from_config(first_layer(without));
+  const auto& phi3 = dynamic_cast<const Phi3ForCausalLM&>(*tree);
+  EXPECT_EQ(phi3.inv_freq_for(4096), rope.short_inv_freq);
+  EXPECT_EQ(phi3.inv_freq_for(4097), rope.long_inv_freq);
 }
 
 // The tree's checks of a phi3 config name the file and the key.

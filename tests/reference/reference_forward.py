@@ -351,7 +351,7 @@ def longrope(cfg, R, call_len):
     """LongRoPE's frequencies [R / 2] and cos/sin factor for a call over call_len positions."""
     s, base = cfg["rope_scaling"], cfg.get("rope_theta", 10000.0)
     orig = s.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or \
-        cfg["max_position_embeddings"]
+        4096  # Phi3Config's default
     factor = s.get("factor") or cfg["max_position_embeddings"] / orig
     att = s.get("attention_factor")
     if att is None:

@@ -144,7 +144,7 @@ Phi3ForCausalLM::Phi3ForCausalLM(const ModelConfig& config)
            config.source, config.hidden_act);
   const std::string& type = config.rope_scaling.rope_type;
   if (type == "longrope") {
-    longrope_ = longrope_for(config, rotary_dim_);
+    longrope_ = longrope_for(config, rotary_dim_, 4096);  // Phi3Config's original_max_position_embeddings
     rope_options_.attention_factor = static_cast<float>(longrope_->attention_factor);
   } else {
     TP_CHECK(type == "default", "{}: rope_scaling type '{}' is not supported for phi3; supported: longrope (\"su\")",

@@ -22,7 +22,7 @@ ops::YarnRope yarn_rope_for(const ModelConfig& c, int64_t rotary_dim) {
   return ops::rope_yarn(rotary_dim, c.rope_theta, y);
 }
 
-LongRope longrope_for(const ModelConfig& c, int64_t rotary_dim) {
+LongRope longrope_for(const ModelConfig& c, int64_t rotary_dim, int64_t absent_original) {
   const RopeScalingConfig& rs = c.rope_scaling;
   TP_CHECK(rs.rope_type == "longrope", "{}: longrope_for on rope_scaling type '{}'", c.source, rs.rope_type);
   LongRope r;
@@ -34,7 +34,7 @@ LongRope longrope_for(const ModelConfig& c, int64_t rotary_dim) {
                "{}: 'original_max_position_embeddings' must be a positive integer, got {}", c.source, it->dump());
       r.original_max_position_embeddings = it->get<int64_t>();
     } else {
-      r.original_max_position_embeddings = c.max_position_embeddings;
+      r.original_max_position_embeddings = absent_original > 0 ? absent_original : c.max_position_embeddings;
     }
   }
   // Transformers 5 reads the file's factor when there is one; without it (Phi-3's

@@ -27,8 +27,9 @@ struct LongRope {
   }
 };
 // original_max_position_embeddings: rope_scaling's, else config.json's top-level
-// key (Phi-3's place for it), else max_position_embeddings. Errors name the file
-// and key when a factor list's length is not rotary_dim / 2.
-LongRope longrope_for(const ModelConfig& c, int64_t rotary_dim);
+// key (Phi-3's place for it), else `absent_original` (the architecture's config
+// default; 0: max_position_embeddings). Errors name the file and key when a
+// factor list's length is not rotary_dim / 2.
+LongRope longrope_for(const ModelConfig& c, int64_t rotary_dim, int64_t absent_original = 0);
 
 }  // namespace tp
