@@ -95,6 +95,22 @@ TEST(Config, RopeScalingVariants) {
   j["rope_scaling"] = nullptr;
   EXPECT_EQ(ModelConfig::from_json(j, "x").rope_scaling.rope_type, "default");
 
+  // LongRoPE (Phi-3): "su" is its first name; written back as given (Phi3Config of
+  // Transformers 4.x accepts exactly type, short_factor and long_factor).
+  j["rope_scaling"] = {{"type", "su"}, {"short_factor", {1.0, 1.5}}, {"long_factor", {2.0, 4.0}}};
+  c = ModelConfig::from_json(j, "x");
+  EXPECT_EQ(c.rope_scaling.rope_type, "longrope");
+  EXPECT_EQ(c.rope_scaling.long_factor, (std::vector<double>{2.0, 4.0}));
+  EXPECT_FALSE(c.rope_scaling.factor_given);
+  EXPECT_EQ(c.to_json()["rope_scaling"],
+            json({{"type", "longrope"}, {"short_factor", {1.0, 1.5}}, {"long_factor", {2.0, 4.0}}}));
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {2.0}}, {"factor", 4.0},
+                       {"original_max_position_embeddings", 64}};
+  c = ModelConfig::from_json(ModelConfig::from_json(j, "x").to_json(), "y");
+  EXPECT_TRUE(c.rope_scaling.factor_given);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 64);
+
   // Newer files: rope_parameters with rope_theta inside.
   j.erase("rope_scaling");
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
@@ -131,6 +147,14 @@ TEST(Config, ErrorsNameFileKeyAndValue) {
             std::string::npos);
   j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 0.5}};
   EXPECT_NE(error_of(j).find("'factor' must be >= 1"), std::string::npos);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}};
+  EXPECT_NE(error_of(j).find("dir/config.json: rope_scaling (rope_type 'longrope') needs 'long_factor'"),
+            std::string::npos);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, "x"}}, {"long_factor", {1.0}}};
+  EXPECT_NE(error_of(j).find("'short_factor' must be a non-empty list of numbers, got [1.0,\"x\"]"),
+            std::string::npos);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {0.0}}};
+  EXPECT_NE(error_of(j).find("'long_factor' must hold positive numbers"), std::string::npos);
   j = base();
   j["base_model_tp_plan"] = {{"layers.*.mlp.up_proj", 3}};
   EXPECT_NE(error_of(j).find("base_model_tp_plan['layers.*.mlp.up_proj'] must be a style name"), std::string::npos);

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "tp/models/auto.h"
+#include "tp/models/phi3.h"
 #include "tp/models/presets.h"
+#include "tp/models/rope_config.h"
 
 namespace tp {
 namespace {
@@ -69,6 +72,89 @@ TEST(Presets, LargeModelsHaveTheirPublishedParameterCounts) {
   EXPECT_TRUE(l32.tie_word_embeddings);
 }
 
+// `c` cut to one layer (a tree of the real shapes, built quickly).
+ModelConfig first_layer(const ModelConfig& c) {
+  nlohmann::json raw = c.raw;
+  raw["num_hidden_layers"] = 1;
+  return ModelConfig::from_json(raw, c.source);
+}
+
+// Phi-3.5-mini: the Hub's fused names and shapes, 3,821,079,552 parameters (as Phi-3-mini's,
+// whose 4k config has no rope_scaling), LongRoPE over 4096 of 131072 positions.
+TEST(Presets, Phi3HasTheRealNamesShapesAndLongRope) {
+  const ModelConfig c = make_preset_config("phi3", "phi-3.5-mini");
+  EXPECT_EQ(c.architectures, std::vector<std::string>{"Phi3ForCausalLM"});
+  EXPECT_FALSE(c.raw.contains("head_dim"));  // Phi3Config derives it
+  EXPECT_EQ(c.head_dim, 96);
+  EXPECT_EQ(c.raw["original_max_position_embeddings"], 4096);
+  EXPECT_EQ(c.raw["sliding_window"], 262144);
+  EXPECT_EQ(c.raw["rope_scaling"]["type"], "longrope");
+  const std::vector<ParamSpec> layout = checkpoint_layout(c);
+  EXPECT_EQ(param_count(layout), 3821079552);
+  EXPECT_EQ(param_count(layout), param_count(checkpoint_layout(make_preset_config("phi3", "phi-3-mini-4k"))));
+  std::map<std::string, Shape> by_name;
+  for (const ParamSpec& p : layout) by_name[p.name] = p.shape;
+  EXPECT_EQ(by_name.size(), 1u + 32 * 6 + 2);  // embed, 6 per layer, norm, lm_head
+  const std::map<std::string, Shape> layer0 = {{"model.layers.0.self_attn.qkv_proj.weight", {9216, 3072}},
+                                               {"model.layers.0.self_attn.o_proj.weight", {3072, 3072}},
+                                               {"model.layers.0.mlp.gate_up_proj.weight", {16384, 3072}},
+                                               {"model.layers.0.mlp.down_proj.weight", {3072, 8192}},
+                                               {"model.layers.0.input_layernorm.weight", {3072}},
+                                               {"model.layers.0.post_attention_layernorm.weight", {3072}}};
+  for (const auto& [name, shape] : layer0) EXPECT_EQ(by_name[name], shape) << name;
+  EXPECT_EQ(by_name["lm_head.weight"], (Shape{32064, 3072}));
+
+  const LongRope rope = longrope_for(c, c.head_dim);
+  EXPECT_EQ(rope.original_max_position_embeddings, 4096);
+  EXPECT_NEAR(rope.attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-12);  // 1.1902
+  ASSERT_EQ(rope.short_inv_freq.size(), 48u);
+  // Frequency i divided by its factor: short_factor[0] = 1.0, long_factor[47] = 64.84.
+  EXPECT_FLOAT_EQ(rope.short_inv_freq[0], 1.0f);
+  EXPECT_NEAR(rope.long_inv_freq[47], 1.0 / (64.83999633789062 * std::pow(10000.0, 94.0 / 96)), 1e-12);
+  EXPECT_EQ(rope.inv_freq_for(4096).data(), rope.short_inv_freq.data());  // within the original context
+  EXPECT_EQ(rope.inv_freq_for(4097).data(), rope.long_inv_freq.data());
+  // Without the key, Phi3Config's default (4096), not max_position_embeddings.
+  nlohmann::json raw = c.raw;
+  raw.erase("original_max_position_embeddings");
+  const ModelConfig without = ModelConfig::from_json(raw, "x");
+  EXPECT_EQ(longrope_for(without, without.head_dim, 4096).original_max_position_embeddings, 4096);
+  EXPECT_EQ(longrope_for(without, without.head_dim).original_max_position_embeddings, 131072);
+  std::unique_ptr<CausalLM> tree = AutoModelForCausalLM::from_config(first_layer(without));
+  const auto& phi3 = dynamic_cast<const Phi3ForCausalLM&>(*tree);
+  EXPECT_EQ(phi3.inv_freq_for(4096), rope.short_inv_freq);
+  EXPECT_EQ(phi3.inv_freq_for(4097), rope.long_inv_freq);
+}
+
+// The tree's checks of a phi3 config name the file and the key.
+TEST(Presets, Phi3ConfigErrorsNameFileAndKey) {
+  auto error_of = [](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json raw = make_preset_config("phi3", "tiny").raw;  // head_dim 16, 12 rotary dims
+    edit(raw);
+    try {
+      AutoModelForCausalLM::from_config(ModelConfig::from_json(raw, "m/config.json"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of([](nlohmann::json&) {}), "");
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["rope_scaling"]["short_factor"] = {1.0, 2.0}; })
+                .find("m/config.json: rope_scaling 'short_factor' has 2 entries; the rotary dim 12 needs 6"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["partial_rotary_factor"] = 1.5; })
+                .find("m/config.json: 'partial_rotary_factor' must be a number in (0, 1], got 1.5"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["partial_rotary_factor"] = 0.1; })
+                .find("head_dim 16 x partial_rotary_factor 0.1 gives 1 rotary dims"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}}; })
+                .find("m/config.json: rope_scaling type 'linear' is not supported for phi3"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["original_max_position_embeddings"] = "4k"; })
+                .find("m/config.json: 'original_max_position_embeddings' must be a positive integer, got \"4k\""),
+            std::string::npos);
+}
+
 TEST(Presets, TinyPresetsSplitAcrossRanks) {
   for (const std::string arch : {"llama", "mistral", "qwen3"}) {
     ModelConfig c = make_preset_config(arch, "tiny");
@@ -87,7 +173,7 @@ TEST(Presets, ErrorsListTheValidNames) {
     make_preset_config("gpt2", "tiny");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, deepseek_v3, gpt_oss, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe"),
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, deepseek_v3, gpt_oss, llama, mistral, mixtral, phi3, qwen2, qwen3, qwen3_moe"),
               std::string::npos);
   }
   try {

@@ -60,6 +60,16 @@ aux=(--set output_router_logits=true --set router_aux_loss_coef=0.02)
 for m in deepseek_v2 deepseek_v2-q-lora deepseek_v3; do
   "${skew[@]}" "$out/$m" "model.layers.{}.mlp.gate.weight" 5 6,7
 done
+# Phi-3: fused q|k|v and gate|up, 12 of 16 head dims rotary, LongRoPE trained on 32 positions
+# (the tests' prompts and generations stay within: short_factor); phi3-long's original context
+# of 2 positions puts every call of the tests (3 tokens and more) on long_factor, and the
+# reference's cached step after a 2-token prefill crosses from one to the other.
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --out "$out/phi3"
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --set original_max_position_embeddings=2 --seed 12 \
+  --out "$out/phi3-long"
+# Phi-3-mini-4k's window (2047) on every layer, at 4 here; bf16 weights (and KV cache).
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --set sliding_window=4 --seed 13 --out "$out/phi3-window"
+"$tp" make-model --arch phi3 --preset tiny "${std[@]}" --dtype bf16 --out "$out/phi3-bf16"
 # Each routing branch of each MoE config, on routers left as drawn (the skewed ones above send
 # nearly all weight to one expert, where renormalising or not changes little): Qwen3-MoE with
 # norm_topk_prob false (Transformers' default) and true, its layer 0 dense by decoder_sparse_step 2;
@@ -96,6 +106,10 @@ train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_a
 # (base 1e6) gets a gradient of rounding size, which Adam would scale up to lr-sized steps.
 "$tp" make-model --arch qwen2 "${train[@]}" --set rope_theta=100 --seed 8 --out "$out/qwen2-train"
 /usr/bin/python3 "$(dirname "$0")/fill_biases.py" "$out/qwen2-train" bias
+# Phi-3's: 6 of 8 head dims rotary (3 factors a list), its 16-token sequences past an original context of 8.
+phi3_rope='{"type": "longrope", "short_factor": [1.0, 1.1, 1.3], "long_factor": [1.0, 2.0, 4.0]}'
+"$tp" make-model --arch phi3 "${train[@]}" --set "rope_scaling=$phi3_rope" --set original_max_position_embeddings=8 \
+  --out "$out/phi3-train"
 # Larger ones for the memory estimate's grid (tests/training/test_memory_estimate.cpp):
 # activations, logits and optimizer state all a visible part of a step's peak.
 mem=(--preset tiny --set hidden_size=256 --set intermediate_size=512 --set num_attention_heads=8

@@ -213,12 +213,45 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           ArchCase{"deepseek_v3", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
-                                           ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2}),
+                                           ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2},
+                                           // fused q|k|v and gate|up gathered on every rank (Transformers' plan),
+                                           // partial rotary dims, LongRoPE's short and long factors
+                                           ArchCase{"phi3", 1e-4}, ArchCase{"phi3-long", 1e-4},
+                                           ArchCase{"phi3-window", 1e-4}, ArchCase{"phi3-bf16", 3e-2}),
                          [](const auto& info) {
                            std::string n = info.param.model;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// Phi-3's fused outputs are cut into heads and halves after their projections: a
+// plain colwise cut of q|k|v is refused by name; gate|up may also be cut as matching
+// gate and up slices (packed_colwise, down_proj rowwise), which equals one rank.
+TEST(Phi3Plan, RefusesAColwiseCutOfTheFusedQkv) {
+  LoadOptions o;
+  o.verbose = false;
+  o.distributed_config.tp_plan = R"({"model.layers.*.self_attn.qkv_proj": "colwise"})";
+  try {
+    AutoModelForCausalLM::from_pretrained(model_dir("phi3"), o);
+    ADD_FAILURE() << "expected an error for a colwise qkv_proj";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers.0.self_attn.qkv_proj' has style 'colwise'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Phi3Plan, PackedGateUpMatchesOneRank) {
+  LoadOptions o;
+  o.verbose = false;
+  o.distributed_config.tp_plan =
+      R"({"model.layers.*.mlp.gate_up_proj": "packed_colwise", "model.layers.*.mlp.down_proj": "rowwise"})";
+  PretrainedModel one = load("phi3", true), many = AutoModelForCausalLM::from_pretrained(model_dir("phi3"), o);
+  Tensor ids = Tensor::from_ints({1, 17, 42, 99, 250, 3, 511, 7, 300, 12, 5, 0, 64, 128}, {2, 7});
+  Tensor l1 = one.forward(ids), ln = many.forward(ids);
+  EXPECT_LE(max_abs_diff(l1, ln), 1e-4 * max_abs(l1)) << "at tp " << dist::world_size();
+  o.distributed_config.tp_plan = R"({"model.layers.*.mlp.gate_up_proj": "packed_colwise"})";
+  EXPECT_THROW(AutoModelForCausalLM::from_pretrained(model_dir("phi3"), o), Error) << "down_proj left rowwise_rep";
+}
 
 TEST(KvCacheDtype, FollowsTheWeights) {
   // As in Transformers, the cache keeps the model's dtype: bf16 weights, bf16 keys and values.

@@ -43,7 +43,27 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
                                           "qwen3_moe", "qwen3_moe-window", "deepseek_v2", "deepseek_v2-q-lora",
                                           "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4", "qwen3_moe-route",
                                           "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route",
-                                          "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm"));
+                                          "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm",
+                                          "phi3", "phi3-long", "phi3-window"));
+
+// LongRoPE's factors follow each call's length, as Transformers' dynamic update picks
+// them: a prefill within the original context (2 positions) caches keys turned by
+// short_factor; the step after it reaches past it, and its query and key turn by
+// long_factor. The reference computes that step (its step_logits).
+TEST(Phi3LongRope, ACachedStepPastTheOriginalContextUsesLongFactors) {
+  auto golden = io::SafetensorsFile::open(env("TP_GOLDEN_DIR") + "/phi3-long.safetensors");
+  Tensor want = golden->read("step_logits", DType::F32);
+  std::vector<int64_t> ids;
+  for (float v : golden->read("input_ids", DType::F32).to_vector()) ids.push_back(static_cast<int64_t>(v));
+  PretrainedModel model =
+      AutoModelForCausalLM::from_pretrained(env("TP_TEST_MODELS") + "/phi3-long", {.verbose = false});
+  KVState state = model.lm().make_kv_state(1, 8);
+  model.forward(Tensor::from_ints({ids[0], ids[1]}, {1, 2}), {.cache = &state});
+  Tensor got = model.forward(Tensor::from_ints({ids[2]}, {1, 1}), {.cache = &state}).logits.reshape(want.shape());
+  double scale = max_abs(want), diff = max_abs_diff(got, want);
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LE(diff, 1e-4 * scale) << "max |tp - torch| " << diff << " (max |logit| " << scale << ")";
+}
 
 // GPT-OSS's MXFP4 experts at inference stay packed (ops::QuantizedLinear::e2m1 an expert: codes and f16 scales,
 // ~4.5 bits a weight) and give the logits of the same checkpoint loaded for training, whose experts are

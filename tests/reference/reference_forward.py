@@ -27,6 +27,13 @@ of the raw logits then a softmax over the k, experts in x @ W layout with gate /
 up columns interleaved (0::2 / 1::2), biases, the clamped SwiGLU
 (up + 1) * gate * sigmoid(1.702 gate) with gate <= limit, |up| <= limit; MXFP4
 expert weights (*_blocks, *_scales) dequantised as published (mxfp4_dequantise).
+Phi-3: one qkv_proj (q, then k, then v rows) and one gate_up_proj (gate rows, then
+up), RoPE on the first int(head_dim * partial_rotary_factor) dims of each head,
+LongRoPE: 1 / (ext * theta^(2i/R)) with ext = long_factor when the call's length
+exceeds original_max_position_embeddings, else short_factor, cos and sin times
+sqrt(1 + ln(max_pos / original) / ln(original)) (or the given attention_factor);
+its sliding_window on every layer. With a KV cache, each call picks its own
+factors: the golden's step_logits are a step whose cached keys used the others.
 
   reference_forward.py write MODELS_DIR GOLDEN_DIR   # (re)write the golden logits
   reference_forward.py check MODELS_DIR GOLDEN_DIR   # recompute; exit 1 if they differ
@@ -43,7 +50,7 @@ MODELS = ["llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "qwen2"
           "deepseek_v2", "deepseek_v2-q-lora", "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4",
           # routing branches, on unskewed routers (tests/models/make_test_models.sh)
           "qwen3_moe-route", "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route", "deepseek_v2-route",
-          "deepseek_v3-route", "deepseek_v3-route-nonorm"]
+          "deepseek_v3-route", "deepseek_v3-route-nonorm", "phi3", "phi3-long", "phi3-window"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32,
           "U8": torch.uint8}
@@ -220,6 +227,8 @@ def attention_windows(cfg):
         window = cfg.get("sliding_window")
     elif mt == "gpt_oss":
         window = cfg.get("sliding_window", 128)
+    elif mt == "phi3":
+        window = cfg.get("sliding_window")
     elif mt in ("qwen3", "qwen3_moe", "qwen2") and cfg.get("use_sliding_window", False):
         window = cfg.get("sliding_window", 4096)
     types = cfg.get("layer_types")
@@ -329,11 +338,62 @@ def llama_attention(cfg, w, p, h, mask):
         k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg["rms_norm_eps"])
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
-    k = k.repeat_interleave(nh // nkv, dim=2)
-    v = v.repeat_interleave(nh // nkv, dim=2)
+    return grouped_attention(q, k, v, mask) @ w[p + "self_attn.o_proj.weight"].T
+
+
+def grouped_attention(q, k, v, mask):
+    """Softmax attention of q [B, T, nh, D] over k, v [B, T, nkv, D] (each KV head serving
+    nh / nkv query heads), scaled by 1/sqrt(D), masked: [B, T, nh * D]."""
+    B, T, nh, D = q.shape
+    k = k.repeat_interleave(nh // k.shape[2], dim=2)
+    v = v.repeat_interleave(nh // v.shape[2], dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D) + mask
-    att = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * D)
-    return att @ w[p + "self_attn.o_proj.weight"].T
+    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * D)
+
+
+def longrope(cfg, R, call_len):
+    """LongRoPE's frequencies [R / 2] and cos/sin factor for a call over call_len positions."""
+    s, base = cfg["rope_scaling"], cfg.get("rope_theta", 10000.0)
+    orig = s.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or \
+        4096  # Phi3Config's default
+    factor = s.get("factor") or cfg["max_position_embeddings"] / orig
+    att = s.get("attention_factor")
+    if att is None:
+        att = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    ext = torch.tensor(s["long_factor"] if call_len > orig else s["short_factor"], dtype=torch.float32)
+    return 1.0 / (ext * base ** (torch.arange(0, R, 2, dtype=torch.int64).float() / R)), att
+
+
+def phi3_attention(cfg, w, p, h, mask):
+    """Phi-3: q|k|v from one projection, RoPE on the first R dims of each head (LongRoPE's
+    factors per position from the length of the call that computed it: cfg["_call_lens"])."""
+    B, T, H = h.shape
+    nh, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    D = H // nh
+    R = int(D * cfg.get("partial_rotary_factor", 1.0))
+    s = cfg.get("rope_scaling") or {}
+    call_lens = cfg.get("_call_lens") or [T] * T
+    cos, sin = torch.zeros(T, 1, R), torch.zeros(T, 1, R)
+    for t in range(T):
+        if s.get("type", s.get("rope_type")) in ("longrope", "su"):
+            freqs, att = longrope(cfg, R, call_lens[t])
+        else:
+            freqs, att = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, R, 2).float() / R)), 1.0
+        emb = torch.cat((t * freqs, t * freqs))
+        cos[t, 0], sin[t, 0] = emb.cos() * att, emb.sin() * att
+    q, k, v = (h @ w[p + "self_attn.qkv_proj.weight"].T).split([nh * D, nkv * D, nkv * D], dim=-1)
+    q, k, v = q.reshape(B, T, nh, D), k.reshape(B, T, nkv, D), v.reshape(B, T, nkv, D)
+
+    def rope(x):
+        turn, rest = x[..., :R], x[..., R:]
+        return torch.cat((turn * cos + rotate_half(turn) * sin, rest), dim=-1)
+
+    return grouped_attention(rope(q), rope(k), v, mask) @ w[p + "self_attn.o_proj.weight"].T
+
+
+def phi3_mlp(w, prefix, h):
+    gate, up = (h @ w[prefix + "gate_up_proj.weight"].T).chunk(2, dim=-1)
+    return (up * torch.nn.functional.silu(gate)) @ w[prefix + "down_proj.weight"].T
 
 
 def yarn_mscale(scale, mscale=1.0):
@@ -429,7 +489,8 @@ def forward_batch(cfg, w, ids, expert_loads=None, router_logits=None):
 
     def mask_of(window):
         return causal.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf")) if window else causal
-    attention = mla_attention if is_deepseek(cfg) else gpt_oss_attention if cfg["model_type"] == "gpt_oss" else llama_attention
+    attention = mla_attention if is_deepseek(cfg) else gpt_oss_attention if cfg["model_type"] == "gpt_oss" else \
+        phi3_attention if cfg["model_type"] == "phi3" else llama_attention
     moe = gpt_oss_moe if cfg["model_type"] == "gpt_oss" else sparse_moe
 
     x = w["model.embed_tokens.weight"][ids]
@@ -444,7 +505,7 @@ def forward_batch(cfg, w, ids, expert_loads=None, router_logits=None):
             if expert_loads is not None:
                 expert_loads.append(load)
             continue
-        x = x + mlp(w, p + "mlp.", h)
+        x = x + (phi3_mlp if cfg["model_type"] == "phi3" else mlp)(w, p + "mlp.", h)
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.T
@@ -454,8 +515,9 @@ def without_feature(name, cfg, w):
     """The config and weights of a model named for one feature (a window, MLP biases, a
     routing branch) with that feature off or flipped: its logits must differ, or the
     golden could not tell a tp that ignores the key."""
-    if "window" in name:
-        return dict(cfg, use_sliding_window=False), w
+    if "window" in name:  # Phi-3's window applies whenever it is set
+        off = {"sliding_window": None} if cfg["model_type"] == "phi3" else {"use_sliding_window": False}
+        return dict(cfg, **off), w
     if name == "qwen2":
         return cfg, {k: v for k, v in w.items() if not k.endswith("_proj.bias")}
     if "mlp-bias" in name:
@@ -464,7 +526,25 @@ def without_feature(name, cfg, w):
         return dict(cfg, norm_topk_prob=not cfg.get("norm_topk_prob")), w
     if name == "deepseek_v2-route":
         return dict(cfg, topk_method="greedy"), w
+    if name == "phi3-long":  # long_factor at these ids; short_factor within the original context
+        return dict(cfg, original_max_position_embeddings=cfg["max_position_embeddings"]), w
     return None
+
+
+PHI3_PREFILL = 2  # phi3-long's step_logits: a call over ids[:2] (short_factor), then one over ids[2] (long_factor)
+
+
+def step_logits(model_dir, ids):
+    """The logits of a cached step over ids[PHI3_PREFILL] after a prefill of the ones before it: the
+    prefill's keys keep its factors (Transformers recomputes only the new positions' RoPE)."""
+    cfg, w = load_model(model_dir)
+    n = PHI3_PREFILL + 1
+    cached = dict(cfg, _call_lens=[PHI3_PREFILL] * PHI3_PREFILL + [n])
+    out = forward_batch(cached, w, torch.tensor([ids[:n]]))[0, -1]
+    for lens in ([n] * n, [PHI3_PREFILL] * n):  # all long, all short: both must differ from it
+        diff = (forward_batch(dict(cfg, _call_lens=lens), w, torch.tensor([ids[:n]]))[0, -1] - out).abs().max().item()
+        assert diff > 1e-2 * out.abs().max().item(), f"the cached step must differ from call lengths {lens}"
+    return out
 
 
 def forward(model_dir, ids):
@@ -493,12 +573,20 @@ def main():
         with torch.no_grad():
             logits = forward(os.path.join(models_dir, name), INPUT_IDS)
         path = os.path.join(golden_dir, f"{name}.safetensors")
+        extra = {}
+        if name == "phi3-long":
+            with torch.no_grad():
+                extra["step_logits"] = step_logits(os.path.join(models_dir, name), INPUT_IDS)
         if mode == "write":
-            write_safetensors(path, {"input_ids": torch.tensor(INPUT_IDS, dtype=torch.float32), "logits": logits})
+            write_safetensors(path, {"input_ids": torch.tensor(INPUT_IDS, dtype=torch.float32), "logits": logits,
+                                     **extra})
             print(f"wrote {path}: logits {list(logits.shape)}")
             continue
-        golden = read_safetensors(path)["logits"]
+        stored = read_safetensors(path)
+        golden = stored["logits"]
         diff = (golden - logits).abs().max().item()
+        for key, value in extra.items():
+            diff = max(diff, (stored[key] - value).abs().max().item())
         scale = golden.abs().max().item()
         ok = diff <= 1e-5 * scale
         print(f"{name}: max |reference - committed golden| = {diff:.3g} (max |logit| {scale:.3g}) {'ok' if ok else 'DIFFERENT'}")

@@ -9,10 +9,11 @@ frozen weight W [out, in] computes  y = x W^T + scaling * (x A^T) B^T  with A = 
 reference_forward.forward_batch the effective weight  W + scaling * (B @ A)  (identical math;
 autograd carries the gradients to A and B), rebuilt for every micro-batch. The base
 checkpoint's tensors are plain tensors without grad.
-Targets: TARGET_MODULES (q/k/v/o_proj, gate/up/down_proj) in every layer.
+Targets: the model's projections in every layer (targets_of: q/k/v/o_proj, gate/up/down_proj;
+Phi-3's fused qkv_proj, o_proj, gate_up_proj, down_proj).
 
 Initial adapter: one torch.Generator seeded INIT_SEED, drawn layer by layer (ascending), module
-by module in TARGET_MODULES' order, A then B: A ~ uniform(-1/sqrt(in), 1/sqrt(in)) (what
+by module in targets_of's order, A then B: A ~ uniform(-1/sqrt(in), 1/sqrt(in)) (what
 PEFT's kaiming_uniform_(a=sqrt(5)) draws from), B ~ normal(0, INIT_B_STD) -- not PEFT's zeros,
 so that step 0 already gives A a nonzero gradient.
 
@@ -54,15 +55,25 @@ from reference_training import (  # noqa: E402
     compare_tensors, decayed, read_safetensors, write_safetensors)
 import reference_training  # noqa: E402
 
-MODELS = {"llama": "llama-train", "qwen3": "qwen3-train", "qwen2": "qwen2-train"}
+MODELS = {"llama": "llama-train", "qwen3": "qwen3-train", "qwen2": "qwen2-train", "phi3": "phi3-train"}
 
 R, LORA_ALPHA = 4, 8
 SCALING = LORA_ALPHA / R
 # (module path inside a layer, PEFT target name), in the initial adapter's draw order.
-TARGETS = [("self_attn.q_proj", "q_proj"), ("self_attn.k_proj", "k_proj"), ("self_attn.v_proj", "v_proj"),
-           ("self_attn.o_proj", "o_proj"), ("mlp.gate_proj", "gate_proj"), ("mlp.up_proj", "up_proj"),
-           ("mlp.down_proj", "down_proj")]
-TARGET_MODULES = [t for _, t in TARGETS]
+LLAMA_TARGETS = [("self_attn.q_proj", "q_proj"), ("self_attn.k_proj", "k_proj"), ("self_attn.v_proj", "v_proj"),
+                 ("self_attn.o_proj", "o_proj"), ("mlp.gate_proj", "gate_proj"), ("mlp.up_proj", "up_proj"),
+                 ("mlp.down_proj", "down_proj")]
+# Phi-3's projections are fused (q|k|v, gate|up): an adapter on each fused Linear.
+PHI3_TARGETS = [("self_attn.qkv_proj", "qkv_proj"), ("self_attn.o_proj", "o_proj"),
+                ("mlp.gate_up_proj", "gate_up_proj"), ("mlp.down_proj", "down_proj")]
+
+
+def targets_of(cfg):
+    return PHI3_TARGETS if cfg["model_type"] == "phi3" else LLAMA_TARGETS
+
+
+def target_modules(cfg):
+    return [t for _, t in targets_of(cfg)]
 INIT_SEED = 4321
 INIT_B_STD = 0.05
 BASE_LR = 1e-2  # full training's 2e-3 barely moves the adapter; this one takes the loss down clearly
@@ -71,16 +82,16 @@ RTOL = reference_training.RTOL
 PEFT_PREFIX = "base_model.model."
 
 
-def adapter_config(model):
+def adapter_config(model, cfg):
     return {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": R, "lora_alpha": LORA_ALPHA,
-        "lora_dropout": 0.0, "target_modules": sorted(TARGET_MODULES), "bias": "none",
+        "lora_dropout": 0.0, "target_modules": sorted(target_modules(cfg)), "bias": "none",
         "use_rslora": False, "fan_in_fan_out": False, "init_lora_weights": True,
         "inference_mode": True, "base_model_name_or_path": model, "modules_to_save": None,
     }
 
 
-def metadata(model):
+def metadata(model, cfg):
     return {
         "model": model, "steps": str(STEPS), "accum": str(ACCUM), "batch": str(BATCH), "seq_len": str(SEQ_LEN),
         "seed": str(reference_training.SEED), "token_stride": str(reference_training.TOKEN_STRIDE),
@@ -90,7 +101,7 @@ def metadata(model):
         "beta2": repr(BETA2), "eps": repr(EPS), "ignore_index": str(IGNORE_INDEX),
         "no_decay": " ".join(reference_training.NO_DECAY), "loss_normalizer": "non-ignored targets per optimizer step",
         "lora_r": str(R), "lora_alpha": str(LORA_ALPHA), "lora_scaling": repr(SCALING), "lora_dropout": "0.0",
-        "lora_bias": "none", "target_modules": " ".join(TARGET_MODULES), "init_seed": str(INIT_SEED),
+        "lora_bias": "none", "target_modules": " ".join(target_modules(cfg)), "init_seed": str(INIT_SEED),
         "init_a": "uniform(-1/sqrt(in), 1/sqrt(in))", "init_b": f"normal(0, {INIT_B_STD!r})",
         "init_order": "layers ascending, target_modules in the order above, A then B",
     }
@@ -101,7 +112,7 @@ def init_adapter(cfg, w):
     g = torch.Generator().manual_seed(INIT_SEED)
     out = {}
     for i in range(cfg["num_hidden_layers"]):
-        for path, _ in TARGETS:
+        for path, _ in targets_of(cfg):
             n_out, n_in = w[f"model.layers.{i}.{path}.weight"].shape
             key = f"{PEFT_PREFIX}model.layers.{i}.{path}"
             bound = 1.0 / math.sqrt(n_in)
@@ -114,7 +125,7 @@ def effective_weights(cfg, w, lora):
     """The checkpoint's tensors with every targeted weight W replaced by W + scaling * B @ A."""
     eff = dict(w)
     for i in range(cfg["num_hidden_layers"]):
-        for path, _ in TARGETS:
+        for path, _ in targets_of(cfg):
             base = f"model.layers.{i}.{path}"
             a, b = lora[f"{PEFT_PREFIX}{base}.lora_A.weight"], lora[f"{PEFT_PREFIX}{base}.lora_B.weight"]
             eff[base + ".weight"] = w[base + ".weight"] + SCALING * (b @ a)
@@ -122,7 +133,7 @@ def effective_weights(cfg, w, lora):
 
 
 def train(model_dir):
-    """(initial adapter, golden tensors)."""
+    """(initial adapter, golden tensors, config)."""
     cfg, w = load_model(model_dir)
     init = init_adapter(cfg, w)
     params = {k: torch.nn.Parameter(v.clone()) for k, v in init.items()}
@@ -130,7 +141,7 @@ def train(model_dir):
                                              MAX_GRAD_NORM)
     for k, gr in grad0.items():
         out["grad0." + k] = gr
-    return init, out
+    return init, out, cfg
 
 
 def report(model, out):
@@ -152,7 +163,7 @@ def main():
     torch.use_deterministic_algorithms(True)
     nbad = 0
     for model, dirname in MODELS.items():
-        init, out = train(os.path.join(models_dir, dirname))
+        init, out, cfg = train(os.path.join(models_dir, dirname))
         path = os.path.join(golden_dir, f"lora_{model}.safetensors")
         init_dir = os.path.join(golden_dir, f"lora_{model}_init")
         init_path = os.path.join(init_dir, "adapter_model.safetensors")
@@ -161,16 +172,16 @@ def main():
             report(model, out)
             os.makedirs(init_dir, exist_ok=True)
             with open(config_path, "w") as f:
-                json.dump(adapter_config(dirname), f, indent=2)
+                json.dump(adapter_config(dirname, cfg), f, indent=2)
                 f.write("\n")
             write_safetensors(init_path, init, {"format": "pt"})
-            write_safetensors(path, out, metadata(dirname))
+            write_safetensors(path, out, metadata(dirname, cfg))
             for p in (config_path, init_path, path):
                 print(f"wrote {p} ({os.path.getsize(p)} bytes)")
             continue
         bad = []
         golden, meta = read_safetensors(path)
-        want = metadata(dirname)
+        want = metadata(dirname, cfg)
         if meta != want:
             bad.append(f"metadata {meta} != {want}")
         bad += compare_tensors(os.path.basename(path), golden, out)
@@ -179,8 +190,8 @@ def main():
             bad.append(f"{init_path}: metadata {init_meta} != {{'format': 'pt'}}")
         bad += compare_tensors("adapter_model.safetensors", golden_init, init)
         config = json.load(open(config_path))
-        if config != adapter_config(dirname):
-            bad.append(f"adapter_config.json {config} != {adapter_config(dirname)}")
+        if config != adapter_config(dirname, cfg):
+            bad.append(f"adapter_config.json {config} != {adapter_config(dirname, cfg)}")
         first, last = out["loss"][0].item(), out["loss"][-1].item()
         print(f"{model}: loss {first:.4f} -> {last:.4f}, {'ok' if not bad else 'DIFFERENT'}")
         for b in bad:

@@ -3,7 +3,7 @@
 gradient accumulation, grad-norm clipping, AdamW with Hugging Face Trainer's
 weight-decay groups and a warmup + cosine schedule, on the *-train test models.
 
-Model math: reference_forward.forward_batch (the published Llama/Mistral/Qwen3 math)
+Model math: reference_forward.forward_batch (the published Llama/Mistral/Qwen3/Phi-3 math)
 with every checkpoint tensor an f32 nn.Parameter. Optimizer, clipping and schedule are
 torch's own (torch.optim.AdamW, clip_grad_norm_, LambdaLR), with Transformers' formulas.
 
@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_forward import forward_batch, load_model  # noqa: E402
 
 MODELS = {"llama": "llama-train", "mistral": "mistral-train", "qwen3": "qwen3-train", "qwen3_moe": "qwen3_moe-train",
-          "qwen2": "qwen2-train"}
+          "qwen2": "qwen2-train", "phi3": "phi3-train"}
 
 STEPS, ACCUM, BATCH, SEQ_LEN = 20, 2, 2, 16
 SEED = 1234

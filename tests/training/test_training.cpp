@@ -224,7 +224,10 @@ TEST_P(Training, VocabParallelLossEqualsGatheredLogits) {
 // the q-lora one dense.
 INSTANTIATE_TEST_SUITE_P(Models, Training,
                          ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2", "mixtral", "qwen3_moe", "deepseek_v2",
-                                           "deepseek_v2-q-lora-dense", "deepseek_v3", "gpt_oss"));
+                                           "deepseek_v2-q-lora-dense", "deepseek_v3", "gpt_oss",
+                                           // fused q|k|v and gate|up gathered (colwise_rep) and split again
+                                           // (rowwise_rep)
+                                           "phi3"));
 
 namespace {
 

@@ -1,5 +1,6 @@
 #include "tp/models/config.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -84,6 +85,7 @@ RopeScalingConfig parse_rope_scaling(const json& rs, const std::string& source, 
   Reader rd{rs, source};
   // Older files call it "type"; Transformers accepts both.
   r.rope_type = rd.optional_string("rope_type", rd.optional_string("type", "default"));
+  if (r.rope_type == "su") r.rope_type = "longrope";  // Phi-3's first files; Transformers renames it
   const std::string where = fmt::format("{}: {} (rope_type '{}')", source, key, r.rope_type);
   auto need = [&](const char* field) {
     TP_CHECK(rd.get(field), "{} needs '{}'", where, field);
@@ -96,8 +98,23 @@ RopeScalingConfig parse_rope_scaling(const json& rs, const std::string& source, 
     for (const char* f : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) need(f);
   } else if (r.rope_type == "yarn") {
     need("factor");
+  } else if (r.rope_type == "longrope") {
+    for (const char* f : {"short_factor", "long_factor"}) {
+      need(f);
+      const json& list = rs.at(f);
+      TP_CHECK(list.is_array() && !list.empty() &&
+                   std::all_of(list.begin(), list.end(), [](const json& x) { return x.is_number(); }),
+               "{}: '{}' must be a non-empty list of numbers, got {}", where, f, list.dump());
+      for (const json& x : list) {
+        const double v = x.get<double>();
+        TP_CHECK(v > 0, "{}: '{}' must hold positive numbers (they divide the frequencies), got {}", where, f, v);
+        (std::string(f) == "short_factor" ? r.short_factor : r.long_factor).push_back(v);
+      }
+    }
+    r.factor_given = rd.get("factor") != nullptr;
   } else {
-    fail("{}: {}: unsupported rope_type '{}'; supported: default, linear, llama3, yarn", source, key, r.rope_type);
+    fail("{}: {}: unsupported rope_type '{}'; supported: default, linear, llama3, yarn, longrope", source, key,
+         r.rope_type);
   }
   r.factor = rd.optional_double("factor", r.factor);
   r.low_freq_factor = rd.optional_double("low_freq_factor", r.low_freq_factor);
@@ -256,7 +273,19 @@ json ModelConfig::to_json() const {
     j["torch_dtype"] = torch_dtype;
   if (j.contains("attention_bias") || attention_bias) j["attention_bias"] = attention_bias;
   json rs = nullptr;
-  if (rope_scaling.rope_type != "default") {
+  if (rope_scaling.rope_type == "longrope") {
+    // Older Transformers (Phi3Config) accept exactly type, short_factor and long_factor: only what the file gave.
+    const char* key = raw.contains("rope_parameters") ? "rope_parameters" : "rope_scaling";
+    const bool old_key = raw.contains(key) && raw[key].is_object() && raw[key].contains("type") &&
+                         !raw[key].contains("rope_type");
+    rs = {{old_key ? "type" : "rope_type", "longrope"},
+          {"short_factor", rope_scaling.short_factor},
+          {"long_factor", rope_scaling.long_factor}};
+    if (rope_scaling.factor_given) rs["factor"] = rope_scaling.factor;
+    if (rope_scaling.attention_factor) rs["attention_factor"] = *rope_scaling.attention_factor;
+    if (rope_scaling.original_max_position_embeddings > 0)
+      rs["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+  } else if (rope_scaling.rope_type != "default") {
     rs = {{"rope_type", rope_scaling.rope_type}, {"factor", rope_scaling.factor}};
     if (rope_scaling.rope_type == "llama3") {
       rs["low_freq_factor"] = rope_scaling.low_freq_factor;

@@ -16,7 +16,8 @@
 namespace tp {
 
 // rope_scaling (or rope_parameters in newer files). rope_type is one of
-// "default", "linear", "llama3", "yarn"; the fields each needs are validated.
+// "default", "linear", "llama3", "yarn", "longrope" ("su" in older Phi-3 files);
+// the fields each needs are validated.
 struct RopeScalingConfig {
   std::string rope_type = "default";
   double factor = 1.0;
@@ -29,6 +30,10 @@ struct RopeScalingConfig {
   std::optional<double> attention_factor;
   std::optional<double> mscale, mscale_all_dim;  // DeepSeek's yarn
   std::optional<bool> truncate;                  // yarn: round the correction range (default true)
+  // longrope: per-frequency divisors (rotary_dim / 2 each), short_factor up to the
+  // original context, long_factor past it; `factor` only when the file gives it.
+  std::vector<double> short_factor, long_factor;
+  bool factor_given = false;
 };
 
 // Head sizes (head_dim, DeepSeek's qk_rope_head_dim ...) above this are refused

@@ -8,4 +8,19 @@ const DecoderArgs& decoder_args(const nn::ForwardArgs& args, const nn::Module& m
   return *decoder;
 }
 
+Tensor decoder_attention(const DecoderArgs& args, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                         ops::AttentionOptions opt) {
+  if (args.cache == nullptr) return ops::attention(q, k, v, opt);
+  ops::KVCache& cache = args.cache->layers.at(layer);
+  opt.causal = true;
+  opt.q_offsets = cache.lengths();
+  if (!args.counts.empty()) {
+    cache.append(k, v, args.counts);
+  } else {
+    cache.append(k, v);
+  }
+  opt.kv_lens = cache.lengths();
+  return ops::attention(q, cache.keys(), cache.values(), opt);
+}
+
 }  // namespace tp

@@ -22,4 +22,11 @@ struct DecoderArgs : nn::RouterLogitsArgs {
 // `args` as the DecoderArgs a layer of `module` needs, or an error naming the module.
 const DecoderArgs& decoder_args(const nn::ForwardArgs& args, const nn::Module& module);
 
+// Layer `layer`'s attention of q [B, T, Hq, D] over k, v [B, T, Hkv, D] at the
+// call's positions: with a cache, k and v join that layer's (row b appends
+// counts[b] tokens) and q attends causally over all it holds; without, causal
+// over k and v. From `opt`: scale, sliding_window, sinks. -> [B, T, Hq, D].
+Tensor decoder_attention(const DecoderArgs& args, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                         ops::AttentionOptions opt);
+
 }  // namespace tp

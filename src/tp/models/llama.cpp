@@ -97,25 +97,8 @@ Tensor LlamaAttention::forward_with(const std::vector<Tensor>& inputs, const nn:
   if (sinks != nullptr)
     sink_logits = sinks->data.dtype() == DType::F32 ? sinks->data : ops::to_dtype(sinks->data, DType::F32);
 
-  Tensor out;
-  if (context.cache != nullptr) {
-    ops::KVCache& cache = context.cache->layers.at(layer_index);
-    std::vector<int64_t> q_offsets = cache.lengths();
-    if (!context.counts.empty()) {
-      cache.append(k, v, context.counts);
-    } else {
-      cache.append(k, v);
-    }
-    out = ops::attention(q, cache.keys(), cache.values(),
-                         {.scale = scale_,
-                          .causal = true,
-                          .kv_lens = cache.lengths(),
-                          .q_offsets = q_offsets,
-                          .sliding_window = sliding_window,
-                          .sinks = sink_logits});
-  } else {
-    out = ops::attention(q, k, v, {.scale = scale_, .sliding_window = sliding_window, .sinks = sink_logits});
-  }
+  Tensor out = decoder_attention(context, layer_index, q, k, v,
+                                 {.scale = scale_, .sliding_window = sliding_window, .sinks = sink_logits});
   return o_proj(ops::reshape(out, {B, T, -1}));
 }
 

@@ -108,6 +108,63 @@ json qwen2_config(const Sizes& s, int64_t sliding_window) {
   return j;
 }
 
+// Phi-3's keys (Phi3Config): the context it was trained on (original_max_position_embeddings,
+// where longrope switches to long_factor), its window, and Transformers' plan for the fused
+// projections (gathered outputs: q|k|v and gate|up are cut after them).
+json phi3_config(const Sizes& s, int64_t original_max, json sliding_window, json rope_scaling) {
+  json j = common_keys(s);
+  j.erase("head_dim");  // hidden_size / num_attention_heads
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["model_type"] = "phi3";
+  j["attention_bias"] = false;
+  j["embd_pdrop"] = 0.0;
+  j["resid_pdrop"] = 0.0;
+  j["original_max_position_embeddings"] = original_max;
+  j["pad_token_id"] = s.eos;
+  j["sliding_window"] = sliding_window;
+  j["rope_scaling"] = rope_scaling;
+  j["base_model_tp_plan"] = {{"layers.*.self_attn.qkv_proj", "colwise_rep"},
+                             {"layers.*.self_attn.o_proj", "rowwise_rep"},
+                             {"layers.*.mlp.gate_up_proj", "colwise_rep"},
+                             {"layers.*.mlp.down_proj", "rowwise_rep"}};
+  return j;
+}
+
+// Phi-3.5-mini's LongRoPE factors (its config.json), 48 per list for 96 rotary dims.
+json phi35_longrope() {
+  return {{"long_factor",
+           {1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,  1.5899999141693115,
+            1.600000023841858,  1.6200000047683716, 2.620000123977661,  3.2300000190734863, 3.2300000190734863,
+            4.789999961853027,  7.400000095367432,  7.700000286102295,  9.09000015258789,   12.199999809265137,
+            17.670000076293945, 24.46000099182129,  28.57000160217285,  30.420001983642578, 30.840002059936523,
+            32.590003967285156, 32.93000411987305,  42.320003509521484, 44.96000289916992,  50.340003967285156,
+            50.45000457763672,  57.55000305175781,  57.93000411987305,  58.21000289916992,  60.1400032043457,
+            62.61000442504883,  62.62000274658203,  62.71000289916992,  63.1400032043457,   63.1400032043457,
+            63.77000427246094,  63.93000411987305,  63.96000289916992,  63.970001220703125, 64.02999877929688,
+            64.06999969482422,  64.08000183105469,  64.12000274658203,  64.41000366210938,  64.4800033569336,
+            64.51000213623047,  64.52999877929688,  64.83999633789062}},
+          {"short_factor",
+           {1.0,                1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842,
+            1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0699999332427979,
+            1.0999999046325684, 1.1099998950958252, 1.1599998474121094, 1.1599998474121094, 1.1699998378753662,
+            1.2899998426437378, 1.339999794960022,  1.679999828338623,  1.7899998426437378, 1.8199998140335083,
+            1.8499997854232788, 1.8799997568130493, 1.9099997282028198, 1.9399996995925903, 1.9899996519088745,
+            2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+            2.0199997425079346, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+            2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+            2.0799996852874756, 2.0899996757507324, 2.189999580383301,  2.2199995517730713, 2.5899994373321533,
+            2.729999542236328,  2.749999523162842,  2.8399994373321533}},
+          {"type", "longrope"}};
+}
+
+// The tiny preset's: 6 factors for 12 rotary dims (head_dim 16 x partial_rotary_factor 0.75),
+// the long ones larger, as trained lists are.
+json tiny_longrope() {
+  return {{"long_factor", {1.0, 1.5, 2.5, 4.0, 6.0, 8.0}},
+          {"short_factor", {1.0, 1.05, 1.1, 1.2, 1.4, 1.5}},
+          {"type", "longrope"}};
+}
+
 // Mixtral's expert entries (Transformers' MixtralConfig.base_model_tp_plan / _ep_plan).
 json moe_tp_plan_entries(json plan) {
   plan["layers.*.mlp.experts.gate_up_proj"] = "packed_colwise";
@@ -378,6 +435,27 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
         {"qwen2.5-7b", [] {
            return qwen2_config(
                {3584, 18944, 28, 28, 4, 128, 152064, 131072, 1e6, 1e-6, false, "bfloat16", 151643, 151643}, 131072);
+         }}}},
+      // tiny: 12 query heads over 6 KV heads of 16 (q|k|v 384 and gate|up 768 wide, split
+      // 1-4 ways), 12 of each head's 16 dims rotary, LongRoPE trained on 32 positions of
+      // 256: the tests' longer prompts and generations switch to long_factor.
+      {"phi3",
+       {{"tiny",
+         [] {
+           json j = phi3_config({192, 384, 2, 12, 6, 16, 516, 256, 10000.0, 1e-5, false, "float32", 1, 2}, 32, nullptr,
+                                tiny_longrope());
+           j["partial_rotary_factor"] = 0.75;
+           return j;
+         }},
+        {"phi-3-mini-4k",
+         [] {
+           return phi3_config({3072, 8192, 32, 32, 32, 96, 32064, 4096, 10000.0, 1e-5, false, "bfloat16", 1, 32000},
+                              4096, 2047, nullptr);
+         }},
+        {"phi-3.5-mini", [] {
+           return phi3_config(
+               {3072, 8192, 32, 32, 32, 96, 32064, 131072, 10000.0, 1e-5, false, "bfloat16", 1, 32000}, 4096, 262144,
+               phi35_longrope());
          }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},
