@@ -214,9 +214,10 @@ std::vector<MicroBatch> Trainer::micro_batches_for(int64_t step) const {
 }
 
 bool Trainer::fused_loss() const {
+  // The fused loss runs lm_head's GEMM itself: logits soft-capped after it take the plain path.
   nn::Linear& head = model_.lm().output_embeddings();
   return (model_.tp_size() == 1 || loss_parallel_) && head.adapter() == nullptr && head.bias == nullptr &&
-         head.weight.data.defined();
+         head.weight.data.defined() && model_.lm().final_logit_softcapping() == 0;
 }
 
 Trainer::MicroBatchLoss Trainer::loss_of(const Tensor& ids, const Tensor& labels, double normalizer,
