@@ -210,6 +210,8 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           // sinks, windowed layers, experts cut on whole interleaved gate/up pairs
                                           ArchCase{"gpt_oss", 1e-4}, ArchCase{"gpt_oss-mxfp4", 1e-4},
                                           ArchCase{"deepseek_v3", 1e-4},
+                                          // one KV head (replicated), a window of 4 on layer 0, capped logits
+                                          ArchCase{"gemma3", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
                                            ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2}),

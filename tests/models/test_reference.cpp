@@ -43,7 +43,9 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
                                           "qwen3_moe", "qwen3_moe-window", "deepseek_v2", "deepseek_v2-q-lora",
                                           "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4", "qwen3_moe-route",
                                           "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route",
-                                          "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm"));
+                                          "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm",
+                                          // sandwich norms, local / global rope, soft-capped logits
+                                          "gemma3"));
 
 // GPT-OSS's MXFP4 experts at inference stay packed (ops::QuantizedLinear::e2m1 an expert: codes and f16 scales,
 // ~4.5 bits a weight) and give the logits of the same checkpoint loaded for training, whose experts are
