@@ -382,4 +382,4 @@ TEST(LoraConfig, RegexTargetsAndPeftFiles) {
       << "PEFT writes nulls for unset keys";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Lora, ::testing::Values("llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Models, Lora, ::testing::Values("llama", "qwen3", "gemma3"));

@@ -224,7 +224,7 @@ TEST_P(Training, VocabParallelLossEqualsGatheredLogits) {
 // the q-lora one dense.
 INSTANTIATE_TEST_SUITE_P(Models, Training,
                          ::testing::Values("llama", "mistral", "qwen3", "qwen3-kv2", "mixtral", "qwen3_moe", "deepseek_v2",
-                                           "deepseek_v2-q-lora-dense", "deepseek_v3", "gpt_oss"));
+                                           "deepseek_v2-q-lora-dense", "deepseek_v3", "gpt_oss", "gemma3"));
 
 namespace {
 
