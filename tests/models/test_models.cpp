@@ -214,7 +214,9 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           ArchCase{"gemma3", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
-                                           ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2}),
+                                           ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2},
+                                           // and Gemma's embedding scale rounded to bf16
+                                           ArchCase{"gemma3-bf16", 3e-2}),
                          [](const auto& info) {
                            std::string n = info.param.model;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -112,9 +112,10 @@ Gemma3Layers gemma3_layers(const ModelConfig& c) {
     }
     return g;
   }
+  // Gemma3TextConfig's rope_theta default is 1e6 (ModelConfig's, Llama's, 1e4).
   auto scaling = c.raw.find("rope_scaling");
-  g.global_inv_freq = gemma3_inv_freq(c, c.rope_theta, scaling == c.raw.end() ? nlohmann::json() : *scaling,
-                                      "rope_scaling");
+  g.global_inv_freq = gemma3_inv_freq(c, raw_number(c, "rope_theta", 1e6),
+                                      scaling == c.raw.end() ? nlohmann::json() : *scaling, "rope_scaling");
   g.local_inv_freq = gemma3_inv_freq(c, raw_number(c, "rope_local_base_freq", 10000.0), nullptr,
                                      "rope_local_base_freq");
   return g;
