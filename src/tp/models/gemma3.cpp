@@ -54,7 +54,11 @@ std::vector<float> gemma3_inv_freq(const ModelConfig& c, double theta, const nlo
   std::vector<float> f = ops::rope_inv_freq(c.head_dim, theta);
   if (scaling.is_null()) return f;
   TP_CHECK(scaling.is_object(), "{}: {} must be an object or null, got {}", c.source, where, scaling.dump());
-  const std::string type = scaling.value("rope_type", scaling.value("type", std::string("default")));
+  auto type_key = scaling.find("rope_type");
+  if (type_key == scaling.end()) type_key = scaling.find("type");
+  TP_CHECK(type_key == scaling.end() || type_key->is_string(), "{}: {}: 'rope_type' must be a string, got {}",
+           c.source, where, type_key == scaling.end() ? "none" : type_key->dump());
+  const std::string type = type_key == scaling.end() ? "default" : type_key->get<std::string>();
   if (type == "default") return f;
   TP_CHECK(type == "linear", "{}: {}: rope_type '{}' is not supported for gemma3_text; supported: default, linear",
            c.source, where, type);
@@ -103,8 +107,8 @@ Gemma3Layers gemma3_layers(const ModelConfig& c) {
   if (params != c.raw.end() && params->is_object() && params->contains("full_attention")) {
     for (auto [key, out] : {std::pair{"full_attention", &g.global_inv_freq}, {"sliding_attention", &g.local_inv_freq}}) {
       auto p = params->find(key);
-      TP_CHECK(p != params->end() && p->is_object() && p->contains("rope_theta"),
-               "{}: rope_parameters.{} must be an object with 'rope_theta', got {}", c.source, key,
+      TP_CHECK(p != params->end() && p->is_object() && p->contains("rope_theta") && (*p)["rope_theta"].is_number(),
+               "{}: rope_parameters.{} must be an object with a numeric 'rope_theta', got {}", c.source, key,
                p == params->end() ? "none" : p->dump());
       *out = gemma3_inv_freq(c, (*p)["rope_theta"].get<double>(), *p,
                              key == std::string("full_attention") ? "rope_parameters.full_attention"
@@ -139,7 +143,7 @@ Gemma3Attention::Gemma3Attention(const std::string& name, int64_t index, const M
       sliding_window(g.window.at(static_cast<size_t>(index))),
       head_dim_(c.head_dim),
       scale_(g.scale),
-      inv_freq_(sliding_window > 0 ? g.local_inv_freq : g.global_inv_freq) {}
+      inv_freq_(sliding_window > 0 ? &g.local_inv_freq : &g.global_inv_freq) {}
 
 Tensor Gemma3Attention::forward(const std::vector<Tensor>& inputs) {
   fail("{}: attention runs inside its decoder layer, which hands it the positions (DecoderArgs)", name());
@@ -153,8 +157,8 @@ Tensor Gemma3Attention::forward_with(const std::vector<Tensor>& inputs, const nn
   Tensor q = q_norm(ops::reshape(q_proj(x), {B, T, -1, D}));
   Tensor k = k_norm(ops::reshape(k_proj(x), {B, T, -1, D}));
   Tensor v = ops::reshape(v_proj(x), {B, T, -1, D});
-  q = ops::apply_rope(q, context.positions, inv_freq_);
-  k = ops::apply_rope(k, context.positions, inv_freq_);
+  q = ops::apply_rope(q, context.positions, *inv_freq_);
+  k = ops::apply_rope(k, context.positions, *inv_freq_);
   ops::AttentionOptions opt{.scale = scale_, .sliding_window = sliding_window};
   Tensor out;
   if (context.cache == nullptr) {
@@ -224,8 +228,9 @@ Tensor Gemma3DecoderLayer::forward_with(const std::vector<Tensor>& inputs, const
 
 Gemma3ForCausalLM::Gemma3ForCausalLM(const ModelConfig& config)
     : CausalLM(config),
+      layers_(gemma3_layers(config)),
       model(add_module(std::make_unique<Gemma3TextModel>(
-          "model", config, gemma3_layers(config),
+          "model", config, layers_,
           DecoderBodyOptions{.embed_scale = std::sqrt(static_cast<double>(config.hidden_size)),
                              .norm_weight_offset = kNormOffset}))),
       lm_head(add_module(std::make_unique<nn::Linear>("lm_head", config.hidden_size, config.vocab_size, false))) {

@@ -36,6 +36,7 @@ Gemma3Layers gemma3_layers(const ModelConfig& c);
 
 class Gemma3Attention : public nn::Module {
  public:
+  // Keeps a pointer to g's rope table for its kind: g outlives it (Gemma3ForCausalLM holds it).
   Gemma3Attention(const std::string& name, int64_t index, const ModelConfig& c, const Gemma3Layers& g);
   nn::Linear& q_proj;
   nn::Linear& k_proj;
@@ -54,7 +55,7 @@ class Gemma3Attention : public nn::Module {
  private:
   int64_t head_dim_;
   double scale_;
-  std::vector<float> inv_freq_;  // this layer's: local or global
+  const std::vector<float>* inv_freq_;  // this layer's: local or global
 };
 
 class Gemma3MLP : public nn::Module {
@@ -89,6 +90,8 @@ class Gemma3DecoderLayer : public nn::Module {
 using Gemma3TextModel = DecoderModel<Gemma3DecoderLayer, Gemma3Layers>;
 
 class Gemma3ForCausalLM : public CausalLM {
+  Gemma3Layers layers_;  // read off the config before the tree that points into it
+
  public:
   explicit Gemma3ForCausalLM(const ModelConfig& config);
   Gemma3TextModel& model;
