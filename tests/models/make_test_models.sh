@@ -55,6 +55,9 @@ aux=(--set output_router_logits=true --set router_aux_loss_coef=0.02)
 "$tp" make-model --arch gemma3_text --preset tiny "${std[@]}" --set num_key_value_heads=1 --seed 12 --out "$out/gemma3"
 /usr/bin/python3 "$(dirname "$0")/fill_biases.py" "$out/gemma3" "norm.weight"
 "$tp" make-model --arch gemma3_text --preset tiny "${std[@]}" --dtype bf16 --seed 12 --out "$out/gemma3-bf16"
+# The same language model inside Gemma3ForConditionalGeneration's files (both prefixes), with a vision tower.
+/usr/bin/python3 "$(dirname "$0")/make_gemma3_vlm.py" "$out/gemma3" "$out/gemma3-vlm" hub
+/usr/bin/python3 "$(dirname "$0")/make_gemma3_vlm.py" "$out/gemma3" "$out/gemma3-vlm-v5" v5
 # DeepSeek-V2's MLA with and without the query LoRA, layer 1 MoE with shared experts
 # (greedy; group-limited in q-lora), and DeepSeek-V3 (sigmoid, noaux_tc), skewed alike.
 "$tp" make-model --arch deepseek_v2 --preset tiny "${std[@]}" --out "$out/deepseek_v2"

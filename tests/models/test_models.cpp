@@ -212,6 +212,8 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           ArchCase{"deepseek_v3", 1e-4},
                                           // one KV head (replicated), a window of 4 on layer 0, capped logits
                                           ArchCase{"gemma3", 1e-4},
+                                          // the same in Gemma3ForConditionalGeneration's files: sliced reads renamed
+                                          ArchCase{"gemma3-vlm", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
                                            ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2},

@@ -134,11 +134,11 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.model_type = rd.optional_string("model_type", "");
   TP_CHECK(!c.model_type.empty(), "{}: required key 'model_type' is missing (e.g. \"llama\", \"qwen3\")", source);
   // A vision-language config (Gemma3ForConditionalGeneration) keeps its language model's keys under text_config and
-  // its weights under language_model.*: not a causal LM checkpoint tp reads.
+  // its weights under language_model.*: Checkpoint::open reads a gemma3 model directory as its language model.
   TP_CHECK(!j.contains("text_config") || j.contains("hidden_size"),
            "{}: model_type '{}' is a multimodal config (its text model under 'text_config', its weights under "
-           "'language_model.'); tp runs text-only checkpoints such as model_type \"gemma3_text\" "
-           "(Gemma3ForCausalLM)",
+           "'language_model.'); tp runs text models: model_type \"gemma3_text\" (Gemma3ForCausalLM), or a gemma3 "
+           "model directory read as its gemma3_text language model",
            source, c.model_type);
   if (const json* a = rd.get("architectures")) {
     TP_CHECK(a->is_array(), "{}: 'architectures' must be a list of strings, got {}", source, a->dump());

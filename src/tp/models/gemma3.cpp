@@ -79,6 +79,29 @@ double raw_number(const ModelConfig& c, const char* key, double fallback) {
 
 }  // namespace
 
+bool is_gemma3_multimodal(const nlohmann::json& raw) {
+  return raw.is_object() && raw.value("model_type", nlohmann::json()) == "gemma3" && raw.contains("text_config");
+}
+
+nlohmann::json gemma3_text_config_of(const nlohmann::json& raw) {
+  const nlohmann::json& text = raw.at("text_config");
+  TP_CHECK(text.is_object(), "config.json: 'text_config' must be an object, got {}", text.dump());
+  TP_CHECK(!text.contains("model_type") || text["model_type"] == "gemma3_text",
+           "config.json: text_config's model_type is {}; a gemma3 config's text model is \"gemma3_text\"",
+           text["model_type"].dump());
+  // Gemma3TextConfig's defaults for the keys the arithmetic needs.
+  nlohmann::json j = {{"vocab_size", 262208},       {"hidden_size", 2304},       {"intermediate_size", 9216},
+                      {"num_hidden_layers", 26},     {"num_attention_heads", 8},  {"num_key_value_heads", 4},
+                      {"head_dim", 256},             {"rope_theta", 1000000.0},   {"rms_norm_eps", 1e-6},
+                      {"max_position_embeddings", 131072}};
+  for (const char* key : {"torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id"})
+    if (raw.contains(key)) j[key] = raw[key];
+  for (auto it = text.begin(); it != text.end(); ++it) j[it.key()] = it.value();
+  j["model_type"] = "gemma3_text";
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  return j;
+}
+
 Gemma3Layers gemma3_layers(const ModelConfig& c) {
   Gemma3Layers g;
   TP_CHECK(!c.raw_bool("use_bidirectional_attention", false),

@@ -25,6 +25,13 @@
 
 namespace tp {
 
+// Gemma3ForConditionalGeneration's config.json (model_type "gemma3"): whether
+// `raw` is one, and its language model's config as a gemma3_text config.json:
+// text_config with Gemma3TextConfig's defaults for the size keys it leaves out
+// (the Hub's gemma-3-4b lists few), and the top level's dtype and token ids.
+bool is_gemma3_multimodal(const nlohmann::json& raw);
+nlohmann::json gemma3_text_config_of(const nlohmann::json& raw);
+
 // What the layers read off the config once: each layer's window and rope.
 struct Gemma3Layers {
   std::vector<int64_t> window;   // per layer: 0 (full attention) or sliding_window
