@@ -88,6 +88,11 @@ TEST(Presets, Gemma3OneBHasItsShapesAndDefaults) {
   EXPECT_EQ(by_name.at("model.layers.0.pre_feedforward_layernorm.weight"), (Shape{1152}));
   EXPECT_EQ(by_name.at("model.layers.0.post_feedforward_layernorm.weight"), (Shape{1152}));
   EXPECT_EQ(by_name.count("lm_head.weight"), 0u);
+  // gemma-3-4b's language model: 34 layers of 8 heads (4 KV) over 2560, linear x8 rope on the global layers.
+  ModelConfig b4 = make_preset_config("gemma3_text", "gemma-3-4b");
+  const int64_t layer4 = 2560 * 2048 * 2 + 2560 * 1024 * 2 + 3 * 2560 * 10240 + 4 * 2560 + 2 * 256;
+  EXPECT_EQ(param_count(checkpoint_layout(b4)), 262208LL * 2560 + 34 * layer4 + 2560);
+  EXPECT_EQ(b4.rope_scaling.rope_type, "linear");
 }
 
 TEST(Presets, TinyPresetsSplitAcrossRanks) {

@@ -389,6 +389,13 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
                                   6, 256.0, nullptr, nullptr);
            j["eos_token_id"] = {1, 106};
            return j;
+         }},
+        // google/gemma-3-4b-pt's language model (its text_config over Gemma3TextConfig's defaults) as a text model.
+        {"gemma-3-4b", [] {
+           json j = gemma3_config({2560, 10240, 34, 8, 4, 256, 262208, 131072, 1e6, 1e-6, true, "bfloat16", 2, 1}, 1024,
+                                  6, 256.0, {{"factor", 8.0}, {"rope_type", "linear"}}, nullptr);
+           j["eos_token_id"] = {1, 106};
+           return j;
          }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},
