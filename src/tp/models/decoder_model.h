@@ -52,7 +52,10 @@ class DecoderModel : public nn::Module {
     UnitHooks* hooks = unit_hooks != nullptr ? *unit_hooks : nullptr;
     if (hooks != nullptr) hooks->begin_forward();
     Tensor h = embed_tokens(inputs.at(0));
-    if (embed_scale_ != 1.0) h = ops::scale(h, scale_in_dtype(embed_scale_, embed_tokens.weight.data.dtype()));
+    if (embed_scale_ != 1.0) {
+      const Tensor& w = embed_tokens.weight.data;  // FSDP may hold it only inside the call
+      h = ops::scale(h, scale_in_dtype(embed_scale_, w.defined() ? w.dtype() : h.dtype()));
+    }
     if (hooks != nullptr) h = hooks->leave_embedding(h);
     for (size_t i = 0; i < layers.size(); ++i) {
       const auto layer = static_cast<int64_t>(i);

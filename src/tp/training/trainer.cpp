@@ -138,6 +138,12 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
     }
   TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
   if (fsdp.enabled) {
+    // Soft-capped logits take the unfused loss, whose lm_head forward FSDP's root gather does not cover yet.
+    TP_CHECK(model_.lm().final_logit_softcapping() == 0,
+             "fsdp: a model whose logits are soft-capped after lm_head (final_logit_softcapping {}) does not train "
+             "under FSDP yet (its unfused loss reads lm_head's weight outside FSDP's gather); use dp_replicate (DDP) "
+             "with tp instead",
+             model_.lm().final_logit_softcapping());
     fsdp_ = std::make_unique<FullyShardedDataParallel>(*params_, mesh.group("dp_replicate"),
                                                        fsdp.reshard_after_forward);
     model_.lm().set_unit_hooks(fsdp_.get());
