@@ -38,6 +38,19 @@ TEST(Config, DefaultsFollowTransformers) {
   EXPECT_TRUE(c.base_model_tp_plan.empty());
 }
 
+TEST(Config, GemmaTiesByDefaultAndAMultimodalConfigIsRefused) {
+  json g = base();
+  g["model_type"] = "gemma3_text";
+  EXPECT_TRUE(ModelConfig::from_json(g, "x").tie_word_embeddings);  // Gemma3TextConfig keeps PretrainedConfig's
+  g["tie_word_embeddings"] = false;
+  EXPECT_FALSE(ModelConfig::from_json(g, "x").tie_word_embeddings);
+  // Gemma3ForConditionalGeneration: the text model under text_config, its weights under language_model.
+  const json vlm = {{"model_type", "gemma3"}, {"text_config", g}, {"vision_config", json::object()}};
+  const std::string e = error_of(vlm);
+  for (const char* part : {"dir/config.json", "'gemma3'", "text_config", "language_model.", "gemma3_text"})
+    EXPECT_NE(e.find(part), std::string::npos) << part << " in: " << e;
+}
+
 TEST(Config, ReadsEveryField) {
   json j = base();
   j["num_key_value_heads"] = 2;

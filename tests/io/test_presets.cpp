@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "tp/models/auto.h"
 #include "tp/models/phi3.h"
@@ -155,8 +156,33 @@ TEST(Presets, Phi3ConfigErrorsNameFileAndKey) {
             std::string::npos);
 }
 
+TEST(Presets, Gemma3OneBHasItsShapesAndDefaults) {
+  // google/gemma-3-1b-pt's config.json: no tie_word_embeddings key (tied by Gemma3TextConfig's default), no
+  // hidden_act (hidden_activation), one KV head, every 6th layer global.
+  ModelConfig c = make_preset_config("gemma3_text", "gemma-3-1b");
+  EXPECT_FALSE(c.raw.contains("tie_word_embeddings"));
+  EXPECT_FALSE(c.raw.contains("hidden_act"));
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.to_json().contains("hidden_act"));
+  // 262144 x 1152 embedding + 26 layers of (q, k, v, o, gate, up, down, 4 norms over 1152, q/k norms over 256) + norm.
+  const int64_t layer = 1152 * 1024 * 2 + 1152 * 256 * 2 + 3 * 1152 * 6912 + 4 * 1152 + 2 * 256;
+  EXPECT_EQ(param_count(checkpoint_layout(c)), 262144LL * 1152 + 26 * layer + 1152);
+  EXPECT_EQ(param_count(checkpoint_layout(c)), 999885952);
+  std::map<std::string, Shape> by_name;
+  for (const ParamSpec& p : checkpoint_layout(c)) by_name[p.name] = p.shape;
+  EXPECT_EQ(by_name.at("model.layers.25.self_attn.q_norm.weight"), (Shape{256}));
+  EXPECT_EQ(by_name.at("model.layers.0.pre_feedforward_layernorm.weight"), (Shape{1152}));
+  EXPECT_EQ(by_name.at("model.layers.0.post_feedforward_layernorm.weight"), (Shape{1152}));
+  EXPECT_EQ(by_name.count("lm_head.weight"), 0u);
+  // gemma-3-4b's language model: 34 layers of 8 heads (4 KV) over 2560, linear x8 rope on the global layers.
+  ModelConfig b4 = make_preset_config("gemma3_text", "gemma-3-4b");
+  const int64_t layer4 = 2560 * 2048 * 2 + 2560 * 1024 * 2 + 3 * 2560 * 10240 + 4 * 2560 + 2 * 256;
+  EXPECT_EQ(param_count(checkpoint_layout(b4)), 262208LL * 2560 + 34 * layer4 + 2560);
+  EXPECT_EQ(b4.rope_scaling.rope_type, "linear");
+}
+
 TEST(Presets, TinyPresetsSplitAcrossRanks) {
-  for (const std::string arch : {"llama", "mistral", "qwen3"}) {
+  for (const std::string arch : {"llama", "mistral", "qwen3", "gemma3_text"}) {
     ModelConfig c = make_preset_config(arch, "tiny");
     EXPECT_EQ(c.num_attention_heads, 24) << arch;
     EXPECT_EQ(c.num_key_value_heads, 12) << arch;  // GQA; divisible by 1, 2, 3, 4
@@ -173,7 +199,7 @@ TEST(Presets, ErrorsListTheValidNames) {
     make_preset_config("gpt2", "tiny");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, deepseek_v3, gpt_oss, llama, mistral, mixtral, phi3, qwen2, qwen3, qwen3_moe"),
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'gpt2'; supported: deepseek_v2, deepseek_v3, gemma3_text, gpt_oss, llama, mistral, mixtral, phi3, qwen2, qwen3, qwen3_moe"),
               std::string::npos);
   }
   try {

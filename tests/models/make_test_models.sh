@@ -52,6 +52,15 @@ aux=(--set output_router_logits=true --set router_aux_loss_coef=0.02)
 "$tp" make-model --arch gpt_oss --preset tiny "${std[@]}" --set intermediate_size=96 --mxfp4 --seed 3 \
   --out "$out/gpt_oss-mxfp4"
 "${skew[@]}" "$out/gpt_oss-mxfp4" "model.layers.{}.mlp.router.weight" 5 6,7
+# Gemma 3 text: layer 0 sliding (window 4, local rope base), layer 1 global (linear-scaled rope), one KV head
+# (replicated on every rank, as gemma-3-1b's), logits capped at 2; its (1 + w) norm weights, zeros as drawn,
+# drawn like biases so that each norm's weight matters.
+"$tp" make-model --arch gemma3_text --preset tiny "${std[@]}" --set num_key_value_heads=1 --seed 12 --out "$out/gemma3"
+/usr/bin/python3 "$(dirname "$0")/fill_biases.py" "$out/gemma3" "norm.weight"
+"$tp" make-model --arch gemma3_text --preset tiny "${std[@]}" --dtype bf16 --seed 12 --out "$out/gemma3-bf16"
+# The same language model inside Gemma3ForConditionalGeneration's files (both prefixes), with a vision tower.
+/usr/bin/python3 "$(dirname "$0")/make_gemma3_vlm.py" "$out/gemma3" "$out/gemma3-vlm" hub
+/usr/bin/python3 "$(dirname "$0")/make_gemma3_vlm.py" "$out/gemma3" "$out/gemma3-vlm-v5" v5
 # DeepSeek-V2's MLA with and without the query LoRA, layer 1 MoE with shared experts
 # (greedy; group-limited in q-lora), and DeepSeek-V3 (sigmoid, noaux_tc), skewed alike.
 "$tp" make-model --arch deepseek_v2 --preset tiny "${std[@]}" --out "$out/deepseek_v2"
@@ -110,6 +119,7 @@ train=(--preset tiny --set hidden_size=32 --set intermediate_size=64 --set num_a
 phi3_rope='{"type": "longrope", "short_factor": [1.0, 1.1, 1.3], "long_factor": [1.0, 2.0, 4.0]}'
 "$tp" make-model --arch phi3 "${train[@]}" --set "rope_scaling=$phi3_rope" --set original_max_position_embeddings=8 \
   --out "$out/phi3-train"
+"$tp" make-model --arch gemma3_text "${train[@]}" --seed 3 --out "$out/gemma3-train"
 # Larger ones for the memory estimate's grid (tests/training/test_memory_estimate.cpp):
 # activations, logits and optimizer state all a visible part of a step's peak.
 mem=(--preset tiny --set hidden_size=256 --set intermediate_size=512 --set num_attention_heads=8

@@ -211,13 +211,19 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Equivalence,
                                           // sinks, windowed layers, experts cut on whole interleaved gate/up pairs
                                           ArchCase{"gpt_oss", 1e-4}, ArchCase{"gpt_oss-mxfp4", 1e-4},
                                           ArchCase{"deepseek_v3", 1e-4},
+                                          // one KV head (replicated), a window of 4 on layer 0, capped logits
+                                          ArchCase{"gemma3", 1e-4},
+                                          // the same in Gemma3ForConditionalGeneration's files: sliced reads renamed
+                                          ArchCase{"gemma3-vlm", 1e-4},
                                            // bf16 weights: activations are rounded to bf16 before each matmul, and
                                            // the ranks' partial sums are rounded at other points than one rank's.
                                            ArchCase{"llama-bf16", 3e-2}, ArchCase{"gpt_oss-bf16", 3e-2},
                                            // fused q|k|v and gate|up gathered on every rank (Transformers' plan),
                                            // partial rotary dims, LongRoPE's short and long factors
                                            ArchCase{"phi3", 1e-4}, ArchCase{"phi3-long", 1e-4},
-                                           ArchCase{"phi3-window", 1e-4}, ArchCase{"phi3-bf16", 3e-2}),
+                                           ArchCase{"phi3-window", 1e-4}, ArchCase{"phi3-bf16", 3e-2},
+                                           // and Gemma's embedding scale rounded to bf16
+                                           ArchCase{"gemma3-bf16", 3e-2}),
                          [](const auto& info) {
                            std::string n = info.param.model;
                            std::replace(n.begin(), n.end(), '-', '_');

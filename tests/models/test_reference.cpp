@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "tp/io/safetensors.h"
+#include "tp/models/checkpoint.h"
 #include "tp/models/auto.h"
 #include "tp/nn/moe.h"
 
@@ -44,7 +45,31 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Reference,
                                           "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4", "qwen3_moe-route",
                                           "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route",
                                           "deepseek_v2-route", "deepseek_v3-route", "deepseek_v3-route-nonorm",
-                                          "phi3", "phi3-long", "phi3-window"));
+                                          "phi3", "phi3-long", "phi3-window",
+                                          // sandwich norms, local / global rope, soft-capped logits
+                                          "gemma3"));
+
+// Gemma3ForConditionalGeneration's files (make_gemma3_vlm.py: Google's language_model.model.* and Transformers
+// v5's model.language_model.*, a sparse text_config, a vision tower) read as their language model: the text
+// model's config and exactly its logits; the vision tensors are not the model's.
+TEST(Gemma3Multimodal, ReadsItsLanguageModel) {
+  const std::string dir = env("TP_TEST_MODELS") + "/";
+  const Tensor ids = Tensor::from_ints({1, 17, 42, 99, 250, 3, 511, 7}, {1, 8});
+  PretrainedModel text = AutoModelForCausalLM::from_pretrained(dir + "gemma3", {.verbose = false});
+  const Tensor want = text.forward(ids);
+  for (const char* name : {"gemma3-vlm", "gemma3-vlm-v5"}) {
+    const Checkpoint ckpt = Checkpoint::open(dir + name);
+    EXPECT_EQ(ckpt.config().model_type, "gemma3_text") << name;
+    EXPECT_EQ(ckpt.config().num_hidden_layers, 2) << name;
+    EXPECT_DOUBLE_EQ(ckpt.config().rope_theta, 1e6) << name;  // Gemma3TextConfig's default: the key was dropped
+    EXPECT_TRUE(ckpt.has("model.embed_tokens.weight")) << name;
+    for (const std::string& t : ckpt.tensor_names())
+      EXPECT_EQ(t.rfind("model.layers.", 0) == 0 || t == "model.embed_tokens.weight" || t == "model.norm.weight", true)
+          << name << ": " << t;
+    PretrainedModel vlm = AutoModelForCausalLM::from_pretrained(dir + name, {.verbose = false});
+    EXPECT_EQ(max_abs_diff(vlm.forward(ids), want), 0.0) << name;
+  }
+}
 
 // LongRoPE's factors follow each call's length, as Transformers' dynamic update picks
 // them: a prefill within the original context (2 positions) caches keys turned by

@@ -39,6 +39,24 @@ TEST(RmsNorm, Gradcheck) {
   TP_EXPECT_GRADCHECK(fn, {param({3, 6}, 1), param({6}, 2)});
 }
 
+TEST(RmsNorm, WeightOffsetScalesByOnePlusW) {
+  // Gemma: (1 + w) * x / rms(x), against a double-precision reference; w = 0 is the plain norm with ones.
+  Tensor x = Tensor::randn({3, 5}, 3, 0.f, 2.f), w = Tensor::randn({5}, 4);
+  std::vector<float> xv = x.to_vector(), wv = w.to_vector();
+  std::vector<double> want(xv.size());
+  for (size_t r = 0; r < 3; ++r) {
+    double ss = 0;
+    for (size_t i = 0; i < 5; ++i) ss += static_cast<double>(xv[r * 5 + i]) * xv[r * 5 + i];
+    const double rstd = 1 / std::sqrt(ss / 5 + 1e-6);
+    for (size_t i = 0; i < 5; ++i) want[r * 5 + i] = (1.0 + wv[i]) * xv[r * 5 + i] * rstd;
+  }
+  EXPECT_TRUE(close(ops::rms_norm(x, w, 1e-6, 1.0), want, 1e-5, 1e-5));
+  EXPECT_TRUE(equal(ops::rms_norm(x, Tensor::zeros({5}), 1e-6, 1.0), ops::rms_norm(x, Tensor::full({5}, 1.0), 1e-6)));
+  EXPECT_EQ(w.to_vector(), wv);  // the offset is added to a copy
+  auto fn = [](const std::vector<Tensor>& in) { return ops::rms_norm(in[0], in[1], 1e-5, 1.0); };
+  TP_EXPECT_GRADCHECK(fn, {param({3, 6}, 5), param({6}, 6)});
+}
+
 namespace {
 
 std::map<std::string, std::vector<double>> load_golden() {

@@ -126,6 +126,16 @@ TEST(Activation, Gradcheck) {
   TP_EXPECT_GRADCHECK(gelu_tanh, {param({2, 5}, 3, 2.f)});
   auto swiglu = [](const std::vector<Tensor>& in) { return ops::swiglu(in[0], in[1]); };
   TP_EXPECT_GRADCHECK(swiglu, {param({3, 4}, 4), param({3, 4}, 5)});
+  auto softcap = [](const std::vector<Tensor>& in) { return ops::softcap(in[0], 1.5); };
+  TP_EXPECT_GRADCHECK(softcap, {param({2, 5}, 6, 3.f)});
+}
+
+TEST(Softcap, IsCapTimesTanhOfXOverCap) {
+  Tensor x = Tensor::randn({4, 6}, 7, 0.f, 10.f);
+  EXPECT_TRUE(close(ops::softcap(x, 3.0), apply(x, [](double v) { return 3.0 * std::tanh(v / 3.0); }), 1e-5, 1e-5));
+  std::vector<float> y = ops::softcap(x, 3.0).to_vector();
+  for (float v : y) EXPECT_LE(std::fabs(v), 3.0f);
+  expect_error([&] { ops::softcap(x, 0.0); }, {"softcap", "0"});
 }
 
 TEST(Softmax, MatchesNaiveOnEveryDim) {

@@ -35,8 +35,10 @@ sqrt(1 + ln(max_pos / original) / ln(original)) (or the given attention_factor);
 its sliding_window on every layer. With a KV cache, each call picks its own
 factors: the golden's step_logits are a step whose cached keys used the others.
 
-  reference_forward.py write MODELS_DIR GOLDEN_DIR   # (re)write the golden logits
-  reference_forward.py check MODELS_DIR GOLDEN_DIR   # recompute; exit 1 if they differ
+Gemma 3 text: see gemma3_forward.
+
+  reference_forward.py write MODELS_DIR GOLDEN_DIR [NAME...]  # (re)write the golden logits (of NAMEs only)
+  reference_forward.py check MODELS_DIR GOLDEN_DIR            # recompute; exit 1 if they differ
 """
 import json
 import math
@@ -50,7 +52,7 @@ MODELS = ["llama", "llama-mlp-bias", "mistral", "qwen3", "qwen3-window", "qwen2"
           "deepseek_v2", "deepseek_v2-q-lora", "deepseek_v3", "gpt_oss", "gpt_oss-mxfp4",
           # routing branches, on unskewed routers (tests/models/make_test_models.sh)
           "qwen3_moe-route", "qwen3_moe-route-norm", "mixtral-route", "gpt_oss-route", "deepseek_v2-route",
-          "deepseek_v3-route", "deepseek_v3-route-nonorm", "phi3", "phi3-long", "phi3-window"]
+          "deepseek_v3-route", "deepseek_v3-route-nonorm", "phi3", "phi3-long", "phi3-window", "gemma3"]
 INPUT_IDS = [1, 17, 42, 99, 250, 3, 511, 7, 300, 12]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64, "I32": torch.int32,
           "U8": torch.uint8}
@@ -477,10 +479,73 @@ def mla_attention(cfg, w, p, h, mask):
     return out @ w[a + "o_proj.weight"].T
 
 
+def gemma3_layer_types(cfg):
+    """Gemma3TextConfig: layer_types, else layer i global when (i + 1) % sliding_window_pattern == 0 (default 6)."""
+    if cfg.get("layer_types") is not None:
+        return cfg["layer_types"]
+    pattern = cfg.get("sliding_window_pattern") or 6
+    return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(cfg["num_hidden_layers"])]
+
+
+def gemma3_forward(cfg, w, ids):
+    """Gemma 3 text: embeddings times sqrt(hidden), (1 + w) RMSNorms, sandwich norms around attention and MLP,
+    q/k RMSNorm per head before RoPE, scores times query_pre_attn_scalar^-0.5, local layers windowed with RoPE
+    base rope_local_base_freq (no scaling), global layers rope_theta with rope_scaling, GeGLU (tanh gelu) MLP,
+    logits soft-capped by final_logit_softcapping (attn_logit_softcapping unused, as in Transformers' Gemma 3)."""
+    eps = cfg["rms_norm_eps"]
+    B, T = ids.shape
+    nh, nkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+
+    def norm(x, weight):
+        return rms_norm(x, 1.0 + weight.float(), eps)
+
+    def rope(theta, scaling):
+        c = dict(cfg, rope_theta=theta, rope_scaling=scaling)
+        ang = torch.outer(torch.arange(T).float(), inv_freq(c, D))
+        emb = torch.cat((ang, ang), dim=-1)
+        return emb.cos()[:, None, :], emb.sin()[:, None, :]
+
+    tables = {"full_attention": rope(cfg.get("rope_theta", 1e6), cfg.get("rope_scaling")),
+              "sliding_attention": rope(cfg.get("rope_local_base_freq", 10000.0), None)}
+    causal = torch.full((T, T), float("-inf")).triu(1)
+    window = cfg.get("sliding_window", 4096)
+    masks = {"full_attention": causal,
+             "sliding_attention": causal.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf"))}
+    gelu = "tanh" if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu" else "none"
+
+    x = w["model.embed_tokens.weight"][ids] * math.sqrt(cfg["hidden_size"])
+    for i, kind in enumerate(gemma3_layer_types(cfg)):
+        p = f"model.layers.{i}."
+        a = p + "self_attn."
+        h = norm(x, w[p + "input_layernorm.weight"])
+        q = norm((h @ w[a + "q_proj.weight"].T).view(B, T, nh, D), w[a + "q_norm.weight"])
+        k = norm((h @ w[a + "k_proj.weight"].T).view(B, T, nkv, D), w[a + "k_norm.weight"])
+        v = (h @ w[a + "v_proj.weight"].T).view(B, T, nkv, D)
+        cos, sin = tables[kind]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(nh // nkv, dim=2)
+        v = v.repeat_interleave(nh // nkv, dim=2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * cfg.get("query_pre_attn_scalar", 256) ** -0.5 + masks[kind]
+        att = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(B, T, nh * D)
+        x = x + norm(att @ w[a + "o_proj.weight"].T, w[p + "post_attention_layernorm.weight"])
+        h = norm(x, w[p + "pre_feedforward_layernorm.weight"])
+        m = p + "mlp."
+        act = torch.nn.functional.gelu(h @ w[m + "gate_proj.weight"].T, approximate=gelu) * (h @ w[m + "up_proj.weight"].T)
+        x = x + norm(act @ w[m + "down_proj.weight"].T, w[p + "post_feedforward_layernorm.weight"])
+    x = norm(x, w["model.norm.weight"])
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", True) else w["lm_head.weight"]
+    logits = x @ head.T
+    cap = cfg.get("final_logit_softcapping")
+    return cap * torch.tanh(logits / cap) if cap else logits
+
+
 def forward_batch(cfg, w, ids, expert_loads=None, router_logits=None):
     """Logits [B, T, V] of int64 ids [B, T] (causal, positions 0..T-1 in every row). The
     tensors in w may be autograd leaves (the training oracle passes nn.Parameters);
     router_logits, when given, collects every sparse layer's router logits."""
+    if cfg["model_type"] == "gemma3_text":
+        return gemma3_forward(cfg, w, ids)
     eps = cfg["rms_norm_eps"]
     B, T = ids.shape
     causal = torch.full((T, T), float("-inf")).triu(1)
@@ -547,10 +612,24 @@ def step_logits(model_dir, ids):
     return out
 
 
+def gemma3_features(cfg):
+    """Gemma 3's config keys that change the math, each turned off: every one must move the logits."""
+    return {"the window": dict(cfg, sliding_window=1 << 30),
+            "the local rope base": dict(cfg, rope_local_base_freq=cfg.get("rope_theta")),
+            "rope_scaling": dict(cfg, rope_scaling=None),
+            "final_logit_softcapping": dict(cfg, final_logit_softcapping=None),
+            "query_pre_attn_scalar": dict(cfg, query_pre_attn_scalar=cfg["head_dim"])}
+
+
 def forward(model_dir, ids):
     cfg, w = load_model(model_dir)
     loads = []
     logits = forward_batch(cfg, w, torch.tensor([ids]), loads)[0]
+    if cfg["model_type"] == "gemma3_text":
+        for feature, other in gemma3_features(cfg).items():
+            diff = (forward_batch(other, w, torch.tensor([ids]))[0] - logits).abs().max().item()
+            print(f"{os.path.basename(model_dir)}: max |logits - logits without {feature}| = {diff:.3g}")
+            assert diff > 1e-2 * logits.abs().max().item(), f"{feature} must change the logits at these ids"
     off = without_feature(os.path.basename(model_dir), cfg, w)
     if off is not None:
         diff = (forward_batch(*off, torch.tensor([ids]))[0] - logits).abs().max().item()
@@ -564,12 +643,16 @@ def forward(model_dir, ids):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("write", "check"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("write", "check") or (sys.argv[1] == "check" and len(sys.argv) > 4):
         raise SystemExit(__doc__)
-    mode, models_dir, golden_dir = sys.argv[1:]
+    mode, models_dir, golden_dir = sys.argv[1:4]
+    names = sys.argv[4:] or MODELS
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; known: {MODELS}")
     torch.set_num_threads(1)
     bad = 0
-    for name in MODELS:
+    for name in names:
         with torch.no_grad():
             logits = forward(os.path.join(models_dir, name), INPUT_IDS)
         path = os.path.join(golden_dir, f"{name}.safetensors")

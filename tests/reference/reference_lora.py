@@ -38,7 +38,7 @@ Files, for each model M (GOLDEN_DIR/...):
       over its micro-batches, before clipping), final.<PEFT key> (adapter after STEPS steps);
       __metadata__ holds every hyperparameter.
 
-  reference_lora.py write MODELS_DIR GOLDEN_DIR   # (re)write the files above
+  reference_lora.py write MODELS_DIR GOLDEN_DIR [MODEL...]  # (re)write the files above (of MODELs only)
   reference_lora.py check MODELS_DIR GOLDEN_DIR   # recompute; exit 1 if anything moved
 """
 import json
@@ -55,7 +55,8 @@ from reference_training import (  # noqa: E402
     compare_tensors, decayed, read_safetensors, write_safetensors)
 import reference_training  # noqa: E402
 
-MODELS = {"llama": "llama-train", "qwen3": "qwen3-train", "qwen2": "qwen2-train", "phi3": "phi3-train"}
+MODELS = {"llama": "llama-train", "qwen3": "qwen3-train", "qwen2": "qwen2-train", "phi3": "phi3-train",
+          "gemma3": "gemma3-train"}
 
 R, LORA_ALPHA = 4, 8
 SCALING = LORA_ALPHA / R
@@ -156,13 +157,16 @@ def report(model, out):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("write", "check"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("write", "check") or (sys.argv[1] == "check" and len(sys.argv) > 4):
         raise SystemExit(__doc__)
-    mode, models_dir, golden_dir = sys.argv[1:]
+    mode, models_dir, golden_dir = sys.argv[1:4]
+    names = sys.argv[4:] or list(MODELS)
+    if any(n not in MODELS for n in names):
+        raise SystemExit(f"unknown model(s) in {names}; known: {list(MODELS)}")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     nbad = 0
-    for model, dirname in MODELS.items():
+    for model, dirname in ((n, MODELS[n]) for n in names):
         init, out, cfg = train(os.path.join(models_dir, dirname))
         path = os.path.join(golden_dir, f"lora_{model}.safetensors")
         init_dir = os.path.join(golden_dir, f"lora_{model}_init")

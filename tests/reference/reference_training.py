@@ -3,7 +3,7 @@
 gradient accumulation, grad-norm clipping, AdamW with Hugging Face Trainer's
 weight-decay groups and a warmup + cosine schedule, on the *-train test models.
 
-Model math: reference_forward.forward_batch (the published Llama/Mistral/Qwen3/Phi-3 math)
+Model math: reference_forward.forward_batch (the published Llama/Mistral/Qwen3/Qwen2/Phi-3/Gemma 3 math)
 with every checkpoint tensor an f32 nn.Parameter. Optimizer, clipping and schedule are
 torch's own (torch.optim.AdamW, clip_grad_norm_, LambdaLR), with Transformers' formulas.
 
@@ -27,7 +27,7 @@ Golden file (safetensors): input_ids, labels (I64 [STEPS, ACCUM, BATCH, SEQ_LEN]
 loss, grad_norm, lr (F32 [STEPS]), aux_loss (MoE), final.<tensor> (F32, weights after STEPS steps);
 __metadata__ holds every hyperparameter.
 
-  reference_training.py write MODELS_DIR GOLDEN_DIR   # (re)write golden/train_<model>.safetensors
+  reference_training.py write MODELS_DIR GOLDEN_DIR [MODEL...]  # (re)write golden/train_<model>.safetensors
   reference_training.py check MODELS_DIR GOLDEN_DIR   # recompute; exit 1 if anything moved
 """
 import json
@@ -43,7 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_forward import forward_batch, load_model  # noqa: E402
 
 MODELS = {"llama": "llama-train", "mistral": "mistral-train", "qwen3": "qwen3-train", "qwen3_moe": "qwen3_moe-train",
-          "qwen2": "qwen2-train", "phi3": "phi3-train"}
+          "qwen2": "qwen2-train", "phi3": "phi3-train",
+          "gemma3": "gemma3-train"}
 
 STEPS, ACCUM, BATCH, SEQ_LEN = 20, 2, 2, 16
 SEED = 1234
@@ -270,13 +271,16 @@ def compare(model, golden, meta, out, cfg):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("write", "check"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("write", "check") or (sys.argv[1] == "check" and len(sys.argv) > 4):
         raise SystemExit(__doc__)
-    mode, models_dir, golden_dir = sys.argv[1:]
+    mode, models_dir, golden_dir = sys.argv[1:4]
+    names = sys.argv[4:] or list(MODELS)
+    if any(n not in MODELS for n in names):
+        raise SystemExit(f"unknown model(s) in {names}; known: {list(MODELS)}")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     nbad = 0
-    for model, dirname in MODELS.items():
+    for model, dirname in ((n, MODELS[n]) for n in names):
         out, cfg = train(os.path.join(models_dir, dirname))
         path = os.path.join(golden_dir, f"train_{model}.safetensors")
         if mode == "write":

@@ -88,11 +88,11 @@ TEST_P(Conformance, MatchesReferenceOnEveryCorpusLine) {
     EXPECT_EQ(tok.decode(refs[i].ids, /*skip_special_tokens=*/true), refs[i].decoded_skip);
 
     // Round trip without clean-up: the text itself (invalid bytes as U+FFFD,
-    // Qwen3 NFC-normalized; Llama 2's decoder turns every "▁", its space marker,
-    // back into a space, so a literal one comes back as a space).
+    // Qwen3 NFC-normalized; Llama 2's and Gemma 3's decoders turn every "▁",
+    // their space marker, back into a space, so a literal one comes back as a space).
     std::string text = utf8::to_valid(lines[i]);
     if (name == "qwen3" || name == "qwen2_5") text = nfc(text);
-    if (name == "llama2")
+    if (name == "llama2" || name == "gemma3")
       for (size_t at; (at = text.find("\u2581")) != std::string::npos;) text.replace(at, 3, " ");
     EXPECT_EQ(tok.decode(tok.encode(lines[i], false), false, /*clean_up_tokenization_spaces=*/false), text);
 
@@ -106,7 +106,7 @@ TEST_P(Conformance, MatchesReferenceOnEveryCorpusLine) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RealTokenizers, Conformance, ::testing::Values("llama2", "llama3", "qwen3", "qwen2_5", "deepseek_v3", "gptoss"));
+INSTANTIATE_TEST_SUITE_P(RealTokenizers, Conformance, ::testing::Values("llama2", "llama3", "qwen3", "qwen2_5", "deepseek_v3", "gptoss", "gemma3"));
 
 }  // namespace
 }  // namespace tp

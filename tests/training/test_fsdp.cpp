@@ -311,6 +311,14 @@ TEST(FsdpErrors, NameTheOptionAndTheSizes) {
   TrainingArguments orphan = args_for("err");
   orphan.fsdp_config = {{"reshard_after_forward", false}};
   EXPECT_NE(message({"dpshard4", 1, 4, 1}, orphan).find("without fsdp"), std::string::npos);
+  // Gemma 3's soft-capped logits: refused by name rather than failing inside the step.
+  try {
+    PretrainedModel m = load("gemma3", {"dpshard4", 1, 4, 1});
+    Trainer t(m, args_for("err", "full_shard"), data());
+    ADD_FAILURE() << "expected FSDP to refuse a soft-capped model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("final_logit_softcapping 2"), std::string::npos) << e.what();
+  }
 }
 
 // Evaluation under FSDP: ranks with one batch fewer (6 batches over 4 ranks) run

@@ -397,4 +397,4 @@ TEST(LoraConfig, RegexTargetsAndPeftFiles) {
       << "PEFT writes nulls for unset keys";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Lora, ::testing::Values("llama", "qwen3", "qwen2", "phi3"));
+INSTANTIATE_TEST_SUITE_P(Models, Lora, ::testing::Values("llama", "qwen3", "qwen2", "phi3", "gemma3"));

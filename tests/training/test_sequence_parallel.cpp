@@ -103,7 +103,9 @@ TEST_P(SequenceParallelTraining, LossesAndGradientsEqualWithout) {
 // evenly, 7 does not, and 3 leaves a rank without tokens at tp 4.
 INSTANTIATE_TEST_SUITE_P(Models, SequenceParallelTraining,
                          ::testing::Values(TrainCase{"llama", 16}, TrainCase{"llama", 7}, TrainCase{"qwen3", 16},
-                                           TrainCase{"qwen3", 7}, TrainCase{"qwen3", 3}, TrainCase{"qwen3-kv2", 7}),
+                                           TrainCase{"qwen3", 7}, TrainCase{"qwen3", 3}, TrainCase{"qwen3-kv2", 7},
+                                           // sandwich norms (four per layer on sequence shards), capped logits
+                                           TrainCase{"gemma3", 7}),
                          case_name);
 
 TEST(SequenceParallelTraining, VocabParallelLossAndGatheredLogitsAgree) {
@@ -177,7 +179,7 @@ TEST_P(SequenceParallelInference, GreedyTokensEqualWithout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SequenceParallelInference,
-                         ::testing::Values("llama", "llama-bf16", "mistral", "qwen3", "qwen3-kv2"),
+                         ::testing::Values("llama", "llama-bf16", "mistral", "qwen3", "qwen3-kv2", "gemma3"),
                          [](const auto& info) {
                            std::string m = info.param;
                            std::replace(m.begin(), m.end(), '-', '_');

@@ -227,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(Models, Training,
                                            "deepseek_v2-q-lora-dense", "deepseek_v3", "gpt_oss",
                                            // fused q|k|v and gate|up gathered (colwise_rep) and split again
                                            // (rowwise_rep)
-                                           "phi3"));
+                                           "phi3", "gemma3"));
 
 namespace {
 

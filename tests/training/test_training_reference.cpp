@@ -103,4 +103,4 @@ TEST_P(Reference, TwentyStepsMatchPyTorch) {
   EXPECT_EQ(compared, static_cast<int>(trainer.parameters().params().size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Reference, ::testing::Values("llama", "mistral", "qwen3", "qwen3_moe", "qwen2", "phi3"));
+INSTANTIATE_TEST_SUITE_P(Models, Reference, ::testing::Values("llama", "mistral", "qwen3", "qwen3_moe", "qwen2", "phi3", "gemma3"));

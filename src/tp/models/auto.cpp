@@ -9,6 +9,7 @@
 #include "tp/models/checkpoint.h"
 #include "tp/models/config_check.h"
 #include "tp/models/deepseek_v2.h"
+#include "tp/models/gemma3.h"
 #include "tp/models/loader.h"
 #include "tp/models/phi3.h"
 #include "tp/models/variants.h"
@@ -28,6 +29,7 @@ std::unique_ptr<CausalLM> llama_family(const ModelConfig& c) {
 // DeepSeek-V3 is V2's module tree; its differences are in the config it reads (deepseek_v2.h).
 std::unique_ptr<CausalLM> deepseek(const ModelConfig& c) { return std::make_unique<DeepseekV2ForCausalLM>(c); }
 std::unique_ptr<CausalLM> phi3(const ModelConfig& c) { return std::make_unique<Phi3ForCausalLM>(c); }
+std::unique_ptr<CausalLM> gemma3(const ModelConfig& c) { return std::make_unique<Gemma3ForCausalLM>(c); }
 
 const std::vector<std::pair<std::string, Factory>>& architectures() {
   static const std::vector<std::pair<std::string, Factory>> list = {{"llama", llama_family<llama_variant>},
@@ -39,7 +41,8 @@ const std::vector<std::pair<std::string, Factory>>& architectures() {
                                                                     {"gpt_oss", llama_family<gpt_oss_variant>},
                                                                     {"deepseek_v2", deepseek},
                                                                     {"deepseek_v3", deepseek},
-                                                                    {"phi3", phi3}};
+                                                                    {"phi3", phi3},
+                                                                    {"gemma3_text", gemma3}};
   return list;
 }
 

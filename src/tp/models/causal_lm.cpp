@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tp/nn/moe.h"
+#include "tp/ops/activation.h"
 #include "tp/ops/router_loss.h"
 #include "tp/ops/shape.h"
 
@@ -93,7 +94,9 @@ HiddenOutput CausalLM::forward_hidden(const Tensor& ids, const ForwardOptions& o
 CausalLMOutput CausalLM::forward_ids(const Tensor& ids, const ForwardOptions& options) {
   HiddenOutput decoded = forward_hidden(ids, options);
   const Tensor h = logit_rows(decoded.hidden, options.logit_positions);
-  return {.logits = output_embeddings().call_with_style({h}, head_style(options.sharded_logits)),
+  Tensor logits = output_embeddings().call_with_style({h}, head_style(options.sharded_logits));
+  if (final_logit_softcapping_ > 0) logits = ops::softcap(logits, final_logit_softcapping_);
+  return {.logits = logits,
           .vocab_start = logits_vocab_start(options.sharded_logits),
           .router_logits = std::move(decoded.router_logits),
           .aux_loss = decoded.aux_loss};

@@ -124,6 +124,10 @@ class CausalLM : public nn::Module {
   HiddenOutput forward_hidden(const Tensor& ids, const ForwardOptions& options = {});
   // lm_head (Transformers' get_output_embeddings).
   virtual nn::Linear& output_embeddings() = 0;
+  // Logits soft-capped after lm_head, cap * tanh(logits / cap) (Gemma's
+  // final_logit_softcapping; elementwise, so sharded logits too); 0: none.
+  // A loss that runs lm_head's GEMM itself must not skip it.
+  double final_logit_softcapping() const { return final_logit_softcapping_; }
 
   // Whether a forward may ask for sharded_logits, and the style lm_head then
   // runs under (its planned column split without the all-gather; null with one
@@ -149,6 +153,7 @@ class CausalLM : public nn::Module {
   ModelConfig config_;
   GradientCheckpointing checkpointing_;  // the decoder reads it (DecoderModel::checkpointing)
   UnitHooks* unit_hooks_ = nullptr;      // and this (DecoderModel::unit_hooks)
+  double final_logit_softcapping_ = 0;   // set by an architecture that caps its logits
 
  private:
   bool can_shard_logits_ = false;

@@ -2,6 +2,7 @@
 
 #include "tp/io/json_file.h"
 #include "tp/models/config_check.h"
+#include "tp/models/gemma3.h"
 
 namespace tp {
 
@@ -17,10 +18,45 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   TP_CHECK(fs::exists(dir / "config.json"), "{}: no config.json (a Hugging Face model directory needs one)",
            dir.string());
   Checkpoint c;
-  c.config_ = ModelConfig::load(dir / "config.json");
+  const json raw = io::read_json_file(dir / "config.json");
+  const bool multimodal = is_gemma3_multimodal(raw);
+  c.config_ = multimodal ? ModelConfig::from_json(gemma3_text_config_of(raw), (dir / "config.json").string() +
+                                                                               " (its text_config)")
+                         : ModelConfig::load(dir / "config.json");
   c.weights_ = io::TensorStore::open(dir);
+  if (multimodal) {
+    // Hub files as Google published them, or as Transformers >= 4.52 saves them.
+    if (c.weights_.has("language_model.model.embed_tokens.weight")) {
+      c.renames_ = {{"model.", "language_model.model."}, {"lm_head.", "language_model.lm_head."}};
+    } else {
+      TP_CHECK(c.weights_.has("model.language_model.embed_tokens.weight"),
+               "{}: a multimodal gemma3 checkpoint, but its weights hold neither "
+               "'language_model.model.embed_tokens.weight' nor 'model.language_model.embed_tokens.weight'",
+               dir.string());
+      c.renames_ = {{"model.", "model.language_model."}};
+    }
+  }
   validate_against_config(c);
   return c;
+}
+
+std::string Checkpoint::stored(const std::string& name) const {
+  for (const auto& [tree, hub] : renames_)
+    if (name.rfind(tree, 0) == 0) return hub + name.substr(tree.size());
+  return name;
+}
+
+std::vector<std::string> Checkpoint::tensor_names() const {
+  std::vector<std::string> names = weights_.tensor_names();
+  if (renames_.empty()) return names;
+  std::vector<std::string> out;
+  for (const std::string& n : names)
+    for (const auto& [tree, hub] : renames_)
+      if (n.rfind(hub, 0) == 0) {
+        out.push_back(tree + n.substr(hub.size()));
+        break;
+      }
+  return out;
 }
 
 void validate_against_config(const Checkpoint& ckpt) {

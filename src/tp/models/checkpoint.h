@@ -26,21 +26,27 @@ class Checkpoint {
   const ModelConfig& config() const { return config_; }
   const io::TensorStore& weights() const { return weights_; }
 
-  std::vector<std::string> tensor_names() const { return weights_.tensor_names(); }
-  bool has(const std::string& name) const { return weights_.has(name); }
-  const io::TensorInfo& info(const std::string& name) const { return weights_.info(name); }
+  // Tensor names as the model tree has them. A vision-language checkpoint
+  // (Gemma3ForConditionalGeneration) is read as its language model: its text
+  // config, its language model's tensors under their causal-LM names (stored
+  // as language_model.model.* or model.language_model.*), the vision tower's unseen.
+  std::vector<std::string> tensor_names() const;
+  bool has(const std::string& name) const { return weights_.has(stored(name)); }
+  const io::TensorInfo& info(const std::string& name) const { return weights_.info(stored(name)); }
   const std::vector<std::shared_ptr<io::SafetensorsFile>>& files() const { return weights_.files(); }
-  const io::SafetensorsFile& file_of(const std::string& name) const { return weights_.file_of(name); }
+  const io::SafetensorsFile& file_of(const std::string& name) const { return weights_.file_of(stored(name)); }
   bool sharded() const { return weights_.sharded(); }
-  Tensor read(const std::string& name, std::optional<DType> as = {}) const { return weights_.read(name, as); }
+  Tensor read(const std::string& name, std::optional<DType> as = {}) const { return weights_.read(stored(name), as); }
   Tensor read_slice(const std::string& name, int64_t dim, const std::vector<ChunkSpan>& spans,
                     std::optional<DType> as = {}) const {
-    return weights_.read_slice(name, dim, spans, as);
+    return weights_.read_slice(stored(name), dim, spans, as);
   }
 
  private:
+  std::string stored(const std::string& name) const;  // the name in the files
   ModelConfig config_;
   io::TensorStore weights_;
+  std::vector<std::pair<std::string, std::string>> renames_;  // tree prefix -> stored prefix (multimodal)
 };
 
 // Checks the config against the weights' tensor index (tp/models/config_check.h):

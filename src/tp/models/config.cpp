@@ -150,6 +150,13 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.source = source;
   c.model_type = rd.optional_string("model_type", "");
   TP_CHECK(!c.model_type.empty(), "{}: required key 'model_type' is missing (e.g. \"llama\", \"qwen3\")", source);
+  // A vision-language config (Gemma3ForConditionalGeneration) keeps its language model's keys under text_config and
+  // its weights under language_model.*: Checkpoint::open reads a gemma3 model directory as its language model.
+  TP_CHECK(!j.contains("text_config") || j.contains("hidden_size"),
+           "{}: model_type '{}' is a multimodal config (its text model under 'text_config', its weights under "
+           "'language_model.'); tp runs text models: model_type \"gemma3_text\" (Gemma3ForCausalLM), or a gemma3 "
+           "model directory read as its gemma3_text language model",
+           source, c.model_type);
   if (const json* a = rd.get("architectures")) {
     TP_CHECK(a->is_array(), "{}: 'architectures' must be a list of strings, got {}", source, a->dump());
     for (const json& s : *a) {
@@ -186,7 +193,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.rms_norm_eps = rd.optional_double("rms_norm_eps", 1e-6);
   TP_CHECK(c.rms_norm_eps > 0, "{}: 'rms_norm_eps' must be positive, got {}", source, c.rms_norm_eps);
   c.initializer_range = rd.optional_double("initializer_range", 0.02);
-  c.tie_word_embeddings = rd.optional_bool("tie_word_embeddings", false);
+  // Transformers' Llama-family configs untie by default; Gemma's keep PretrainedConfig's default (tied).
+  c.tie_word_embeddings = rd.optional_bool("tie_word_embeddings", c.model_type == "gemma3_text");
   c.attention_bias = rd.optional_bool("attention_bias", false);
   c.hidden_act = rd.optional_string("hidden_act", "silu");
   // Transformers >= 4.56 writes "dtype"; older files "torch_dtype".
@@ -266,7 +274,8 @@ json ModelConfig::to_json() const {
   j["rms_norm_eps"] = rms_norm_eps;
   j["initializer_range"] = initializer_range;
   j["tie_word_embeddings"] = tie_word_embeddings;
-  j["hidden_act"] = hidden_act;
+  // Gemma's files name it hidden_activation: no hidden_act key they lacked (the default, silu, would be wrong there).
+  if (j.contains("hidden_act") || hidden_act != "silu") j["hidden_act"] = hidden_act;
   if (j.contains("dtype") && !j.contains("torch_dtype"))
     j["dtype"] = torch_dtype;
   else

@@ -14,17 +14,27 @@
 #include "tp/models/unit_hooks.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
+#include "tp/ops/elementwise.h"
 
 namespace tp {
+
+// What an architecture changes in the shared body (Gemma: both).
+struct DecoderBodyOptions {
+  // embed_tokens' output times this, the factor first rounded to the weights'
+  // dtype as Transformers' Gemma does (sqrt(hidden_size) in bf16 for bf16 weights).
+  double embed_scale = 1.0;
+  double norm_weight_offset = 0.0;  // the final norm's (nn::RMSNorm)
+};
 
 template <class Layer, class Extra>
 class DecoderModel : public nn::Module {
  public:
-  DecoderModel(const std::string& name, const ModelConfig& c, const Extra& extra)
+  DecoderModel(const std::string& name, const ModelConfig& c, const Extra& extra, const DecoderBodyOptions& body = {})
       : nn::Module(name),
         embed_tokens(
             add_module(std::make_unique<nn::Embedding>(child_name("embed_tokens"), c.vocab_size, c.hidden_size))),
-        norm(add_layers_then_norm(c, extra)) {}
+        norm(add_layers_then_norm(c, extra, body.norm_weight_offset)),
+        embed_scale_(body.embed_scale) {}
   nn::Embedding& embed_tokens;
   std::vector<Layer*> layers;
   nn::RMSNorm& norm;
@@ -42,6 +52,10 @@ class DecoderModel : public nn::Module {
     UnitHooks* hooks = unit_hooks != nullptr ? *unit_hooks : nullptr;
     if (hooks != nullptr) hooks->begin_forward();
     Tensor h = embed_tokens(inputs.at(0));
+    if (embed_scale_ != 1.0) {
+      const Tensor& w = embed_tokens.weight.data;  // FSDP may hold it only inside the call
+      h = ops::scale(h, scale_in_dtype(embed_scale_, w.defined() ? w.dtype() : h.dtype()));
+    }
     if (hooks != nullptr) h = hooks->leave_embedding(h);
     for (size_t i = 0; i < layers.size(); ++i) {
       const auto layer = static_cast<int64_t>(i);
@@ -79,11 +93,18 @@ class DecoderModel : public nn::Module {
   }
 
   // Registration order is checkpoint order: embed_tokens, layers.0 ..., norm.
-  nn::RMSNorm& add_layers_then_norm(const ModelConfig& c, const Extra& extra) {
+  nn::RMSNorm& add_layers_then_norm(const ModelConfig& c, const Extra& extra, double norm_weight_offset) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       layers.push_back(&add_module(std::make_unique<Layer>(child_name("layers." + std::to_string(i)), i, c, extra)));
-    return add_module(std::make_unique<nn::RMSNorm>(child_name("norm"), c.hidden_size, c.rms_norm_eps));
+    return add_module(
+        std::make_unique<nn::RMSNorm>(child_name("norm"), c.hidden_size, c.rms_norm_eps, norm_weight_offset));
   }
+  static double scale_in_dtype(double s, DType dtype) {
+    if (dtype == DType::BF16) return to_f32(to_bf16(static_cast<float>(s)));
+    return s;
+  }
+
+  double embed_scale_;
 };
 
 }  // namespace tp

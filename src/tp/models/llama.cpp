@@ -279,6 +279,25 @@ parallel::Plan LlamaForCausalLM::sequence_parallel_plan() const {
   return plan;
 }
 
+void check_attention_heads(const ModelConfig& c, const AttentionProjections& qkv,
+                           const std::function<std::string(const std::string&)>& style_of, int64_t tp_size,
+                           parallel::StyleOverrides& overrides) {
+  if (style_of(qkv.q->name()) == "colwise")
+    TP_CHECK(c.num_attention_heads % tp_size == 0,
+             "num_attention_heads {} is not divisible by tp_size {} ('{}' is colwise: each rank needs whole heads)",
+             c.num_attention_heads, tp_size, qkv.q->name());
+  for (const nn::Linear* kv : {qkv.k, qkv.v}) {
+    if (style_of(kv->name()) != "colwise" || c.num_key_value_heads % tp_size == 0) continue;
+    TP_CHECK(tp_size % c.num_key_value_heads == 0,
+             "num_key_value_heads {} is not divisible by tp_size {}, and tp_size is not a multiple of it either, so "
+             "'{}' cannot be split into whole heads (use a tp_size that divides {} or is a multiple of it)",
+             c.num_key_value_heads, tp_size, kv->name(), c.num_key_value_heads);
+    // tp_size > kv heads: each KV head is held by tp_size / kv consecutive ranks.
+    overrides[kv->name()] = std::make_shared<parallel::ColwiseParallel>(
+        parallel::ColwiseParallel::Options{.kv_replicas = tp_size / c.num_key_value_heads});
+  }
+}
+
 parallel::StyleOverrides LlamaForCausalLM::check_tp(const parallel::ResolvedPlan& plan, int64_t tp_size) const {
   parallel::StyleOverrides overrides;
   auto style_of = [&](const std::string& module) {
@@ -288,20 +307,7 @@ parallel::StyleOverrides LlamaForCausalLM::check_tp(const parallel::ResolvedPlan
   const ModelConfig& c = config_;
   for (const LlamaDecoderLayer* layer : model.layers) {
     const LlamaAttention& a = layer->self_attn;
-    if (style_of(a.q_proj.name()) == "colwise")
-      TP_CHECK(c.num_attention_heads % tp_size == 0,
-               "num_attention_heads {} is not divisible by tp_size {} ('{}' is colwise: each rank needs whole heads)",
-               c.num_attention_heads, tp_size, a.q_proj.name());
-    for (const nn::Linear* kv : {&a.k_proj, &a.v_proj}) {
-      if (style_of(kv->name()) != "colwise" || c.num_key_value_heads % tp_size == 0) continue;
-      TP_CHECK(tp_size % c.num_key_value_heads == 0,
-               "num_key_value_heads {} is not divisible by tp_size {}, and tp_size is not a multiple of it either, so "
-               "'{}' cannot be split into whole heads (use a tp_size that divides {} or is a multiple of it)",
-               c.num_key_value_heads, tp_size, kv->name(), c.num_key_value_heads);
-      // tp_size > kv heads: each KV head is held by tp_size / kv consecutive ranks.
-      overrides[kv->name()] = std::make_shared<parallel::ColwiseParallel>(
-          parallel::ColwiseParallel::Options{.kv_replicas = tp_size / c.num_key_value_heads});
-    }
+    check_attention_heads(c, {&a.q_proj, &a.k_proj, &a.v_proj}, style_of, tp_size, overrides);
     if (const auto* moe = dynamic_cast<const SparseMoeBlock*>(&layer->mlp)) {
       const nn::MoeExperts& ex = moe->experts;
       auto style = plan.param_style.find(ex.gate_up_proj.name);

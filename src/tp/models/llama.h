@@ -144,4 +144,16 @@ class LlamaForCausalLM : public CausalLM {
 // The Llama plan as Transformers ships it (keys without the "model." prefix).
 parallel::Plan llama_base_tp_plan();
 
+// check_tp's head checks for one attention's projections: colwise q needs whole
+// heads per rank; colwise k / v too, or KV heads replicated over tp_size / kv
+// ranks (added to `overrides`) when tp_size is a multiple of them.
+struct AttentionProjections {
+  const nn::Linear* q;
+  const nn::Linear* k;
+  const nn::Linear* v;
+};
+void check_attention_heads(const ModelConfig& c, const AttentionProjections& qkv,
+                           const std::function<std::string(const std::string&)>& style_of, int64_t tp_size,
+                           parallel::StyleOverrides& overrides);
+
 }  // namespace tp

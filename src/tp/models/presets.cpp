@@ -165,6 +165,29 @@ json tiny_longrope() {
           {"type", "longrope"}};
 }
 
+// Gemma 3 text (google/gemma-3-1b-pt's keys): no hidden_act (hidden_activation), tied
+// embeddings by default (no key), one in every `pattern` layers global.
+json gemma3_config(const Sizes& s, int64_t sliding_window, int64_t pattern, double query_pre_attn_scalar,
+                   json rope_scaling, json final_logit_softcapping) {
+  json j = common_keys(s);
+  j.erase("hidden_act");
+  if (s.tied) j.erase("tie_word_embeddings");
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  j["model_type"] = "gemma3_text";
+  j["attention_bias"] = false;
+  j["attn_logit_softcapping"] = nullptr;
+  j["cache_implementation"] = "hybrid";
+  j["final_logit_softcapping"] = final_logit_softcapping;
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["pad_token_id"] = 0;
+  j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+  j["rope_local_base_freq"] = 10000.0;
+  j["rope_scaling"] = rope_scaling;
+  j["sliding_window"] = sliding_window;
+  j["sliding_window_pattern"] = pattern;
+  return j;
+}
+
 // Mixtral's expert entries (Transformers' MixtralConfig.base_model_tp_plan / _ep_plan).
 json moe_tp_plan_entries(json plan) {
   plan["layers.*.mlp.experts.gate_up_proj"] = "packed_colwise";
@@ -456,6 +479,27 @@ const std::map<std::string, std::map<std::string, std::function<json()>>>& prese
            return phi3_config(
                {3072, 8192, 32, 32, 32, 96, 32064, 131072, 10000.0, 1e-5, false, "bfloat16", 1, 32000}, 4096, 262144,
                phi35_longrope());
+         }}}},
+      // tiny: layer 0 sliding (window 4, base 10000), layer 1 global (base 1e6, linear x8), a
+      // query_pre_attn_scalar other than head_dim, logits capped at 2 (where tiny logits reach).
+      {"gemma3_text",
+       {{"tiny",
+         [] {
+           return gemma3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 2, 1}, 4, 2, 24.0,
+                                {{"factor", 8.0}, {"rope_type", "linear"}}, 2.0);
+         }},
+        {"gemma-3-1b", [] {
+           json j = gemma3_config({1152, 6912, 26, 4, 1, 256, 262144, 32768, 1e6, 1e-6, true, "bfloat16", 2, 1}, 512,
+                                  6, 256.0, nullptr, nullptr);
+           j["eos_token_id"] = {1, 106};
+           return j;
+         }},
+        // google/gemma-3-4b-pt's language model (its text_config over Gemma3TextConfig's defaults) as a text model.
+        {"gemma-3-4b", [] {
+           json j = gemma3_config({2560, 10240, 34, 8, 4, 256, 262208, 131072, 1e6, 1e-6, true, "bfloat16", 2, 1}, 1024,
+                                  6, 256.0, {{"factor", 8.0}, {"rope_type", "linear"}}, nullptr);
+           j["eos_token_id"] = {1, 106};
+           return j;
          }}}},
       {"qwen3",
        {{"tiny", [] { return qwen3_config({64, 192, 2, 24, 12, 16, 516, 256, 1e6, 1e-6, true, "float32", 1, 2}); }},

@@ -93,11 +93,17 @@ Tensor Embedding::forward(const std::vector<Tensor>& inputs) {
   return adapter_ ? adapter_->forward(ids, y) : y;
 }
 
-RMSNorm::RMSNorm(std::string name, int64_t dim, double eps_)
-    : Module(std::move(name)), weight(add_parameter("weight", {dim}, ParamInit::Ones)), eps(eps_) {}
+RMSNorm::RMSNorm(std::string name, int64_t dim, double eps_, double weight_offset_)
+    : Module(std::move(name)),
+      weight(add_parameter("weight", {dim}, weight_offset_ == 0.0 ? ParamInit::Ones : ParamInit::Zeros)),
+      eps(eps_),
+      weight_offset(weight_offset_) {
+  TP_CHECK(weight_offset == 0.0 || weight_offset == 1.0, "{}: weight_offset must be 0 (w) or 1 (1 + w), got {}",
+           this->name(), weight_offset);
+}
 
 Tensor RMSNorm::forward(const std::vector<Tensor>& inputs) {
-  return ops::rms_norm(single_input(inputs, name()), weight.data, eps);
+  return ops::rms_norm(single_input(inputs, name()), weight.data, eps, weight_offset);
 }
 
 }  // namespace tp::nn

@@ -93,12 +93,15 @@ class Embedding : public Module {
   std::unique_ptr<Adapter> adapter_;
 };
 
-// y = w * x / sqrt(mean(x^2) + eps) over the last dim, in f32.
+// y = w * x / sqrt(mean(x^2) + eps) over the last dim, in f32. With
+// weight_offset 1 (Gemma), y = (1 + w) * ...: the weight starts at zeros, as
+// Transformers initialises it, so that the norm starts as the plain one.
 class RMSNorm : public Module {
  public:
-  RMSNorm(std::string name, int64_t dim, double eps);
+  RMSNorm(std::string name, int64_t dim, double eps, double weight_offset = 0.0);
   Parameter& weight;
   double eps;
+  double weight_offset;
 
  protected:
   Tensor forward(const std::vector<Tensor>& inputs) override;

@@ -97,6 +97,23 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor softcap(const Tensor& x, double cap) {
+  check_f32(x, "softcap", "input");
+  TP_CHECK(cap > 0 && std::isfinite(cap), "softcap: the cap must be a positive finite number, got {}", cap);
+  const auto c = static_cast<float>(cap);
+  Tensor out = map_f32(x, [c](float v) { return c * std::tanh(v / c); });
+  if (autograd::needs_grad({x})) {
+    // dy/dx = 1 - tanh^2(x / cap) = 1 - (y / cap)^2.
+    autograd::record("softcap", {x}, {out}, [out, c](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{zip_f32(g[0], out, [c](float gv, float y) {
+        const float t = y / c;
+        return gv * (1.f - t * t);
+      })};
+    });
+  }
+  return out;
+}
+
 Tensor softmax(const Tensor& x, int64_t dim) {
   check_f32(x, "softmax", "input");
   TP_CHECK(x.dim() >= 1, "softmax: input must have at least one dimension, got shape {}", shape_str(x.shape()));

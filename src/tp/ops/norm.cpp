@@ -61,17 +61,30 @@ void norm_rows(const float* x, const float* delta, float* sum, const float* w, i
   }
 }
 
+// offset + w in f32 (a copy: w.to(F32) may be w itself).
+Tensor offset_weight(const Tensor& w, double offset) {
+  Tensor w32 = w.to(DType::F32);
+  if (offset == 0.0) return w32;
+  Tensor out = Tensor::empty(w32.shape());
+  const float* src = w32.data<float>();
+  float* dst = out.data<float>();
+  const auto o = static_cast<float>(offset);
+  for (int64_t i = 0; i < w32.numel(); ++i) dst[i] = o + src[i];
+  return out;
+}
+
 }  // namespace
 
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps, double weight_offset) {
   check_norm_args(x, w, "rms_norm");
   int64_t h = w.size(0), rows = h == 0 ? 0 : x.numel() / h;
-  Tensor w32 = w.to(DType::F32);
+  Tensor w32 = offset_weight(w, weight_offset);
   Tensor out = Tensor::empty(x.shape());
   norm_rows(x.data<float>(), nullptr, nullptr, w32.data<float>(), rows, h, eps, out);
   if (autograd::needs_grad({x, w})) {
     autograd::record("rms_norm", {x, w}, {out}, [x, w, w32, eps, rows, h](const std::vector<Tensor>& g) {
-      // xhat = x * rstd; dx = rstd * (w*g - xhat * mean(w*g*xhat)); dw = sum_rows g * xhat.
+      // xhat = x * rstd; dx = rstd * (w*g - xhat * mean(w*g*xhat)); dw = sum_rows g * xhat
+      // (w here the offset weight, whose derivative by the stored one is 1).
       const float* xs = x.data<float>();
       const float* ws = w32.data<float>();
       const float* gs = g[0].data<float>();

@@ -5,7 +5,9 @@
 
 namespace tp::ops {
 
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);
+// With a weight_offset, y = (weight_offset + w) * (x / sqrt(mean(x^2) + eps)),
+// the sum in f32: Gemma's norms (offset 1, their weights stored as w - 1).
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps, double weight_offset = 0.0);
 
 // Inference forms (no gradients), bitwise equal to the differentiable ones.
 // The output in `out_dtype`, f32 or bf16: bf16 is the rounding a bf16 projection

@@ -138,6 +138,12 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
     }
   TP_CHECK(!params_->params().empty(), "the Trainer has no parameter to train (TrainerOptions::trainable chose none)");
   if (fsdp.enabled) {
+    // Soft-capped logits take the unfused loss, whose lm_head forward FSDP's root gather does not cover yet.
+    TP_CHECK(model_.lm().final_logit_softcapping() == 0,
+             "fsdp: a model whose logits are soft-capped after lm_head (final_logit_softcapping {}) does not train "
+             "under FSDP yet (its unfused loss reads lm_head's weight outside FSDP's gather); use dp_replicate (DDP) "
+             "with tp instead",
+             model_.lm().final_logit_softcapping());
     fsdp_ = std::make_unique<FullyShardedDataParallel>(*params_, mesh.group("dp_replicate"),
                                                        fsdp.reshard_after_forward);
     model_.lm().set_unit_hooks(fsdp_.get());
@@ -214,9 +220,10 @@ std::vector<MicroBatch> Trainer::micro_batches_for(int64_t step) const {
 }
 
 bool Trainer::fused_loss() const {
+  // The fused loss runs lm_head's GEMM itself: logits soft-capped after it take the plain path.
   nn::Linear& head = model_.lm().output_embeddings();
   return (model_.tp_size() == 1 || loss_parallel_) && head.adapter() == nullptr && head.bias == nullptr &&
-         head.weight.data.defined();
+         head.weight.data.defined() && model_.lm().final_logit_softcapping() == 0;
 }
 
 Trainer::MicroBatchLoss Trainer::loss_of(const Tensor& ids, const Tensor& labels, double normalizer,

