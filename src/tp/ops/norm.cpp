@@ -1,14 +1,18 @@
 #include "tp/ops/norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/norm_kernels.h"
 #include "tp/ops/util.h"
 #include "tp/tensor/convert.h"
 
 namespace tp::ops {
 
 namespace {
+
+// ---- CPU kernels
 
 // 1 / sqrt(mean(row^2) + eps).
 float rstd_of(const float* row, int64_t h, double eps) {
@@ -26,19 +30,15 @@ std::vector<float> row_rstd(const float* x, int64_t rows, int64_t h, double eps)
   return rstd;
 }
 
-void check_norm_args(const Tensor& x, const Tensor& w, const char* what) {
-  check_f32(x, what, "input");
-  check_floating(w, what);
-  TP_CHECK(x.dim() >= 1 && w.dim() == 1 && w.size(0) == x.size(-1),
-           "{}: weight shape {} does not match input shape {} (weight must be [last dim of input])", what,
-           shape_str(w.shape()), shape_str(x.shape()));
-}
-
-// The rows of x normalized into `out` (f32 or bf16), a row at a time: every
-// form of the norm goes through here, so they agree bitwise. With `delta`, each
-// row is first summed into `sum` (x + delta), and normalized while still in L1.
-void norm_rows(const float* x, const float* delta, float* sum, const float* w, int64_t rows, int64_t h, double eps,
-               Tensor& out) {
+// A row at a time: every form of the norm goes through here, so they agree
+// bitwise. With delta, a row is summed and normalized while still in L1.
+void normalize_rows_cpu(const Tensor& x_t, const Tensor& delta_t, const Tensor& sum_t, const Tensor& w_t, double eps,
+                        const Tensor& out) {
+  const int64_t h = w_t.size(0), rows = h == 0 ? 0 : x_t.numel() / h;
+  const float* x = x_t.data<float>();
+  const float* w = w_t.data<float>();
+  const float* delta = delta_t.defined() ? delta_t.data<float>() : nullptr;
+  float* sum = sum_t.defined() ? sum_t.data<float>() : nullptr;
   const bool to_bf16 = out.dtype() == DType::BF16;
 #pragma omp parallel if (rows * h > 65536)
   {
@@ -61,58 +61,84 @@ void norm_rows(const float* x, const float* delta, float* sum, const float* w, i
   }
 }
 
+void offset_weight_cpu(const Tensor& w, double offset, const Tensor& out) {
+  const float* src = w.data<float>();
+  float* dst = out.data<float>();
+  const auto o = static_cast<float>(offset);
+  for (int64_t i = 0; i < w.numel(); ++i) dst[i] = o + src[i];
+}
+
+// xhat = x * rstd; dx = rstd * (w*g - xhat * mean(w*g*xhat)); dw = sum_rows g * xhat.
+void norm_backward_cpu(const Tensor& x, const Tensor& w, const Tensor& g, double eps, const Tensor& dx,
+                       const Tensor& dw) {
+  const int64_t h = w.size(0), rows = h == 0 ? 0 : x.numel() / h;
+  const float* xs = x.data<float>();
+  const float* ws = w.data<float>();
+  const float* gs = g.data<float>();
+  std::vector<float> rstd = row_rstd(xs, rows, h, eps);
+  if (dx.defined()) {
+    float* d = dx.data<float>();
+#pragma omp parallel for schedule(static) if (rows * h > 65536)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = xs + r * h;
+      const float* gr = gs + r * h;
+      float dot = 0;
+      for (int64_t i = 0; i < h; ++i) dot += ws[i] * gr[i] * xr[i] * rstd[r];
+      float mean = dot / static_cast<float>(h);
+      for (int64_t i = 0; i < h; ++i) d[r * h + i] = rstd[r] * (ws[i] * gr[i] - xr[i] * rstd[r] * mean);
+    }
+  }
+  if (dw.defined()) {
+    float* d = dw.data<float>();
+    std::fill(d, d + h, 0.f);
+#pragma omp parallel for schedule(static) if (rows * h > 65536)
+    for (int64_t i0 = 0; i0 < h; i0 += 64) {
+      int64_t i1 = std::min(h, i0 + 64);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = i0; i < i1; ++i) d[i] += gs[r * h + i] * xs[r * h + i] * rstd[r];
+    }
+  }
+}
+
+constexpr NormKernels kCpuNormKernels{normalize_rows_cpu, offset_weight_cpu, norm_backward_cpu};
+
+// ---- the ops
+
+void check_norm_args(const Tensor& x, const Tensor& w, const char* what) {
+  check_f32(x, what, "input");
+  check_floating(w, what);
+  TP_CHECK(x.dim() >= 1 && w.dim() == 1 && w.size(0) == x.size(-1),
+           "{}: weight shape {} does not match input shape {} (weight must be [last dim of input])", what,
+           shape_str(w.shape()), shape_str(x.shape()));
+}
+
 // offset + w in f32 (a copy: w.to(F32) may be w itself).
 Tensor offset_weight(const Tensor& w, double offset) {
   Tensor w32 = w.to(DType::F32);
   if (offset == 0.0) return w32;
   Tensor out = Tensor::empty(w32.shape());
-  const float* src = w32.data<float>();
-  float* dst = out.data<float>();
-  const auto o = static_cast<float>(offset);
-  for (int64_t i = 0; i < w32.numel(); ++i) dst[i] = o + src[i];
+  norm_kernels().on(w32).offset_weight(w32, offset, out);
   return out;
 }
 
 }  // namespace
 
+KernelTable<NormKernels>& norm_kernels() {
+  static KernelTable<NormKernels> table("rms_norm", &kCpuNormKernels);
+  return table;
+}
+
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps, double weight_offset) {
   check_norm_args(x, w, "rms_norm");
-  int64_t h = w.size(0), rows = h == 0 ? 0 : x.numel() / h;
   Tensor w32 = offset_weight(w, weight_offset);
   Tensor out = Tensor::empty(x.shape());
-  norm_rows(x.data<float>(), nullptr, nullptr, w32.data<float>(), rows, h, eps, out);
+  norm_kernels().on(x, w32).normalize_rows(x, Tensor(), Tensor(), w32, eps, out);
   if (autograd::needs_grad({x, w})) {
-    autograd::record("rms_norm", {x, w}, {out}, [x, w, w32, eps, rows, h](const std::vector<Tensor>& g) {
-      // xhat = x * rstd; dx = rstd * (w*g - xhat * mean(w*g*xhat)); dw = sum_rows g * xhat
-      // (w here the offset weight, whose derivative by the stored one is 1).
-      const float* xs = x.data<float>();
-      const float* ws = w32.data<float>();
-      const float* gs = g[0].data<float>();
-      std::vector<float> rstd = row_rstd(xs, rows, h, eps);
-      Tensor dx, dw;
-      if (x.requires_grad()) {
-        dx = Tensor::empty(x.shape());
-        float* d = dx.data<float>();
-#pragma omp parallel for schedule(static) if (rows * h > 65536)
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* xr = xs + r * h;
-          const float* gr = gs + r * h;
-          float dot = 0;
-          for (int64_t i = 0; i < h; ++i) dot += ws[i] * gr[i] * xr[i] * rstd[r];
-          float mean = dot / static_cast<float>(h);
-          for (int64_t i = 0; i < h; ++i) d[r * h + i] = rstd[r] * (ws[i] * gr[i] - xr[i] * rstd[r] * mean);
-        }
-      }
-      if (w.requires_grad()) {
-        dw = Tensor::zeros({h});
-        float* d = dw.data<float>();
-#pragma omp parallel for schedule(static) if (rows * h > 65536)
-        for (int64_t i0 = 0; i0 < h; i0 += 64) {
-          int64_t i1 = std::min(h, i0 + 64);
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t i = i0; i < i1; ++i) d[i] += gs[r * h + i] * xs[r * h + i] * rstd[r];
-        }
-      }
+    autograd::record("rms_norm", {x, w}, {out}, [x, w, w32, eps](const std::vector<Tensor>& g) {
+      // w32 is the offset weight, whose derivative by the stored one is 1.
+      Tensor dx = x.requires_grad() ? Tensor::empty(x.shape()) : Tensor();
+      Tensor dw = w.requires_grad() ? Tensor::empty(w32.shape()) : Tensor();
+      norm_kernels().on(x, w32, g[0]).backward(x, w32, g[0], eps, dx, dw);
       return std::vector<Tensor>{dx, dw};
     });
   }
@@ -133,10 +159,9 @@ void check_inference_norm(const std::vector<Tensor>& inputs, DType out_dtype, co
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps, DType out_dtype) {
   check_norm_args(x, w, "rms_norm");
   check_inference_norm({x, w}, out_dtype, "rms_norm");
-  int64_t h = w.size(0), rows = h == 0 ? 0 : x.numel() / h;
   Tensor w32 = w.to(DType::F32);
   Tensor out = Tensor::empty(x.shape(), out_dtype);
-  norm_rows(x.data<float>(), nullptr, nullptr, w32.data<float>(), rows, h, eps, out);
+  norm_kernels().on(x, w32).normalize_rows(x, Tensor(), Tensor(), w32, eps, out);
   return out;
 }
 
@@ -145,10 +170,9 @@ AddRmsNorm add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& w, d
   check_f32(delta, "add_rms_norm", "delta");
   check_same_shape(x, delta, "add_rms_norm: x and delta");
   check_inference_norm({x, delta, w}, out_dtype, "add_rms_norm");
-  int64_t h = w.size(0), rows = h == 0 ? 0 : x.numel() / h;
   Tensor w32 = w.to(DType::F32);
   AddRmsNorm r{Tensor::empty(x.shape()), Tensor::empty(x.shape(), out_dtype)};
-  norm_rows(x.data<float>(), delta.data<float>(), r.sum.data<float>(), w32.data<float>(), rows, h, eps, r.normed);
+  norm_kernels().on(x, delta, w32).normalize_rows(x, delta, r.sum, w32, eps, r.normed);
   return r;
 }
 
