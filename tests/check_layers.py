@@ -33,8 +33,6 @@ RAW_ELEMENT_LAYERS = {"ops", "io", "tokenizer", "chat", "tensor", "core"}
 
 # file (under src/tp) -> data<...> uses still there; shrink these as kernels move into ops/.
 RAW_ELEMENT_DEBT = {
-    "autograd/gradcheck.cpp": 1,
-    "autograd/tape.cpp": 4,
     "models/quantize_rtn.cpp": 8,
     "models/quantized_checkpoint.cpp": 12,
     "training/loss.cpp": 33,

@@ -37,14 +37,15 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     Tensor analytic = in.grad();
     if (!analytic.defined()) analytic = Tensor::zeros(in.shape());
     std::vector<float> a = analytic.to_vector();
-    float* x = in.data<float>();
+    Tensor flat = in.flatten();  // a view: setting an element moves the input
     for (int64_t i = 0; i < in.numel(); ++i) {
-      float saved = x[i];
-      x[i] = saved + static_cast<float>(options.eps);
+      Tensor x = flat.narrow(0, i, 1);
+      const auto saved = static_cast<float>(x.item());
+      x.fill(saved + static_cast<float>(options.eps));
       double plus = weighted_sum(fn(inputs), w);
-      x[i] = saved - static_cast<float>(options.eps);
+      x.fill(saved - static_cast<float>(options.eps));
       double minus = weighted_sum(fn(inputs), w);
-      x[i] = saved;
+      x.fill(saved);
       double numeric = (plus - minus) / (2 * options.eps);
       double diff = std::fabs(a[i] - numeric);
       if (!(diff <= options.atol + options.rtol * std::fabs(numeric))) {

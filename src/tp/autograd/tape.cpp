@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "tp/autograd/grad_state.h"
+#include "tp/tensor/accumulate.h"
 
 namespace tp {
 
@@ -171,22 +172,7 @@ std::shared_ptr<Rebuild> rebuild_of(const Tensor& t) {
   return t.impl()->grad_state->rebuild;
 }
 
-void accumulate_into(Tensor& dst, const Tensor& src) {
-  check_same_shape(dst, src, "gradient accumulation");
-  int64_t n = dst.numel();
-  if (dst.dtype() == DType::F32 && src.dtype() == DType::F32) {
-    float* d = dst.data<float>();
-    const float* s = src.data<float>();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-    return;
-  }
-  Tensor a = dst.to(DType::F32).clone(), b = src.to(DType::F32);
-  float* d = a.data<float>();
-  const float* s = b.data<float>();
-  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-  dst.copy_from(a);
-}
+void accumulate_into(Tensor& dst, const Tensor& src) { add_into(dst, src); }
 
 void record(const char* name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward_fn) {
   TapeEntry e{name, {}, {}, {}, std::move(backward_fn)};

@@ -1,0 +1,22 @@
+#include "tp/tensor/accumulate.h"
+
+namespace tp {
+
+void add_into(Tensor& dst, const Tensor& src) {
+  check_same_shape(dst, src, "gradient accumulation");
+  const int64_t n = dst.numel();
+  if (dst.dtype() == DType::F32 && src.dtype() == DType::F32) {
+    float* d = dst.data<float>();
+    const float* s = src.data<float>();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    return;
+  }
+  Tensor a = dst.to(DType::F32).clone(), b = src.to(DType::F32);
+  float* d = a.data<float>();
+  const float* s = b.data<float>();
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  dst.copy_from(a);
+}
+
+}  // namespace tp
