@@ -7,6 +7,9 @@
 
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/activation.h"
+#include "tp/ops/detail/activation_kernels.h"
+#include "tp/ops/detail/elementwise_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/norm.h"
@@ -39,6 +42,23 @@ std::vector<FamilyCase> families() {
                      Tensor x0 = Tensor::randn({3, 8}, 4), w0 = Tensor::randn({8}, 5);
                      ops::rms_norm(x0, w0, 1e-6, DType::BF16);
                      ops::add_rms_norm(x0, d, w0, 1e-6, DType::F32);
+                   }});
+  cases.push_back({"activation", lookups_of(ops::activation_kernels), [] {
+                     Tensor x = test::param({3, 8}, 1), y = test::param({3, 8}, 2);
+                     forward_backward([&] { return ops::silu(x); });
+                     forward_backward([&] { return ops::gelu(x, false); });
+                     forward_backward([&] { return ops::gelu(x, true); });
+                     forward_backward([&] { return ops::swiglu(x, y); });
+                     forward_backward([&] { return ops::softcap(x, 2.0); });
+                     forward_backward([&] { return ops::mul(ops::softmax(x, 0), y); });
+                   }});
+  cases.push_back({"elementwise", lookups_of(ops::elementwise_kernels), [] {
+                     Tensor x = test::param({3, 8}, 1), b = test::param({8}, 2);
+                     forward_backward([&] { return ops::add(x, b); });
+                     forward_backward([&] { return ops::mul(b, x); });
+                     forward_backward([&] { return ops::scale(x, 0.5); });
+                     Tensor y = Tensor::randn({3, 8}, 3);
+                     ops::add_(y, b);
                    }});
   return cases;
 }
