@@ -10,9 +10,13 @@
 #include "tp/ops/activation.h"
 #include "tp/ops/detail/activation_kernels.h"
 #include "tp/ops/detail/elementwise_kernels.h"
+#include "tp/ops/detail/embedding_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
+#include "tp/ops/detail/rope_kernels.h"
+#include "tp/ops/embedding.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/norm.h"
+#include "tp/ops/rope.h"
 
 namespace tp {
 namespace {
@@ -59,6 +63,14 @@ std::vector<FamilyCase> families() {
                      forward_backward([&] { return ops::scale(x, 0.5); });
                      Tensor y = Tensor::randn({3, 8}, 3);
                      ops::add_(y, b);
+                   }});
+  cases.push_back({"embedding", lookups_of(ops::embedding_kernels), [] {
+                     Tensor w = test::param({5, 4}, 1), ids = Tensor::from_vector({1, 3, 3}, {3}, DType::I64);
+                     forward_backward([&] { return ops::embedding(ids, w, 1); });
+                   }});
+  cases.push_back({"apply_rope", lookups_of(ops::rope_kernels), [] {
+                     Tensor x = test::param({1, 3, 2, 4}, 1), pos = Tensor::from_vector({0, 1, 2}, {1, 3}, DType::I64);
+                     forward_backward([&] { return ops::apply_rope(x, pos, ops::rope_inv_freq(4, 10000.0)); });
                    }});
   return cases;
 }
