@@ -7,9 +7,28 @@
 
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/activation.h"
+#include "tp/ops/detail/activation_kernels.h"
+#include "tp/ops/detail/dropout_kernels.h"
+#include "tp/ops/detail/elementwise_kernels.h"
+#include "tp/ops/detail/embedding_kernels.h"
+#include "tp/ops/detail/moe_dispatch_kernels.h"
+#include "tp/ops/detail/mxfp4_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
+#include "tp/ops/detail/rope_kernels.h"
+#include "tp/ops/detail/router_loss_kernels.h"
+#include "tp/ops/detail/sampling_kernels.h"
+#include "tp/ops/detail/shape_kernels.h"
+#include "tp/ops/dropout.h"
+#include "tp/ops/embedding.h"
+#include "tp/ops/moe_dispatch.h"
+#include "tp/ops/mxfp4.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/norm.h"
+#include "tp/ops/rope.h"
+#include "tp/ops/router_loss.h"
+#include "tp/ops/sampling.h"
+#include "tp/ops/shape.h"
 
 namespace tp {
 namespace {
@@ -39,6 +58,57 @@ std::vector<FamilyCase> families() {
                      Tensor x0 = Tensor::randn({3, 8}, 4), w0 = Tensor::randn({8}, 5);
                      ops::rms_norm(x0, w0, 1e-6, DType::BF16);
                      ops::add_rms_norm(x0, d, w0, 1e-6, DType::F32);
+                   }});
+  cases.push_back({"activation", lookups_of(ops::activation_kernels), [] {
+                     Tensor x = test::param({3, 8}, 1), y = test::param({3, 8}, 2);
+                     forward_backward([&] { return ops::silu(x); });
+                     forward_backward([&] { return ops::gelu(x, false); });
+                     forward_backward([&] { return ops::gelu(x, true); });
+                     forward_backward([&] { return ops::swiglu(x, y); });
+                     forward_backward([&] { return ops::softcap(x, 2.0); });
+                     forward_backward([&] { return ops::mul(ops::softmax(x, 0), y); });
+                   }});
+  cases.push_back({"elementwise", lookups_of(ops::elementwise_kernels), [] {
+                     Tensor x = test::param({3, 8}, 1), b = test::param({8}, 2);
+                     forward_backward([&] { return ops::add(x, b); });
+                     forward_backward([&] { return ops::mul(b, x); });
+                     forward_backward([&] { return ops::scale(x, 0.5); });
+                     Tensor y = Tensor::randn({3, 8}, 3);
+                     ops::add_(y, b);
+                   }});
+  cases.push_back({"embedding", lookups_of(ops::embedding_kernels), [] {
+                     Tensor w = test::param({5, 4}, 1), ids = Tensor::from_vector({1, 3, 3}, {3}, DType::I64);
+                     forward_backward([&] { return ops::embedding(ids, w, 1); });
+                   }});
+  cases.push_back({"apply_rope", lookups_of(ops::rope_kernels), [] {
+                     Tensor x = test::param({1, 3, 2, 4}, 1), pos = Tensor::from_vector({0, 1, 2}, {1, 3}, DType::I64);
+                     forward_backward([&] { return ops::apply_rope(x, pos, ops::rope_inv_freq(4, 10000.0)); });
+                   }});
+  cases.push_back({"shape", lookups_of(ops::shape_kernels), [] {
+                     Tensor x = test::param({3, 8}, 1);
+                     forward_backward([&] { return ops::narrow(x, 1, 2, 4); });
+                   }});
+  cases.push_back({"dropout_mask", lookups_of(ops::dropout_kernels),
+                   [] { ops::dropout_mask({2, 4}, 0.5, 7, {0, 0, 4}); }});
+  cases.push_back({"mxfp4", lookups_of(ops::mxfp4_kernels), [] {
+                     ops::Mxfp4Tensors q = ops::quantise_mxfp4(Tensor::randn({1, 32, 2}, 1));
+                     ops::dequantise_mxfp4(q.blocks, q.scales, 0, 32);
+                     ops::mxfp4_codes(q.blocks.reshape({2, 1, 16}));
+                   }});
+  cases.push_back({"moe_dispatch", lookups_of(ops::moe_dispatch_kernels), [] {
+                     Tensor ids = Tensor::from_vector({0, 3, 2, 1}, {2, 2}, DType::I64);
+                     ops::local_routes(ids, 2, 1);
+                     ops::dispatch_order(ids, 2, 2);
+                   }});
+  cases.push_back({"sampling", lookups_of(ops::sampling_kernels), [] {
+                     Tensor logits = Tensor::randn({2, 5}, 1);
+                     ops::sample_tokens(logits, {.temperature = 1.0, .seed = 3}, {0, 1}, {0, 0});
+                     Tensor c = ops::argmax_candidates(logits, 0, true);
+                     ops::best_candidates(c.reshape({1, 2, 2}));
+                   }});
+  cases.push_back({"router_load_balancing_loss", lookups_of(ops::router_loss_kernels), [] {
+                     Tensor logits = test::param({3, 4}, 1);
+                     forward_backward([&] { return ops::router_load_balancing_loss({logits}, 2); });
                    }});
   return cases;
 }

@@ -1,6 +1,9 @@
 #include "tp/ops/elementwise.h"
 
+#include <algorithm>
+
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/elementwise_kernels.h"
 #include "tp/ops/util.h"
 
 namespace tp::ops {
@@ -12,7 +15,6 @@ namespace {
 struct Broadcast {
   Shape out_shape;
   bool a_is_big;
-  int64_t period;  // numel of the small operand
 };
 
 Broadcast broadcast(const Tensor& a, const Tensor& b, const char* op) {
@@ -20,18 +22,19 @@ Broadcast broadcast(const Tensor& a, const Tensor& b, const char* op) {
     if (s.size() > of.size()) return false;
     return std::equal(s.begin(), s.end(), of.end() - static_cast<std::ptrdiff_t>(s.size()));
   };
-  if (is_suffix(b.shape(), a.shape())) return {a.shape(), true, b.numel()};
-  if (is_suffix(a.shape(), b.shape())) return {b.shape(), false, a.numel()};
+  if (is_suffix(b.shape(), a.shape())) return {a.shape(), true};
+  if (is_suffix(a.shape(), b.shape())) return {b.shape(), false};
   fail("{}: shapes {} and {} do not match (equal shapes, or one a trailing part of the other like [N] over [..., N])",
        op, shape_str(a.shape()), shape_str(b.shape()));
 }
 
-// Sums g [..., P] over the leading dims down to `shape` (numel P).
-Tensor reduce_to(const Tensor& g, const Shape& shape) {
-  int64_t p = numel(shape);
-  if (p == g.numel()) return g.reshape(shape);
-  Tensor r = Tensor::zeros(shape);
-  float* d = r.data<float>();
+// ---- CPU kernels
+
+// out [P] = the sum of g [..., P]'s rows, in column blocks so threads never share an element.
+void sum_rows_cpu(const Tensor& g, const Tensor& out) {
+  int64_t p = out.numel();
+  float* d = out.data<float>();
+  std::fill(d, d + p, 0.f);
   const float* s = g.data<float>();
   int64_t rows = p == 0 ? 0 : g.numel() / p;
 #pragma omp parallel for schedule(static) if (g.numel() > 65536)
@@ -40,34 +43,96 @@ Tensor reduce_to(const Tensor& g, const Shape& shape) {
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = j0; j < j1; ++j) d[j] += s[i * p + j];
   }
-  return r;
 }
 
+// out[r, j] = f(big[r, j], small[j]) over the rows of `small.numel()` elements.
 template <class F>
-Tensor binary(const Tensor& a32, const Tensor& b32, const Broadcast& bc, F f) {
-  Tensor out = Tensor::empty(bc.out_shape);
-  const float* big = (bc.a_is_big ? a32 : b32).data<float>();
-  const float* small = (bc.a_is_big ? b32 : a32).data<float>();
+void binary(const Tensor& big_t, const Tensor& small_t, const Tensor& out, F f) {
+  const float* big = big_t.data<float>();
+  const float* small = small_t.data<float>();
   float* o = out.data<float>();
-  int64_t n = out.numel(), p = bc.period;
-  if (p == 0) return out;
+  int64_t n = out.numel(), p = small_t.numel();
+  if (p == 0) return;
   int64_t rows = n / p;
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t r = 0; r < rows; ++r) {
 #pragma omp simd
     for (int64_t j = 0; j < p; ++j) o[r * p + j] = f(big[r * p + j], small[j]);
   }
-  return out;
+}
+
+constexpr auto plus = [](float x, float y) { return x + y; };
+constexpr auto times = [](float x, float y) { return x * y; };
+
+void add_cpu(const Tensor& big, const Tensor& small, const Tensor& out) { binary(big, small, out, plus); }
+void mul_cpu(const Tensor& big, const Tensor& small, const Tensor& out) { binary(big, small, out, times); }
+
+void mul_backward_cpu(const Tensor& g, const Tensor& big, const Tensor& small, const Tensor& d_big,
+                      const Tensor& d_small) {
+  binary(g, small, d_big, times);
+  if (d_small.numel() == g.numel()) {
+    zip_f32(g, big, d_small, times);
+    return;
+  }
+  Tensor product = Tensor::empty(g.shape());
+  zip_f32(g, big, product, times);
+  sum_rows_cpu(product, d_small);
+}
+
+void scale_cpu(const Tensor& x, float f, const Tensor& out) {
+  map_f32(x, out, [f](float v) { return v * f; });
+}
+
+void sum_cpu(const Tensor& x, const Tensor& out) {
+  const float* p = x.data<float>();
+  int64_t n = x.numel();
+  double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) total += p[i];
+  *out.data<float>() = static_cast<float>(total);
+}
+
+void add_into_cpu(const Tensor& a, const Tensor& small) {
+  float* o = a.data<float>();
+  const float* s = small.data<float>();
+  int64_t n = a.numel(), p = small.numel();
+  if (p == 0) return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t r = 0; r < n / p; ++r) {
+#pragma omp simd
+    for (int64_t j = 0; j < p; ++j) o[r * p + j] += s[j];
+  }
+}
+
+constexpr ElementwiseKernels kCpuElementwiseKernels{add_cpu,   mul_cpu, mul_backward_cpu, sum_rows_cpu,
+                                                    scale_cpu, sum_cpu, add_into_cpu};
+
+// ---- the ops
+
+// g summed over its leading dims down to `shape` (numel P).
+Tensor reduce_to(const Tensor& g, const Shape& shape) {
+  if (numel(shape) == g.numel()) return g.reshape(shape);
+  Tensor r = Tensor::empty(shape);
+  elementwise_kernels().on(g).sum_rows(g, r);
+  return r;
 }
 
 }  // namespace
+
+KernelTable<ElementwiseKernels>& elementwise_kernels() {
+  static KernelTable<ElementwiseKernels> table("elementwise", &kCpuElementwiseKernels);
+  return table;
+}
 
 Tensor add(const Tensor& a, const Tensor& b) {
   check_floating(a, "add");
   check_floating(b, "add");
   Broadcast bc = broadcast(a, b, "add");
   Tensor a32 = a.to(DType::F32), b32 = b.to(DType::F32);
-  Tensor out = binary(a32, b32, bc, [](float x, float y) { return x + y; });
+  Tensor out = Tensor::empty(bc.out_shape);
+  const Tensor& big = bc.a_is_big ? a32 : b32;
+  const Tensor& small = bc.a_is_big ? b32 : a32;
+  elementwise_kernels().on(big, small).add(big, small, out);
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.shape(), sb = b.shape();
     autograd::record("add", {a, b}, {out}, [sa, sb](const std::vector<Tensor>& g) {
@@ -82,15 +147,17 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   check_floating(b, "mul");
   Broadcast bc = broadcast(a, b, "mul");
   Tensor a32 = a.to(DType::F32), b32 = b.to(DType::F32);
-  Tensor out = binary(a32, b32, bc, [](float x, float y) { return x * y; });
+  Tensor out = Tensor::empty(bc.out_shape);
+  const Tensor& big = bc.a_is_big ? a32 : b32;
+  const Tensor& small = bc.a_is_big ? b32 : a32;
+  elementwise_kernels().on(big, small).mul(big, small, out);
   if (autograd::needs_grad({a, b})) {
     autograd::record("mul", {a, b}, {out}, [a32, b32, bc](const std::vector<Tensor>& g) {
       // d(a*b)/da = g*b, reduced to a's shape when a was the broadcast one.
       const Tensor& big = bc.a_is_big ? a32 : b32;
       const Tensor& small = bc.a_is_big ? b32 : a32;
-      Broadcast gb{bc.out_shape, true, bc.period};
-      Tensor d_big = binary(g[0], small, gb, [](float x, float y) { return x * y; });
-      Tensor d_small = reduce_to(mul_same(g[0], big), small.shape());
+      Tensor d_big = Tensor::empty(bc.out_shape), d_small = Tensor::empty(small.shape());
+      elementwise_kernels().on(g[0], big, small).mul_backward(g[0], big, small, d_big, d_small);
       return bc.a_is_big ? std::vector<Tensor>{d_big, d_small} : std::vector<Tensor>{d_small, d_big};
     });
   }
@@ -100,10 +167,13 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor scale(const Tensor& x, double s) {
   check_floating(x, "scale");
   Tensor x32 = x.to(DType::F32);
-  Tensor out = map_f32(x32, [f = static_cast<float>(s)](float v) { return v * f; });
+  Tensor out = Tensor::empty(x32.shape());
+  elementwise_kernels().on(x32).scale(x32, static_cast<float>(s), out);
   if (autograd::needs_grad({x})) {
     autograd::record("scale", {x}, {out}, [s](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{map_f32(g[0], [f = static_cast<float>(s)](float v) { return v * f; })};
+      Tensor dx = Tensor::empty(g[0].shape());
+      elementwise_kernels().on(g[0]).scale(g[0], static_cast<float>(s), dx);
+      return std::vector<Tensor>{dx};
     });
   }
   return out;
@@ -112,12 +182,8 @@ Tensor scale(const Tensor& x, double s) {
 Tensor sum(const Tensor& x) {
   check_floating(x, "sum");
   Tensor x32 = x.to(DType::F32);
-  const float* p = x32.data<float>();
-  int64_t n = x32.numel();
-  double total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) total += p[i];
-  Tensor out = Tensor::full({}, total);
+  Tensor out = Tensor::empty({});
+  elementwise_kernels().on(x32).sum(x32, out);
   if (autograd::needs_grad({x})) {
     Shape shape = x.shape();
     autograd::record("sum", {x}, {out}, [shape](const std::vector<Tensor>& g) {
@@ -135,15 +201,7 @@ void add_(Tensor& a, const Tensor& b) {
   TP_CHECK(bc.a_is_big, "add_: cannot broadcast the destination {} up to {}", shape_str(a.shape()),
            shape_str(b.shape()));
   Tensor b32 = b.to(DType::F32);
-  float* o = a.data<float>();
-  const float* s = b32.data<float>();
-  int64_t n = a.numel(), p = bc.period;
-  if (p == 0) return;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t r = 0; r < n / p; ++r) {
-#pragma omp simd
-    for (int64_t j = 0; j < p; ++j) o[r * p + j] += s[j];
-  }
+  elementwise_kernels().on(a, b32).add_into(a, b32);
 }
 
 }  // namespace tp::ops

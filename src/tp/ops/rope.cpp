@@ -4,9 +4,13 @@
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/rope_kernels.h"
 #include "tp/ops/util.h"
 
 namespace tp::ops {
+
+// rope_inv_freq and rope_yarn are host code on purpose: they fill a small table
+// once per model, which the rotation kernels (detail/rope_kernels.h) then read.
 
 std::vector<float> rope_inv_freq(int64_t rotary_dim, double theta, const RopeScaling& scaling) {
   TP_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "rope: rotary dim must be a positive even number, got {}",
@@ -91,10 +95,16 @@ YarnRope rope_yarn(int64_t rotary_dim, double theta, const YarnScaling& y) {
 
 namespace {
 
-// Rotates x [B, T, H, D] in place into y; sign = +1 forward, -1 for the backward
+// ---- CPU kernels
+
+// Rotates x [B, T, H, D] into y; sign = +1 forward, -1 for the backward
 // (the transpose of a rotation is the rotation by -a; the amplitude is symmetric).
-void rotate(const float* x, float* y, const std::vector<int64_t>& pos, const std::vector<float>& inv_freq,
-            int64_t bt, int64_t h, int64_t d, float sign, const RopeOptions& opt) {
+void rotate_cpu(const Tensor& x_t, const Tensor& positions, const std::vector<float>& inv_freq, float sign,
+                const RopeOptions& opt, const Tensor& y_t) {
+  const int64_t bt = x_t.size(0) * x_t.size(1), h = x_t.size(2), d = x_t.size(3);
+  const int64_t* pos = positions.data<int64_t>();
+  const float* x = x_t.data<float>();
+  float* y = y_t.data<float>();
   int64_t half = static_cast<int64_t>(inv_freq.size());
   // Interleaved: pair i is (2i, 2i + 1); rotate-half: (i, i + R/2).
   const bool interleaved = opt.layout == RopeLayout::Interleaved;
@@ -122,7 +132,14 @@ void rotate(const float* x, float* y, const std::vector<int64_t>& pos, const std
   }
 }
 
+constexpr RopeKernels kCpuRopeKernels{rotate_cpu};
+
 }  // namespace
+
+KernelTable<RopeKernels>& rope_kernels() {
+  static KernelTable<RopeKernels> table("apply_rope", &kCpuRopeKernels);
+  return table;
+}
 
 Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<float>& inv_freq,
                   const RopeOptions& opt) {
@@ -137,14 +154,13 @@ Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<fl
   TP_CHECK(static_cast<int64_t>(2 * inv_freq.size()) <= d,
            "apply_rope: {} frequencies need a rotary dim of {}, but the head dim is {} (input shape {})",
            inv_freq.size(), 2 * inv_freq.size(), d, shape_str(x.shape()));
-  std::vector<int64_t> pos = positions.to_int_vector();
-  int64_t bt = x.size(0) * x.size(1), h = x.size(2);
+  const Tensor pos = positions.to(DType::I64);
   Tensor out = Tensor::empty(x.shape());
-  rotate(x.data<float>(), out.data<float>(), pos, inv_freq, bt, h, d, 1.f, opt);
+  rope_kernels().on(x, pos).rotate(x, pos, inv_freq, 1.f, opt, out);
   if (autograd::needs_grad({x})) {
-    autograd::record("apply_rope", {x}, {out}, [pos, inv_freq, bt, h, d, opt](const std::vector<Tensor>& g) {
+    autograd::record("apply_rope", {x}, {out}, [pos, inv_freq, opt](const std::vector<Tensor>& g) {
       Tensor dx = Tensor::empty(g[0].shape());
-      rotate(g[0].data<float>(), dx.data<float>(), pos, inv_freq, bt, h, d, -1.f, opt);
+      rope_kernels().on(g[0], pos).rotate(g[0], pos, inv_freq, -1.f, opt, dx);
       return std::vector<Tensor>{dx};
     });
   }

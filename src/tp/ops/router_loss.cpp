@@ -3,9 +3,50 @@
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/router_loss_kernels.h"
 #include "tp/ops/moe_experts.h"
 
 namespace tp::ops {
+
+namespace {
+
+// ---- CPU kernels
+
+void route_stats_cpu(const Tensor& l, int64_t top_k, const Tensor& p, std::vector<double>& prob_sum,
+                     std::vector<double>& routed) {
+  const int64_t N = l.size(0), E = l.size(1);
+  const float* x = l.data<float>();
+  float* pr = p.data<float>();
+  std::vector<int64_t> chosen(static_cast<size_t>(top_k));
+  for (int64_t n = 0; n < N; ++n) {
+    // The router's own choice (ops::softmax_top_k's rows).
+    softmax_row(x + n * E, E, pr + n * E);
+    for (int64_t e = 0; e < E; ++e) prob_sum[e] += pr[n * E + e];
+    top_k_row(pr + n * E, E, top_k, chosen.data());
+    for (int64_t e : chosen) routed[e] += 1.0;
+  }
+}
+
+void backward_cpu(const Tensor& p, const std::vector<float>& slope, float up, const Tensor& d) {
+  const int64_t N = p.size(0), E = p.size(1);
+  const float* pr = p.data<float>();
+  float* dl = d.data<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    // softmax: d logit_e = p_e (s_e - sum_i s_i p_i)
+    double inner = 0;
+    for (int64_t e = 0; e < E; ++e) inner += static_cast<double>(slope[e]) * pr[n * E + e];
+    for (int64_t e = 0; e < E; ++e) dl[n * E + e] = static_cast<float>(up * pr[n * E + e] * (slope[e] - inner));
+  }
+}
+
+constexpr RouterLossKernels kCpuRouterLossKernels{route_stats_cpu, backward_cpu};
+
+}  // namespace
+
+KernelTable<RouterLossKernels>& router_loss_kernels() {
+  static KernelTable<RouterLossKernels> table("router_load_balancing_loss", &kCpuRouterLossKernels);
+  return table;
+}
 
 Tensor router_load_balancing_loss(const std::vector<Tensor>& logits, int64_t top_k) {
   TP_CHECK(!logits.empty(), "router_load_balancing_loss: no router logits (the model has no sparse layer)");
@@ -26,16 +67,7 @@ Tensor router_load_balancing_loss(const std::vector<Tensor>& logits, int64_t top
   for (const Tensor& l : logits) {
     const int64_t N = l.size(0);
     Tensor p = Tensor::empty({N, E});
-    const float* x = l.data<float>();
-    float* pr = p.data<float>();
-    std::vector<int64_t> chosen(static_cast<size_t>(top_k));
-    for (int64_t n = 0; n < N; ++n) {
-      // The router's own choice (ops::softmax_top_k's rows).
-      softmax_row(x + n * E, E, pr + n * E);
-      for (int64_t e = 0; e < E; ++e) prob_sum[e] += pr[n * E + e];
-      top_k_row(pr + n * E, E, top_k, chosen.data());
-      for (int64_t e : chosen) routed[e] += 1.0;
-    }
+    router_loss_kernels().on(l).route_stats(l, top_k, p, prob_sum, routed);
     probs.push_back(p);
   }
   double loss = 0;
@@ -53,15 +85,7 @@ Tensor router_load_balancing_loss(const std::vector<Tensor>& logits, int64_t top
       for (const Tensor& p : probs) {
         const int64_t N = p.size(0);
         Tensor d = Tensor::empty({N, E});
-        const float* pr = p.data<float>();
-        float* dl = d.data<float>();
-        for (int64_t n = 0; n < N; ++n) {
-          // softmax: d logit_e = p_e (s_e - sum_i s_i p_i)
-          double inner = 0;
-          for (int64_t e = 0; e < E; ++e) inner += static_cast<double>(slope[e]) * pr[n * E + e];
-          for (int64_t e = 0; e < E; ++e)
-            dl[n * E + e] = static_cast<float>(up * pr[n * E + e] * (slope[e] - inner));
-        }
+        router_loss_kernels().on(p).backward(p, slope, up, d);
         grads.push_back(d);
       }
       return grads;

@@ -6,12 +6,16 @@
 #include <numeric>
 
 #include "tp/core/error.h"
+#include "tp/ops/detail/sampling_kernels.h"
 #include "tp/tensor/random.h"
 
 namespace tp::ops {
 
 namespace {
 
+// ---- CPU kernels
+
+// The token of one row of logits [vocab] (sample_tokens' rule).
 int64_t select_token(const float* logits, int64_t vocab, const SamplingOptions& o, int64_t stream, int64_t step) {
   if (o.temperature == 0) return std::max_element(logits, logits + vocab) - logits;
 
@@ -47,34 +51,16 @@ int64_t select_token(const float* logits, int64_t vocab, const SamplingOptions& 
   return ids[keep - 1];
 }
 
-void check_logits(const Tensor& logits, const char* op) {
-  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "{}: logits must be f32 [rows, vocab], got {} {}", op,
-           dtype_name(logits.dtype()), shape_str(logits.shape()));
-}
-
-}  // namespace
-
-Tensor sample_tokens(const Tensor& logits, const SamplingOptions& o, const std::vector<int64_t>& streams,
-                     const std::vector<int64_t>& steps) {
-  check_logits(logits, "sample_tokens");
+void sample_cpu(const Tensor& logits, const SamplingOptions& o, const std::vector<int64_t>& streams,
+                const std::vector<int64_t>& steps, const Tensor& ids) {
   const int64_t B = logits.size(0), V = logits.size(1);
-  TP_CHECK(V > 0, "cannot pick a token from an empty vocabulary");
-  TP_CHECK(o.temperature >= 0, "temperature must be >= 0, got {}", o.temperature);
-  TP_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got {}", o.top_p);
-  TP_CHECK(o.top_k >= 0, "top_k must be >= 0, got {}", o.top_k);
-  TP_CHECK(static_cast<int64_t>(streams.size()) == B && static_cast<int64_t>(steps.size()) == B,
-           "sample_tokens: {} streams and {} steps for {} rows", streams.size(), steps.size(), B);
-  Tensor ids = Tensor::empty({B}, DType::I64);
   const float* l = logits.data<float>();
   int64_t* out = ids.data<int64_t>();
   for (int64_t b = 0; b < B; ++b) out[b] = select_token(l + b * V, V, o, streams[b], steps[b]);
-  return ids;
 }
 
-Tensor argmax_candidates(const Tensor& logits, int64_t vocab_start, bool first_piece) {
-  check_logits(logits, "argmax_candidates");
+void argmax_candidates_cpu(const Tensor& logits, int64_t vocab_start, bool first_piece, const Tensor& out) {
   const int64_t B = logits.size(0), n = logits.size(1);
-  Tensor out = Tensor::empty({B, 2}, DType::I64);
   int64_t* m = out.data<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     const float* row = logits.data<float>() + b * n;
@@ -90,16 +76,11 @@ Tensor argmax_candidates(const Tensor& logits, int64_t vocab_start, bool first_p
     m[2 * b] = best < 0 ? 0 : std::bit_cast<int32_t>(row[best]);
     m[2 * b + 1] = best < 0 ? -1 : vocab_start + best;
   }
-  return out;
 }
 
-Tensor best_candidates(const Tensor& candidates) {
-  TP_CHECK(candidates.dim() == 3 && candidates.size(2) == 2 && candidates.dtype() == DType::I64,
-           "best_candidates: candidates must be i64 [pieces, rows, 2], got {} {}", dtype_name(candidates.dtype()),
-           shape_str(candidates.shape()));
+void best_candidates_cpu(const Tensor& candidates, const Tensor& ids) {
   const int64_t pieces = candidates.size(0), B = candidates.size(1);
   const int64_t* a = candidates.data<int64_t>();
-  Tensor ids = Tensor::empty({B}, DType::I64);
   int64_t* token = ids.data<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     float top = 0;
@@ -115,6 +96,50 @@ Tensor best_candidates(const Tensor& candidates) {
     }
     TP_CHECK(token[b] >= 0, "best_candidates: no piece holds any logit of row {}", b);
   }
+}
+
+constexpr SamplingKernels kCpuSamplingKernels{sample_cpu, argmax_candidates_cpu, best_candidates_cpu};
+
+void check_logits(const Tensor& logits, const char* op) {
+  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "{}: logits must be f32 [rows, vocab], got {} {}", op,
+           dtype_name(logits.dtype()), shape_str(logits.shape()));
+}
+
+}  // namespace
+
+KernelTable<SamplingKernels>& sampling_kernels() {
+  static KernelTable<SamplingKernels> table("sampling", &kCpuSamplingKernels);
+  return table;
+}
+
+Tensor sample_tokens(const Tensor& logits, const SamplingOptions& o, const std::vector<int64_t>& streams,
+                     const std::vector<int64_t>& steps) {
+  check_logits(logits, "sample_tokens");
+  const int64_t B = logits.size(0), V = logits.size(1);
+  TP_CHECK(V > 0, "cannot pick a token from an empty vocabulary");
+  TP_CHECK(o.temperature >= 0, "temperature must be >= 0, got {}", o.temperature);
+  TP_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got {}", o.top_p);
+  TP_CHECK(o.top_k >= 0, "top_k must be >= 0, got {}", o.top_k);
+  TP_CHECK(static_cast<int64_t>(streams.size()) == B && static_cast<int64_t>(steps.size()) == B,
+           "sample_tokens: {} streams and {} steps for {} rows", streams.size(), steps.size(), B);
+  Tensor ids = Tensor::empty({B}, DType::I64);
+  sampling_kernels().on(logits).sample(logits, o, streams, steps, ids);
+  return ids;
+}
+
+Tensor argmax_candidates(const Tensor& logits, int64_t vocab_start, bool first_piece) {
+  check_logits(logits, "argmax_candidates");
+  Tensor out = Tensor::empty({logits.size(0), 2}, DType::I64);
+  sampling_kernels().on(logits).argmax_candidates(logits, vocab_start, first_piece, out);
+  return out;
+}
+
+Tensor best_candidates(const Tensor& candidates) {
+  TP_CHECK(candidates.dim() == 3 && candidates.size(2) == 2 && candidates.dtype() == DType::I64,
+           "best_candidates: candidates must be i64 [pieces, rows, 2], got {} {}", dtype_name(candidates.dtype()),
+           shape_str(candidates.shape()));
+  Tensor ids = Tensor::empty({candidates.size(1)}, DType::I64);
+  sampling_kernels().on(candidates).best_candidates(candidates, ids);
   return ids;
 }
 

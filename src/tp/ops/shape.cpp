@@ -3,9 +3,37 @@
 #include <cstring>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/shape_kernels.h"
 #include "tp/ops/util.h"
 
 namespace tp::ops {
+
+namespace {
+
+// ---- CPU kernels
+
+// Copies g into dx's slice, in outer blocks of `length * inner`.
+void narrow_backward_cpu(const Tensor& g, int64_t d, int64_t start, const Tensor& dx) {
+  const Shape& in_shape = dx.shape();
+  const int64_t length = g.size(d);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < d; ++i) outer *= in_shape[i];
+  for (size_t i = d + 1; i < in_shape.size(); ++i) inner *= in_shape[i];
+  const float* s = g.data<float>();
+  float* t = dx.data<float>();
+  int64_t n = in_shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(t + (o * n + start) * inner, s + o * length * inner, sizeof(float) * length * inner);
+}
+
+constexpr ShapeKernels kCpuShapeKernels{narrow_backward_cpu};
+
+}  // namespace
+
+KernelTable<ShapeKernels>& shape_kernels() {
+  static KernelTable<ShapeKernels> table("shape", &kCpuShapeKernels);
+  return table;
+}
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   Tensor out = x.reshape(shape);  // always a new handle
@@ -23,17 +51,10 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   if (autograd::needs_grad({x})) {
     int64_t d = normalize_dim(dim, x.dim());
     Shape in_shape = x.shape();
-    autograd::record("narrow", {x}, {out}, [in_shape, d, start, length](const std::vector<Tensor>& g) {
-      // Scatter g into a zero tensor of x's shape: outer blocks of `length * inner`.
+    autograd::record("narrow", {x}, {out}, [in_shape, d, start](const std::vector<Tensor>& g) {
+      // g scattered into a zero tensor of x's shape.
       Tensor dx = Tensor::zeros(in_shape);
-      int64_t outer = 1, inner = 1;
-      for (int64_t i = 0; i < d; ++i) outer *= in_shape[i];
-      for (size_t i = d + 1; i < in_shape.size(); ++i) inner *= in_shape[i];
-      const float* s = g[0].data<float>();
-      float* t = dx.data<float>();
-      int64_t n = in_shape[d];
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(t + (o * n + start) * inner, s + o * length * inner, sizeof(float) * length * inner);
+      shape_kernels().on(g[0]).narrow_backward(g[0], d, start, dx);
       return std::vector<Tensor>{dx};
     });
   }

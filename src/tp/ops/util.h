@@ -16,33 +16,29 @@ inline void check_f32(const Tensor& t, const char* op, const char* name) {
            shape_str(t.shape()));
 }
 
-// out[i] = f(x[i]) over an f32 tensor, OpenMP-parallel for large inputs.
+// The generic element loops of the CPU kernels (ops/detail/*_kernels.h): only
+// CPU kernel code calls them, never an op, so that every op reaches its
+// arithmetic through its family's kernel table.
+
+// out[i] = f(x[i]) over f32 tensors of the same numel, OpenMP-parallel for large inputs.
 template <class F>
-Tensor map_f32(const Tensor& x, F f) {
-  Tensor out = Tensor::empty(x.shape());
+void map_f32(const Tensor& x, const Tensor& out, F f) {
   const float* s = x.data<float>();
   float* d = out.data<float>();
   int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) d[i] = f(s[i]);
-  return out;
 }
 
-// out[i] = f(a[i], b[i]) over two f32 tensors of the same numel (shape of a).
+// out[i] = f(a[i], b[i]) over f32 tensors of the same numel.
 template <class F>
-Tensor zip_f32(const Tensor& a, const Tensor& b, F f) {
-  Tensor out = Tensor::empty(a.shape());
+void zip_f32(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const float* x = a.data<float>();
   const float* y = b.data<float>();
   float* d = out.data<float>();
   int64_t n = a.numel();
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) d[i] = f(x[i], y[i]);
-  return out;
-}
-
-inline Tensor mul_same(const Tensor& a, const Tensor& b) {
-  return zip_f32(a, b, [](float x, float y) { return x * y; });
 }
 
 // A new handle on the same data, so that an op's output never shares autograd
