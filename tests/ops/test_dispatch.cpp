@@ -8,8 +8,10 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/ops/detail/norm_kernels.h"
+#include "tp/ops/detail/vocab_parallel_loss_kernels.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/norm.h"
+#include "tp/ops/vocab_parallel_loss.h"
 
 namespace tp {
 namespace {
@@ -39,6 +41,24 @@ std::vector<FamilyCase> families() {
                      Tensor x0 = Tensor::randn({3, 8}, 4), w0 = Tensor::randn({8}, 5);
                      ops::rms_norm(x0, w0, 1e-6, DType::BF16);
                      ops::add_rms_norm(x0, d, w0, 1e-6, DType::F32);
+                   }});
+  cases.push_back({"vocab_parallel_loss", lookups_of(ops::vocab_parallel_loss_kernels), [] {
+                     Tensor logits = Tensor::randn({2, 5}, 1), target = Tensor::from_ints({3, -100}, {2});
+                     Tensor stats = Tensor::zeros({3, 2}), max = stats.select(0, 0), sums = stats.narrow(0, 1, 2);
+                     ops::loss_row_max(logits, max);
+                     ops::loss_exp_sums(logits, max, target, 0, -100, sums);
+                     ops::loss_online_stats(logits, target, 0, -100, max, stats.select(0, 1), stats.select(0, 2));
+                     ops::loss_rescale_to_max(max.clone(), max, stats.select(0, 1));
+                     ops::loss_total(target, -100, max, stats.select(0, 1), stats.select(0, 2));
+                     ops::loss_softmax_grad_(logits, target, 0, -100, max, stats.select(0, 1), 1.f);
+                     const ops::LmHeadMath math{DType::BF16, false};
+                     Tensor saved = ops::lm_head_saved_input(Tensor::randn({2, 4}, 2), math);
+                     Tensor w = Tensor::randn({5, 4}, 3).to(DType::BF16), dh = Tensor::zeros({2, 4}),
+                            dw = Tensor::zeros({5, 4});
+                     const ops::LmHeadScratch scratch = ops::lm_head_scratch(math, 2, 5, 4, true);
+                     ops::lm_head_chunk_logits(saved, w, math, scratch);
+                     ops::lm_head_chunk_backward(saved, w, math, target, 0, -100, max, stats.select(0, 1), 1.f,
+                                                 scratch, dh, false, dw);
                    }});
   return cases;
 }
