@@ -7,10 +7,16 @@
 
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/bf16_rounding.h"
+#include "tp/ops/detail/bf16_rounding_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
+#include "tp/ops/detail/optimizer_update_kernels.h"
+#include "tp/ops/detail/sum_squares_kernels.h"
 #include "tp/ops/detail/vocab_parallel_loss_kernels.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/norm.h"
+#include "tp/ops/optimizer_updates.h"
+#include "tp/ops/sum_squares.h"
 #include "tp/ops/vocab_parallel_loss.h"
 
 namespace tp {
@@ -59,6 +65,20 @@ std::vector<FamilyCase> families() {
                      ops::lm_head_chunk_logits(saved, w, math, scratch);
                      ops::lm_head_chunk_backward(saved, w, math, target, 0, -100, max, stats.select(0, 1), 1.f,
                                                  scratch, dh, false, dw);
+                   }});
+  cases.push_back({"sum_squares", lookups_of(ops::sum_squares_kernels), [] {
+                     double total = 0;
+                     ops::accumulate_sum_squares(Tensor::randn({5}, 1), total);
+                   }});
+  cases.push_back({"round_to_bf16", lookups_of(ops::bf16_rounding_kernels), [] {
+                     ops::round_to_bf16(Tensor::randn({5}, 1), Tensor::empty({5}, DType::BF16));
+                   }});
+  cases.push_back({"optimizer_update", lookups_of(ops::optimizer_update_kernels), [] {
+                     Tensor w = Tensor::randn({5}, 1), g = Tensor::randn({5}, 2), m = Tensor::zeros({5}),
+                            v = Tensor::zeros({5});
+                     ops::adamw_update({1.f, 0.9f, 0.1f, 0.999f, 0.001f, 1.f, 1e-8f, 0.1f, 1.f}, w, g, m, v);
+                     ops::sgd_update({.rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.f, .grad_scale = 1.f,
+                                      .first = true}, w, g, m);
                    }});
   return cases;
 }

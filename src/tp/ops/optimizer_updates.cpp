@@ -3,6 +3,10 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <initializer_list>
+
+#include "tp/ops/detail/optimizer_update_kernels.h"
+#include "tp/ops/util.h"
 
 namespace tp::ops {
 
@@ -51,19 +55,49 @@ AdamWKernel adamw_kernel() {
   return k;
 }
 
-}  // namespace
-
-void adamw_update(const AdamWScalars& c, float* w, const float* g, float* m, float* v, int64_t n) {
-  adamw_kernel()(c, w, g, m, v, n);
+void adamw_cpu(const AdamWScalars& c, const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v) {
+  adamw_kernel()(c, w.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), w.numel());
 }
 
-void sgd_update(const SgdScalars& c, float* w, const float* g, float* b, int64_t n) {
+void sgd_cpu(const SgdScalars& c, const Tensor& w_t, const Tensor& g_t, const Tensor& b_t) {
+  float* w = w_t.data<float>();
+  const float* g = g_t.data<float>();
+  float* b = b_t.defined() ? b_t.data<float>() : nullptr;
+  const int64_t n = w_t.numel();
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     float d = g[i] * c.grad_scale + c.weight_decay * w[i];
     if (b) d = b[i] = c.first ? d : c.momentum * b[i] + d;
     w[i] -= c.rate * d;
   }
+}
+
+constexpr OptimizerUpdateKernels kCpuOptimizerUpdateKernels{adamw_cpu, sgd_cpu};
+
+void check_spans(const char* op, std::initializer_list<const Tensor*> spans) {
+  const Tensor& w = **spans.begin();
+  for (const Tensor* t : spans) {
+    if (t != &w && !t->defined()) continue;  // SGD's buffer without momentum
+    check_f32(*t, op, "an operand");
+    TP_CHECK(t->numel() == w.numel(), "{}: operands of {} and {} elements", op, w.numel(), t->numel());
+  }
+}
+
+}  // namespace
+
+KernelTable<OptimizerUpdateKernels>& optimizer_update_kernels() {
+  static KernelTable<OptimizerUpdateKernels> table("optimizer_update", &kCpuOptimizerUpdateKernels);
+  return table;
+}
+
+void adamw_update(const AdamWScalars& c, const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v) {
+  check_spans("adamw_update", {&w, &g, &m, &v});
+  optimizer_update_kernels().on(w, g, m, v).adamw(c, w, g, m, v);
+}
+
+void sgd_update(const SgdScalars& c, const Tensor& w, const Tensor& g, const Tensor& b) {
+  check_spans("sgd_update", {&w, &g, &b});
+  optimizer_update_kernels().on(w, g, b).sgd(c, w, g, b);
 }
 
 }  // namespace tp::ops

@@ -4,6 +4,8 @@
 // that order, so each vector form gives its scalar form's bits (and torch's).
 #include <cstdint>
 
+#include "tp/tensor/tensor.h"
+
 namespace tp::ops {
 
 // AdamW's per-step constants (lr and the bias corrections folded in by the caller).
@@ -15,14 +17,15 @@ struct AdamWScalars {
   float step_size;   // lr / (1 - beta1^t)
   float grad_scale;  // clipping's factor, applied to each gradient first
 };
-// w, g, exp_avg m, exp_avg_sq v: n elements each.
-void adamw_update(const AdamWScalars& c, float* w, const float* g, float* m, float* v, int64_t n);
+// Masters w, gradients g, exp_avg m, exp_avg_sq v: f32, the same numel; w, m, v updated in place.
+void adamw_update(const AdamWScalars& c, const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v);
 
 struct SgdScalars {
   float rate, momentum, weight_decay, grad_scale;
   bool first;  // the first step: the momentum buffer takes the gradient as it is
 };
-// w, g, and the momentum buffer b (null without momentum): n elements each.
-void sgd_update(const SgdScalars& c, float* w, const float* g, float* b, int64_t n);
+// Masters w, gradients g and the momentum buffer b (undefined without momentum):
+// f32, the same numel; w and b updated in place.
+void sgd_update(const SgdScalars& c, const Tensor& w, const Tensor& g, const Tensor& b);
 
 }  // namespace tp::ops
