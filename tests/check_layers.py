@@ -35,8 +35,6 @@ RAW_ELEMENT_LAYERS = {"ops", "io", "tokenizer", "chat", "tensor", "core"}
 RAW_ELEMENT_DEBT = {
     "autograd/gradcheck.cpp": 1,
     "autograd/tape.cpp": 4,
-    "models/quantize_rtn.cpp": 8,
-    "models/quantized_checkpoint.cpp": 12,
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"tp/([a-z_]+)/([^"]+)"')
