@@ -58,6 +58,23 @@ TEST(OptimizerUpdates, AdamWIsTorchsForLoopStep) {
   EXPECT_TRUE(test::close(v, doubles(vs), 1e-6, 1e-6));
 }
 
+TEST(OptimizerUpdates, TheNewMastersAreRoundedIntoTheComputeCopy) {
+  // Over many blocks of 4096 (split over threads) and a short last one.
+  const int64_t n = 20 * 4096 + 100;
+  const ops::AdamWScalars c{0.99f, 0.9f, 0.1f, 0.999f, 0.001f, 0.03f, 1e-8f, 0.01f, 1.f};
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    Tensor w = Tensor::randn({n}, 1), g = Tensor::randn({n}, 2), m = Tensor::zeros({n}), v = Tensor::zeros({n});
+    Tensor w_alone = w.clone(), m_alone = m.clone(), v_alone = v.clone(), compute = Tensor::empty({n}, dtype);
+    ops::adamw_update(c, w, g, m, v, compute);
+    ops::adamw_update(c, w_alone, g, m_alone, v_alone);
+    EXPECT_EQ(w.to_vector(), w_alone.to_vector());
+    EXPECT_EQ(compute.to_vector(), w.to(DType::BF16).to_vector()) << dtype_name(dtype);
+    ops::sgd_update({.rate = 0.1f, .momentum = 0.f, .weight_decay = 0.f, .grad_scale = 1.f, .first = true}, w, g,
+                    Tensor(), compute);
+    EXPECT_EQ(compute.to_vector(), w.to(DType::BF16).to_vector()) << dtype_name(dtype);
+  }
+}
+
 TEST(OptimizerUpdates, SgdWithAndWithoutMomentum) {
   const int64_t n = 9;
   Tensor g = Tensor::randn({n}, 7), w0 = Tensor::randn({n}, 8);

@@ -189,10 +189,20 @@ Tensor ModelParameters::owned_grad(const TrainableParam& p, const OwnedSegment& 
   return segment_of(p.grad, seg);
 }
 
-void round_into_compute_copy(const TrainableParam& p, const Tensor& masters, int64_t begin) {
-  if (p.compute.is_same(p.master)) return;
-  ops::round_to_bf16(masters, p.compute.flatten().narrow(0, begin, masters.numel()));
+Tensor compute_copy_of(const TrainableParam& p, const OwnedSegment& seg) {
+  return p.compute.is_same(p.master) ? Tensor() : segment_of(p.compute, seg);
 }
+
+namespace {
+
+// Writes `masters`, p's masters of elements [begin, begin + masters.numel()), into
+// its compute copy; nothing when they are one.
+void round_into_compute_copy(const TrainableParam& p, const Tensor& masters, int64_t begin) {
+  const Tensor compute = compute_copy_of(p, {begin, begin + masters.numel(), 0});
+  if (compute.defined()) ops::round_to_bf16(masters, compute);
+}
+
+}  // namespace
 
 void ModelParameters::refresh_compute_weights() {
   if (fsdp_) {  // a unit's weights are gathered from the masters when it runs next

@@ -86,9 +86,9 @@ struct SlabRange {
 // The sum of every rank's value, added in rank order: the same bits on every rank. Collective.
 double sum_over_ranks(double value, dist::ProcessGroup& group);
 
-// Writes `masters`, p's masters of elements [begin, begin + masters.numel()), into
-// its compute copy (bf16, or bf16 values in f32); nothing when they are one.
-void round_into_compute_copy(const TrainableParam& p, const Tensor& masters, int64_t begin);
+// p's compute copy (bf16, or bf16 values in f32) of the segment's elements (a
+// view); undefined where p computes on its masters.
+Tensor compute_copy_of(const TrainableParam& p, const OwnedSegment& seg);
 
 // The groups of an expert-parallel mesh: "ep" (every rank; the experts are cut
 // over it) and "ep_replicas" (the ranks with the same tp coordinate).

@@ -6,8 +6,9 @@
 namespace tp::ops {
 
 struct OptimizerUpdateKernels {
-  void (*adamw)(const AdamWScalars& c, const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v);
-  void (*sgd)(const SgdScalars& c, const Tensor& w, const Tensor& g, const Tensor& b);
+  void (*adamw)(const AdamWScalars& c, const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v,
+                const Tensor& compute);
+  void (*sgd)(const SgdScalars& c, const Tensor& w, const Tensor& g, const Tensor& b, const Tensor& compute);
 };
 
 KernelTable<OptimizerUpdateKernels>& optimizer_update_kernels();
