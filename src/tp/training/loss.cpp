@@ -1,7 +1,6 @@
 #include "tp/training/loss.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "tp/autograd/tape.h"
