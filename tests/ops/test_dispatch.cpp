@@ -8,27 +8,35 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/ops/activation.h"
+#include "tp/ops/bf16_rounding.h"
 #include "tp/ops/detail/activation_kernels.h"
+#include "tp/ops/detail/bf16_rounding_kernels.h"
 #include "tp/ops/detail/dropout_kernels.h"
 #include "tp/ops/detail/elementwise_kernels.h"
 #include "tp/ops/detail/embedding_kernels.h"
 #include "tp/ops/detail/moe_dispatch_kernels.h"
 #include "tp/ops/detail/mxfp4_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
+#include "tp/ops/detail/optimizer_update_kernels.h"
 #include "tp/ops/detail/rope_kernels.h"
 #include "tp/ops/detail/router_loss_kernels.h"
 #include "tp/ops/detail/sampling_kernels.h"
 #include "tp/ops/detail/shape_kernels.h"
+#include "tp/ops/detail/sum_squares_kernels.h"
+#include "tp/ops/detail/vocab_parallel_loss_kernels.h"
 #include "tp/ops/dropout.h"
+#include "tp/ops/elementwise.h"
 #include "tp/ops/embedding.h"
 #include "tp/ops/moe_dispatch.h"
 #include "tp/ops/mxfp4.h"
-#include "tp/ops/elementwise.h"
 #include "tp/ops/norm.h"
+#include "tp/ops/optimizer_updates.h"
 #include "tp/ops/rope.h"
 #include "tp/ops/router_loss.h"
 #include "tp/ops/sampling.h"
 #include "tp/ops/shape.h"
+#include "tp/ops/sum_squares.h"
+#include "tp/ops/vocab_parallel_loss.h"
 
 namespace tp {
 namespace {
@@ -109,6 +117,37 @@ std::vector<FamilyCase> families() {
   cases.push_back({"router_load_balancing_loss", lookups_of(ops::router_loss_kernels), [] {
                      Tensor logits = test::param({3, 4}, 1);
                      forward_backward([&] { return ops::router_load_balancing_loss({logits}, 2); });
+  cases.push_back({"vocab_parallel_loss", lookups_of(ops::vocab_parallel_loss_kernels), [] {
+                     Tensor logits = Tensor::randn({2, 5}, 1), target = Tensor::from_ints({3, -100}, {2});
+                     Tensor stats = Tensor::zeros({3, 2}), max = stats.select(0, 0), sums = stats.narrow(0, 1, 2);
+                     ops::loss_row_max(logits, max);
+                     ops::loss_exp_sums(logits, max, target, 0, -100, sums);
+                     ops::loss_online_stats(logits, target, 0, -100, max, stats.select(0, 1), stats.select(0, 2));
+                     ops::loss_rescale_to_max(max.clone(), max, stats.select(0, 1));
+                     ops::loss_total(target, -100, max, stats.select(0, 1), stats.select(0, 2));
+                     ops::loss_softmax_grad_(logits, target, 0, -100, max, stats.select(0, 1), 1.f);
+                     const ops::LmHeadMath math{DType::BF16, false};
+                     Tensor saved = ops::lm_head_saved_input(Tensor::randn({2, 4}, 2), math);
+                     Tensor w = Tensor::randn({5, 4}, 3).to(DType::BF16), dh = Tensor::zeros({2, 4}),
+                            dw = Tensor::zeros({5, 4});
+                     const ops::LmHeadScratch scratch = ops::lm_head_scratch(math, 2, 5, 4, true);
+                     ops::lm_head_chunk_logits(saved, w, math, scratch);
+                     ops::lm_head_chunk_backward(saved, w, math, target, 0, -100, max, stats.select(0, 1), 1.f,
+                                                 scratch, dh, false, dw);
+                   }});
+  cases.push_back({"sum_squares", lookups_of(ops::sum_squares_kernels), [] {
+                     double total = 0;
+                     ops::accumulate_sum_squares(Tensor::randn({5}, 1), total);
+                   }});
+  cases.push_back({"round_to_bf16", lookups_of(ops::bf16_rounding_kernels), [] {
+                     ops::round_to_bf16(Tensor::randn({5}, 1), Tensor::empty({5}, DType::BF16));
+                   }});
+  cases.push_back({"optimizer_update", lookups_of(ops::optimizer_update_kernels), [] {
+                     Tensor w = Tensor::randn({5}, 1), g = Tensor::randn({5}, 2), m = Tensor::zeros({5}),
+                            v = Tensor::zeros({5});
+                     ops::adamw_update({1.f, 0.9f, 0.1f, 0.999f, 0.001f, 1.f, 1e-8f, 0.1f, 1.f}, w, g, m, v);
+                     ops::sgd_update({.rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.f, .grad_scale = 1.f,
+                                      .first = true}, w, g, m);
                    }});
   return cases;
 }

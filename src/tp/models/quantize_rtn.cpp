@@ -1,40 +1,15 @@
 #include "tp/models/quantize_rtn.h"
 
-#include <cmath>
 #include <random>
 #include <regex>
 
 #include "tp/core/error.h"
+#include "tp/io/quantized_words.h"
+#include "tp/io/round_to_nearest.h"
 
 namespace tp {
 
 namespace {
-
-// AutoAWQ's WQLinear_GEMM: bit slot i of a word holds column kAwqOrder[i] of its 8.
-constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-
-// `s` rounded up to the nearest value of `d`: codes computed with the stored scale stay in range.
-float stored_scale(float s, DType d, const std::string& module) {
-  float r = s;
-  if (d == DType::F16) {
-    f16 h = to_f16(s);
-    if (to_f32(h) < s) ++h.bits;
-    r = to_f32(h);
-  } else if (d == DType::BF16) {
-    bf16 b = to_bf16(s);
-    if (to_f32(b) < s) ++b.bits;
-    r = to_f32(b);
-  }
-  TP_CHECK(std::isfinite(r) && r > 0, "'{}': a group scale of {} does not fit {} (weights this large cannot be "
-           "stored in this format)", module, s, dtype_name(d));
-  return r;
-}
-
-void store_scale(float s, DType d, void* dst, int64_t i) {
-  if (d == DType::F16) static_cast<f16*>(dst)[i] = to_f16(s);
-  else if (d == DType::BF16) static_cast<bf16*>(dst)[i] = to_bf16(s);
-  else static_cast<float*>(dst)[i] = s;
-}
 
 // Each input feature's group: k / g, or under act-order the rank of k in a seeded permutation / g
 // (GPTQ's act-order quantizes in a permuted order and records each feature's group in g_idx).
@@ -53,123 +28,51 @@ std::vector<int32_t> feature_groups(const QuantizeOptions& o, const std::string&
   return grp;
 }
 
-struct Quantized {
+// The rounded weight with its sizes and each input feature's group.
+struct Quantized : io::RoundedWeight {
   int64_t N, K, G;
-  std::vector<uint8_t> codes;  // [N, K]
-  std::vector<uint8_t> zeros;  // [N, G]
-  std::vector<float> scales;   // [N, G], already values of the stored dtype
-  std::vector<int32_t> grp;    // [K]
+  std::vector<int32_t> grp;  // [K]
 };
 
 Quantized round_to_nearest(const QuantizeOptions& o, const std::string& module, const Tensor& w, DType scale_dtype) {
-  Quantized q{w.size(0), w.size(1), 0, {}, {}, {}, feature_groups(o, module, w.size(1))};
+  Quantized q;
+  q.N = w.size(0);
+  q.K = w.size(1);
   q.G = o.group_size == -1 ? 1 : q.K / o.group_size;
-  const int maxq = (1 << o.bits) - 1, mid = 1 << (o.bits - 1);
-  q.codes.resize(q.N * q.K);
-  q.zeros.resize(q.N * q.G);
-  q.scales.resize(q.N * q.G);
-  const float* src = w.data<float>();
-  std::vector<float> lo(q.G), hi(q.G);
-  for (int64_t n = 0; n < q.N; ++n) {
-    const float* row = src + n * q.K;
-    std::fill(lo.begin(), lo.end(), 0.f);
-    std::fill(hi.begin(), hi.end(), 0.f);
-    for (int64_t k = 0; k < q.K; ++k) {
-      TP_CHECK(std::isfinite(row[k]), "'{}.weight' holds {} at [{}, {}]; only finite weights can be quantized",
-               module, row[k], n, k);
-      lo[q.grp[k]] = std::min(lo[q.grp[k]], row[k]);
-      hi[q.grp[k]] = std::max(hi[q.grp[k]], row[k]);
-    }
-    for (int64_t g = 0; g < q.G; ++g) {
-      float s;
-      int z;
-      if (o.sym) {
-        const float absmax = std::max(-lo[g], hi[g]);
-        s = stored_scale(absmax > 0 ? absmax / static_cast<float>(mid - 1) : 1.f, scale_dtype, module);
-        z = mid;
-      } else {
-        s = stored_scale(hi[g] > lo[g] ? (hi[g] - lo[g]) / static_cast<float>(maxq) : 1.f, scale_dtype, module);
-        z = static_cast<int>(std::nearbyint(-lo[g] / s));
-        // GPTQ v1 stores z - 1, and the kernels that read v1 add the 1 back without wrapping: a stored -1 would
-        // be read as 2^bits. A group without negative weights therefore gets z = 1 and the range [0, max] over
-        // the codes 1 .. 2^bits - 1.
-        if (o.format == "gptq" && o.checkpoint_format == "gptq" && z == 0) {
-          s = stored_scale(hi[g] > 0 ? hi[g] / static_cast<float>(maxq - 1) : 1.f, scale_dtype, module);
-          z = 1;
-        }
-        z = std::clamp(z, 0, maxq);
-      }
-      q.scales[n * q.G + g] = s;
-      q.zeros[n * q.G + g] = static_cast<uint8_t>(z);
-    }
-    for (int64_t k = 0; k < q.K; ++k) {
-      const int64_t at = n * q.G + q.grp[k];
-      const float v = std::nearbyint(row[k] / q.scales[at]) + static_cast<float>(q.zeros[at]);
-      q.codes[n * q.K + k] = static_cast<uint8_t>(std::clamp(v, 0.f, static_cast<float>(maxq)));
-    }
-  }
+  q.grp = feature_groups(o, module, q.K);
+  const io::RoundToNearest rtn{o.bits, o.sym, o.format == "gptq" && o.checkpoint_format == "gptq", scale_dtype};
+  static_cast<io::RoundedWeight&>(q) = io::round_to_nearest(rtn, w, q.grp, q.G, module);
   return q;
 }
 
-// value's bits at slot `slot` of word `i` (words zero-initialised).
-void put(int32_t* words, int64_t i, int slot, int bits, uint32_t value) {
-  words[i] = static_cast<int32_t>(static_cast<uint32_t>(words[i]) | (value << (bits * slot)));
-}
-
+// The scales as stored: [N, G] or [G, N], in dtype d (their values are d's already).
 Tensor scales_tensor(const Quantized& q, DType d, bool transposed) {
-  Tensor t = Tensor::empty(transposed ? Shape{q.G, q.N} : Shape{q.N, q.G}, d);
-  for (int64_t n = 0; n < q.N; ++n)
-    for (int64_t g = 0; g < q.G; ++g) store_scale(q.scales[n * q.G + g], d, t.raw_data(), transposed ? g * q.N + n : n * q.G + g);
-  return t;
+  return (transposed ? q.scales.transpose(0, 1) : q.scales).to(d);
 }
 
 std::vector<std::pair<std::string, Tensor>> pack_gptq(const QuantizeOptions& o, const std::string& m, const Quantized& q) {
-  const int pf = 32 / o.bits, minus = o.checkpoint_format == "gptq" ? 1 : 0;
-  Tensor qweight = Tensor::zeros({q.K / pf, q.N}, DType::I32), qzeros = Tensor::zeros({q.G, q.N / pf}, DType::I32);
-  int32_t* qw = qweight.data<int32_t>();
-  int32_t* qz = qzeros.data<int32_t>();
-  for (int64_t n = 0; n < q.N; ++n) {
-    for (int64_t k = 0; k < q.K; ++k) put(qw, (k / pf) * q.N + n, static_cast<int>(k % pf), o.bits, q.codes[n * q.K + k]);
-    for (int64_t g = 0; g < q.G; ++g)
-      put(qz, g * (q.N / pf) + n / pf, static_cast<int>(n % pf), o.bits, q.zeros[n * q.G + g] - minus);
-  }
-  Tensor g_idx = Tensor::empty({q.K}, DType::I32);
-  std::copy(q.grp.begin(), q.grp.end(), g_idx.data<int32_t>());
+  // Codes packed along K, words [K / pf, N]; zero points along N, words [G, N / pf] (v1: z - 1).
+  const int minus = o.checkpoint_format == "gptq" ? 1 : 0;
+  Tensor qweight = io::pack_words(q.codes, {o.bits, 1, true, false});
+  Tensor qzeros = io::pack_words(q.zeros, {o.bits, 0, true, false}, minus);
+  std::vector<int64_t> groups(q.grp.begin(), q.grp.end());
   return {{m + ".qweight", qweight}, {m + ".qzeros", qzeros}, {m + ".scales", scales_tensor(q, DType::F16, true)},
-          {m + ".g_idx", g_idx}};
+          {m + ".g_idx", Tensor::from_ints(groups, {q.K}, DType::I32)}};
 }
 
 std::vector<std::pair<std::string, Tensor>> pack_awq(const std::string& m, const Quantized& q) {
-  const int64_t words = q.N / 8;
-  Tensor qweight = Tensor::zeros({q.K, words}, DType::I32), qzeros = Tensor::zeros({q.G, words}, DType::I32);
-  int32_t* qw = qweight.data<int32_t>();
-  int32_t* qz = qzeros.data<int32_t>();
-  for (int64_t c = 0; c < words; ++c)
-    for (int slot = 0; slot < 8; ++slot) {
-      const int64_t n = c * 8 + kAwqOrder[slot];
-      for (int64_t k = 0; k < q.K; ++k) put(qw, k * words + c, slot, 4, q.codes[n * q.K + k]);
-      for (int64_t g = 0; g < q.G; ++g) put(qz, g * words + c, slot, 4, q.zeros[n * q.G + g]);
-    }
+  // Codes and zero points packed along N in AutoAWQ's interleaved order: words [K, N / 8] and [G, N / 8].
+  Tensor qweight = io::pack_words(q.codes, {4, 0, true, true}), qzeros = io::pack_words(q.zeros, {4, 0, true, true});
   return {{m + ".qweight", qweight}, {m + ".qzeros", qzeros}, {m + ".scales", scales_tensor(q, DType::F16, true)}};
 }
 
 std::vector<std::pair<std::string, Tensor>> pack_compressed_tensors(const QuantizeOptions& o, const std::string& m,
                                                                     const Quantized& q, DType scale_dtype) {
-  const int pf = 32 / o.bits;
-  const int64_t kw = (q.K + pf - 1) / pf;
-  Tensor packed = Tensor::zeros({q.N, kw}, DType::I32);
-  int32_t* p = packed.data<int32_t>();
-  for (int64_t n = 0; n < q.N; ++n)
-    for (int64_t k = 0; k < q.K; ++k) put(p, n * kw + k / pf, static_cast<int>(k % pf), o.bits, q.codes[n * q.K + k]);
-  std::vector<std::pair<std::string, Tensor>> out = {{m + ".weight_packed", packed},
+  // Codes packed along K, words [N, K / pf].
+  std::vector<std::pair<std::string, Tensor>> out = {{m + ".weight_packed", io::pack_words(q.codes, {o.bits, 1, false, false})},
                                                      {m + ".weight_scale", scales_tensor(q, scale_dtype, false)}};
-  if (!o.sym) {  // pack_to_int32 along dim 0 (out features), unsigned like the codes
-    Tensor zp = Tensor::zeros({(q.N + pf - 1) / pf, q.G}, DType::I32);
-    int32_t* z = zp.data<int32_t>();
-    for (int64_t n = 0; n < q.N; ++n)
-      for (int64_t g = 0; g < q.G; ++g) put(z, (n / pf) * q.G + g, static_cast<int>(n % pf), o.bits, q.zeros[n * q.G + g]);
-    out.emplace_back(m + ".weight_zero_point", zp);
-  }
+  if (!o.sym)  // pack_to_int32 along dim 0 (out features), unsigned like the codes: words [N / pf, G]
+    out.emplace_back(m + ".weight_zero_point", io::pack_words(q.zeros, {o.bits, 0, false, false}));
   out.emplace_back(m + ".weight_shape", Tensor::from_ints({q.N, q.K}, {2}, DType::I64));
   return out;
 }

@@ -1,18 +1,12 @@
 #include "tp/models/quantized_checkpoint.h"
 
-#include <cmath>
-#include <cstring>
-
+#include "tp/io/quantized_words.h"
 #include "tp/models/quantized_shapes.h"
 #include "tp/ops/quantized_linear.h"
 
 namespace tp {
 
 namespace {
-
-// AutoAWQ's WQLinear_GEMM puts column order[i] of each 8 at bit slot i, order = 0 2 4 6 1 3 5 7;
-// column j therefore sits at slot kAwqSlot[j].
-constexpr int kAwqSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 std::string module_of(const std::string& param) { return param.substr(0, param.size() - std::string(".weight").size()); }
 
@@ -33,20 +27,13 @@ int64_t groups_of(const QuantizationConfig& q, int64_t k) {
   return q.group_size == -1 ? 1 : (k + q.group_size - 1) / q.group_size;
 }
 
-// A little-endian int32 word of a (possibly unaligned: a view of the file's mapping) tensor.
-uint32_t word(const Tensor& t, int64_t i) {
-  uint32_t w;
-  std::memcpy(&w, static_cast<const char*>(t.raw_data()) + i * 4, 4);
-  return w;
-}
-
 // One quantized Linear being read: its config, names, global and local extents.
 struct Reader {
   const Checkpoint& ckpt;
   const QuantizationConfig& q;
   std::string module;
   int64_t N, K, G;
-  int pf, mask;
+  int pf;
   int dim;  // -1 replicated, 0 out split, 1 in split
   std::vector<ChunkSpan> n_spans, k_spans;
   int64_t n, k;
@@ -62,46 +49,22 @@ struct Reader {
     return ckpt.read_slice(name, along, spans, as);
   }
 
+  io::Source source(const std::string& name) const { return {ckpt.info(name).file.string(), name}; }
+
   // scales stored [groups, n] (GPTQ, AWQ: transposed) or [n, groups] (compressed-tensors), as f32 [n, groups].
   Tensor scales(const std::string& name, bool transposed) const {
     const int64_t n_dim = transposed ? 1 : 0, g_dim = 1 - n_dim;
     Tensor s = dim == 0 ? read(name, n_dim, n_spans, DType::F32) : read(name, g_dim, group_spans(), DType::F32);
-    const int64_t rows = s.size(0), cols = s.size(1);
-    const float* src = s.data<float>();
-    for (int64_t i = 0; i < rows * cols; ++i)
-      TP_CHECK(std::isfinite(src[i]), "{}: tensor '{}' holds {} at [{}, {}] (of the rows and columns this rank "
-               "reads); scales must be finite", ckpt.info(name).file.string(), name, src[i], i / cols, i % cols);
-    if (!transposed) return s;
-    Tensor out = Tensor::empty({cols, rows});
-    float* dst = out.data<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
-    return out;
+    return io::scale_rows(s, transposed, source(name));
   }
 
   // Zero points packed along N; `n_rows` says whether N is the stored tensor's dim 0 (compressed-tensors)
-  // or dim 1 (GPTQ, AWQ). `slot` maps a column's index within its word to its bit slot.
-  Tensor zeros(const std::string& name, bool n_rows, int add, const int* slot) const {
+  // or dim 1 (GPTQ, AWQ, whose words hold them in its interleaved order).
+  Tensor zeros(const std::string& name, bool n_rows, int add, bool awq_order) const {
     const int64_t n_dim = n_rows ? 0 : 1;
     Tensor w = dim == 0 ? read(name, n_dim, in_units(n_spans, pf)) : read(name, 1 - n_dim, group_spans());
-    const int64_t groups = w.size(1 - n_dim), words = w.size(n_dim);
-    Tensor out = Tensor::empty({n, groups}, DType::U8);
-    uint8_t* z = out.data<uint8_t>();
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t at = n_rows ? (r / pf) * groups + g : g * words + r / pf;
-        const int s = slot ? slot[r % pf] : static_cast<int>(r % pf);
-        const int v = static_cast<int>((word(w, at) >> (q.bits * s)) & mask) + add;
-        TP_CHECK(v <= 255, "{}: tensor '{}' stores {} (zero point minus one, checkpoint_format \"gptq\") for group "
-                 "{} of row {}: zero point {} does not fit {} bits", ckpt.info(name).file.string(), name, v - add, g,
-                 r, v, q.bits);
-        if (q.sym)
-          TP_CHECK(v == 1 << (q.bits - 1), "{}: tensor '{}' gives zero point {} for group {} of row {}, but "
-                   "quantization_config says sym (zero point {})", ckpt.info(name).file.string(), name, v, g, r,
-                   1 << (q.bits - 1));
-        z[r * groups + g] = static_cast<uint8_t>(v);
-      }
-    return out;
+    const io::WordLayout layout{q.bits, 0, !n_rows, awq_order};
+    return io::unpack_zero_points(w, layout, n, add, q.sym, source(name));
   }
 
   // Codes packed along K (GPTQ: words [K/pf, N]; compressed-tensors: [N, K/pf]).
@@ -109,27 +72,13 @@ struct Reader {
     const int64_t n_dim = n_rows ? 0 : 1;
     Tensor w = dim == 0 ? read(name, n_dim, n_spans) : dim == 1 ? read(name, 1 - n_dim, in_units(k_spans, pf))
                                                                 : ckpt.read(name);
-    const int64_t words = w.size(1 - n_dim);
-    Tensor out = Tensor::empty({n, k}, DType::U8);
-    uint8_t* c = out.data<uint8_t>();
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < k; ++i) {
-        const int64_t at = n_rows ? r * words + i / pf : (i / pf) * n + r;
-        c[r * k + i] = static_cast<uint8_t>((word(w, at) >> (q.bits * (i % pf))) & mask);
-      }
-    return out;
+    return io::unpack_words(w, {q.bits, 1, !n_rows, false}, n, k);
   }
 
   // AWQ's codes: words [K, N/8] packed along N in its interleaved order.
   Tensor awq_codes(const std::string& name) const {
     Tensor w = dim == 0 ? read(name, 1, in_units(n_spans, pf)) : dim == 1 ? read(name, 0, k_spans) : ckpt.read(name);
-    const int64_t words = w.size(1);
-    Tensor out = Tensor::empty({n, k}, DType::U8);
-    uint8_t* c = out.data<uint8_t>();
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < k; ++i)
-        c[r * k + i] = static_cast<uint8_t>((word(w, i * words + r / pf) >> (4 * kAwqSlot[r % pf])) & mask);
-    return out;
+    return io::unpack_words(w, {4, 0, true, true}, n, k);
   }
 
   // GPTQ's g_idx for this rank's k: under act-order the groups of its rows (global group indices), else
@@ -138,20 +87,8 @@ struct Reader {
     const std::string name = key(".g_idx");
     if (!ckpt.has(name)) return {};
     Tensor g = dim == 1 ? read(name, 0, k_spans) : ckpt.read(name);
-    Tensor out = Tensor::empty({k}, DType::I32);
-    int32_t* dst = out.data<int32_t>();
-    int64_t i = 0;
-    for (const ChunkSpan& s : dim == 1 ? k_spans : std::vector<ChunkSpan>{{0, K}})
-      for (int64_t kk = s.offset; kk < s.offset + s.size; ++kk, ++i) {
-        const auto v = static_cast<int32_t>(word(g, i));
-        TP_CHECK(v >= 0 && v < G, "{}: tensor '{}' holds {} at [{}]; group indices must lie in [0, {}) ({} groups "
-                 "of {} over in_features {})", ckpt.info(name).file.string(), name, v, kk, G, G, q.group_size, K);
-        const int64_t natural = q.group_size == -1 ? 0 : kk / q.group_size;
-        TP_CHECK(q.desc_act || v == natural, "{}: tensor '{}' holds {} at [{}] where k / group_size is {}, but "
-                 "quantization_config says desc_act false; an act-order checkpoint says \"desc_act\": true",
-                 ckpt.info(name).file.string(), name, v, kk, natural);
-        dst[i] = v;
-      }
+    Tensor out = io::group_index(g, dim == 1 ? k_spans : std::vector<ChunkSpan>{{0, K}}, K, G, q.group_size,
+                                 q.desc_act, source(name));
     return q.desc_act ? out : Tensor();
   }
 
@@ -161,23 +98,22 @@ struct Reader {
     if (q.method == "gptq") {
       s.codes = codes_packed_along_k(key(".qweight"), false);
       s.scales = scales(key(".scales"), true);
-      s.zeros = zeros(key(".qzeros"), false, q.zeros_minus_one() ? 1 : 0, nullptr);
+      s.zeros = zeros(key(".qzeros"), false, q.zeros_minus_one() ? 1 : 0, false);
       s.g_idx = g_idx();
       TP_CHECK(!q.desc_act || s.g_idx.defined(), "{}: act-order GPTQ (desc_act true) needs tensor '{}', which is "
                "missing", ckpt.dir().string(), key(".g_idx"));
     } else if (q.method == "awq") {
       s.codes = awq_codes(key(".qweight"));
       s.scales = scales(key(".scales"), true);
-      s.zeros = zeros(key(".qzeros"), false, 0, kAwqSlot);
+      s.zeros = zeros(key(".qzeros"), false, 0, true);
     } else {
       check_weight_shape();
       s.codes = codes_packed_along_k(key(".weight_packed"), true);
       s.scales = scales(key(".weight_scale"), false);
       if (q.sym) {
-        s.zeros = Tensor::empty({n, s.scales.size(1)}, DType::U8);
-        std::memset(s.zeros.raw_data(), 1 << (q.bits - 1), s.zeros.nbytes());
+        s.zeros = Tensor::full({n, s.scales.size(1)}, 1 << (q.bits - 1), DType::U8);
       } else {
-        s.zeros = zeros(key(".weight_zero_point"), true, 0, nullptr);
+        s.zeros = zeros(key(".weight_zero_point"), true, 0, false);
       }
     }
     s.group_size = s.g_idx.defined() ? q.group_size : G == 1 ? k : q.group_size;
@@ -187,10 +123,9 @@ struct Reader {
   void check_weight_shape() const {
     const std::string name = key(".weight_shape");
     if (!ckpt.has(name)) return;
-    const Tensor t = ckpt.read(name);
-    int64_t v[2];
-    for (int i = 0; i < 2; ++i)
-      v[i] = t.dtype() == DType::I64 ? t.data<int64_t>()[i] : static_cast<int32_t>(word(t, i));
+    const std::vector<int64_t> v = io::stored_ints(ckpt.read(name));
+    TP_CHECK(v.size() == 2, "{}: tensor '{}' holds {} values; the weight's shape is two", ckpt.info(name).file.string(),
+             name, v.size());
     TP_CHECK(v[0] == N && v[1] == K, "{}: tensor '{}' holds [{}, {}], but config.json implies the weight [{}, {}]",
              ckpt.info(name).file.string(), name, v[0], v[1], N, K);
   }
@@ -258,7 +193,7 @@ QuantizedSlice read_quantized(const Checkpoint& ckpt, const std::string& param, 
                        (ckpt.dir() / "config.json").string(), ckpt.dir().string());
   const int64_t N = shape[0], K = shape[1];
   const int d = shard.replicated() ? -1 : static_cast<int>(shard.dim);
-  Reader r{ckpt, q, module, N, K, groups_of(q, K), q.pack_factor(), (1 << q.bits) - 1, d,
+  Reader r{ckpt, q, module, N, K, groups_of(q, K), q.pack_factor(), d,
            d == 0 ? shard.spans : std::vector<ChunkSpan>{{0, N}}, d == 1 ? shard.spans : std::vector<ChunkSpan>{{0, K}},
            0, 0};
   r.n = total(r.n_spans);
@@ -272,31 +207,6 @@ int64_t quantized_slice_bytes(const QuantizationConfig& q, const Shape& global, 
   return static_cast<int64_t>(ops::QuantizedLinear::resident_bytes(q.bits, n, k, groups_of(q, act ? global[1] : k), act));
 }
 
-Tensor dequantize(const QuantizedSlice& s) {
-  TP_CHECK(s.codes.dim() == 2 && s.codes.dtype() == DType::U8 && s.scales.dtype() == DType::F32 &&
-               s.zeros.dtype() == DType::U8 && s.scales.dim() == 2 && s.zeros.shape() == s.scales.shape() &&
-               s.scales.size(0) == s.codes.size(0),
-           "dequantize: codes u8 [n, k], scales f32 and zeros u8 [n, groups] expected, got {} {}, {} {}, {} {}",
-           dtype_name(s.codes.dtype()), shape_str(s.codes.shape()), dtype_name(s.scales.dtype()),
-           shape_str(s.scales.shape()), dtype_name(s.zeros.dtype()), shape_str(s.zeros.shape()));
-  const int64_t n = s.codes.size(0), k = s.codes.size(1), groups = s.scales.size(1);
-  TP_CHECK(s.g_idx.defined() || s.group_size > 0, "dequantize: group_size {} without g_idx", s.group_size);
-  const uint8_t* c = s.codes.data<uint8_t>();
-  const uint8_t* z = s.zeros.data<uint8_t>();
-  const float* sc = s.scales.data<float>();
-  const int32_t* gi = s.g_idx.defined() ? s.g_idx.data<int32_t>() : nullptr;
-  Tensor out = Tensor::empty({n, k});
-  float* o = out.data<float>();
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t g = gi ? gi[i] : i / s.group_size;
-    TP_CHECK(g >= 0 && g < groups, "dequantize: column {} is in group {}, outside the {} held", i, g, groups);
-  }
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t i = 0; i < k; ++i) {
-      const int64_t g = gi ? gi[i] : i / s.group_size;
-      o[r * k + i] = sc[r * groups + g] * static_cast<float>(static_cast<int>(c[r * k + i]) - z[r * groups + g]);
-    }
-  return out;
-}
+Tensor dequantize(const QuantizedSlice& s) { return io::dequantize_codes(s.codes, s.scales, s.zeros, s.g_idx, s.group_size); }
 
 }  // namespace tp

@@ -1,13 +1,10 @@
 #include "tp/training/loss.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "tp/autograd/tape.h"
-#include "tp/ops/gemm.h"
-#include "tp/ops/vec.h"
-#include "tp/tensor/convert.h"
+#include "tp/ops/vocab_parallel_loss.h"
 
 namespace tp::training {
 
@@ -29,64 +26,45 @@ void check_labels(const Tensor& labels, const char* what) {
            labels.defined() ? shape_str(labels.shape()) : "");
 }
 
-// The shifted targets, each inside the vocabulary or the ignore index.
-std::vector<int64_t> checked_targets(const Tensor& labels, const VocabSlice& vocab, int64_t ignore_index) {
+// The shifted targets [B * T] i64, each inside the vocabulary or the ignore index.
+Tensor checked_targets(const Tensor& labels, const VocabSlice& vocab, int64_t ignore_index) {
   const std::vector<int64_t> target = shifted_targets(labels, ignore_index);
   for (size_t r = 0; r < target.size(); ++r)
     TP_CHECK(target[r] == ignore_index || (target[r] >= 0 && target[r] < vocab.vocab_size),
              "label {} (batch row {}, position {}) is outside the vocabulary [0, {}) and is not the ignore index {}",
              target[r], r / labels.size(1), r % labels.size(1) + 1, vocab.vocab_size, ignore_index);
-  return target;
+  return Tensor::from_ints(target, {static_cast<int64_t>(target.size())});
 }
 
-double mean_loss(const std::vector<int64_t>& target, const float* mx, const float* sum_exp, const float* target_logit,
-                 double normalizer, int64_t ignore_index) {
-  double total = 0;
-  for (size_t r = 0; r < target.size(); ++r)
-    if (target[r] != ignore_index) total += std::log(static_cast<double>(sum_exp[r])) + mx[r] - target_logit[r];
-  return total / normalizer;
+// The rows' statistics: [rows] views of stats [3, rows] (row max | sum of
+// exponentials | target logit).
+struct Stats {
+  Tensor max, sum_exp, target_logit;
+
+  static Stats of(const Tensor& stats) { return {stats.select(0, 0), stats.select(0, 1), stats.select(0, 2)}; }
+  Stats rows(int64_t r0, int64_t n) const {
+    return {max.narrow(0, r0, n), sum_exp.narrow(0, r0, n), target_logit.narrow(0, r0, n)};
+  }
+};
+
+double mean_loss(const Tensor& target, const Stats& stats, double normalizer, int64_t ignore_index) {
+  return ops::loss_total(target, ignore_index, stats.max, stats.sum_exp, stats.target_logit) / normalizer;
 }
 
-// Row max, then [sum of e^(x - max) | target logit] of `rows` rows of logits x [rows, v]
-// (this rank's vocabulary from `start`), reduced over the vocab group.
-void softmax_stats(const float* x, int64_t rows, int64_t v, const int64_t* target, int64_t start,
-                   int64_t ignore_index, dist::ProcessGroup* group, float* mx, float* sum_exp, float* target_logit) {
-  const auto& vk = ops::detail::vec_kernels();
+// Row max, then [sum of e^(x - max) | target logit] of logits [rows, v] (this
+// rank's vocabulary from `start`), reduced over the vocab group, into `out`.
+void softmax_stats(const Tensor& logits, const Tensor& target, int64_t start, int64_t ignore_index,
+                   dist::ProcessGroup* group, Stats out) {
+  const int64_t rows = logits.size(0);
   Tensor row_max = Tensor::empty({rows});
-  float* m = row_max.data<float>();
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) m[r] = vk.max(x + r * v, v);
+  ops::loss_row_max(logits, row_max);
   if (group != nullptr) group->all_reduce(row_max, dist::ReduceOp::Max);
   Tensor sums = Tensor::zeros({2, rows});
-  float* se = sums.data<float>();
-  float* tl = se + rows;
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    se[r] = vk.exp_sum(x + r * v, v, m[r]);
-    const int64_t local = target[r] - start;
-    if (target[r] != ignore_index && local >= 0 && local < v) tl[r] = x[r * v + local];
-  }
+  ops::loss_exp_sums(logits, row_max, target, start, ignore_index, sums);
   if (group != nullptr) group->all_reduce(sums, dist::ReduceOp::Sum);
-  std::copy(m, m + rows, mx);
-  std::copy(se, se + rows, sum_exp);
-  std::copy(tl, tl + rows, target_logit);
-}
-
-// d[r, j] = k * (softmax[r, j] - [j == target[r]]) over logits x [rows, v], in place.
-void softmax_grad_in_place(float* x, int64_t rows, int64_t v, const int64_t* target, int64_t start,
-                           int64_t ignore_index, const float* mx, const float* sum_exp, float k) {
-  const auto& vk = ops::detail::vec_kernels();
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* dr = x + r * v;
-    if (target[r] == ignore_index) {
-      std::fill(dr, dr + v, 0.f);
-      continue;
-    }
-    vk.exp_scale(dr, v, mx[r], k / sum_exp[r], dr);
-    const int64_t local = target[r] - start;
-    if (local >= 0 && local < v) dr[local] -= k;
-  }
+  out.max.copy_from(row_max);
+  out.sum_exp.copy_from(sums.select(0, 0));
+  out.target_logit.copy_from(sums.select(0, 1));
 }
 
 }  // namespace
@@ -108,24 +86,21 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, double normali
   TP_CHECK(normalizer > 0, "causal_lm_loss: the normalizer (targets in the step) must be positive, got {}",
            normalizer);
   const int64_t rows = logits.size(0) * logits.size(1), v = logits.size(2);
-  const std::vector<int64_t> target = checked_targets(labels, vocab, ignore_index);
+  const Tensor target = checked_targets(labels, vocab, ignore_index);
   dist::ProcessGroup* group = vocab.group != nullptr && vocab.group->size() > 1 ? vocab.group : nullptr;
   Tensor stats = Tensor::empty({3, rows});  // row max | sum of exponentials | target logit
-  float* mx = stats.data<float>();
-  softmax_stats(logits.data<float>(), rows, v, target.data(), vocab.start, ignore_index, group, mx, mx + rows,
-                mx + 2 * rows);
-  Tensor loss = Tensor::full({}, mean_loss(target, mx, mx + rows, mx + 2 * rows, normalizer, ignore_index));
+  softmax_stats(logits.reshape({rows, v}), target, vocab.start, ignore_index, group, Stats::of(stats));
+  Tensor loss = Tensor::full({}, mean_loss(target, Stats::of(stats), normalizer, ignore_index));
 
   if (autograd::needs_grad({logits})) {
     const int64_t start = vocab.start;
     autograd::record("causal_lm_loss", {logits, labels}, {loss},
                      [logits, target, stats, normalizer, start, ignore_index](const std::vector<Tensor>& g) {
-                       const int64_t rows = logits.size(0) * logits.size(1), v = logits.size(2);
                        const float k = static_cast<float>(g[0].item() / normalizer);
-                       const float* mx = stats.data<float>();
+                       const Stats s = Stats::of(stats);
                        Tensor dx = logits.clone();
-                       softmax_grad_in_place(dx.data<float>(), rows, v, target.data(), start, ignore_index, mx,
-                                             mx + rows, k);
+                       ops::loss_softmax_grad_(dx.reshape({target.numel(), logits.size(2)}), target, start,
+                                               ignore_index, s.max, s.sum_exp, k);
                        return std::vector<Tensor>{dx, Tensor()};
                      });
   }
@@ -134,110 +109,47 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, double normali
 
 namespace {
 
-// How lm_head multiplies (ops::linear's arithmetic): in f32, with a bf16 weight
-// (bf16 operands), or an f32 weight holding bf16 values with the input rounded
-// to bf16 values (bf16 arithmetic run as f32 GEMMs).
-struct HeadMath {
-  DType w_dtype = DType::F32;
-  bool bf16_values = false;
-  bool bf16() const { return w_dtype == DType::BF16 || bf16_values; }
-};
-
-// Rows [r0, r0 + n) of the saved input as the forward GEMM's A operand: the saved
-// bf16 copy as it is (a bf16 weight) or widened (exactly its rounded values), or
-// the f32 input itself. `widened` is the scratch [n, H] f32 buffer.
-const void* input_rows(const Tensor& saved, const HeadMath& math, int64_t r0, int64_t n, int64_t h, float* widened,
-                       DType* a_dtype) {
-  if (!math.bf16()) {
-    *a_dtype = DType::F32;
-    return saved.data<float>() + r0 * h;
-  }
-  const bf16* rows = saved.data<bf16>() + r0 * h;
-  if (math.w_dtype == DType::BF16) {
-    *a_dtype = DType::BF16;
-    return rows;
-  }
-  convert_bf16_to_f32(rows, widened, static_cast<size_t>(n * h));
-  *a_dtype = DType::F32;
-  return widened;
-}
-
-// softmax_stats over every row of `saved` (lm_head's input) with w held by rows:
-// a block of w's rows at a time, each row's running max and sum of exponentials
-// rescaled when a block raises the max (the online softmax), then combined over
-// the vocab group (to rounding: the sums of exponentials are rescaled). One block
-// is softmax_stats' own arithmetic. `logits` holds [chunk, block] products of w's v rows.
-void softmax_stats_by_rows(autograd::LeafByRows& by_rows, const Tensor& saved, const HeadMath& math,
-                           const std::vector<int64_t>& target, int64_t start, int64_t ignore_index,
-                           dist::ProcessGroup* group, int64_t v, int64_t v_max, int64_t chunk, Tensor& logits,
-                           Tensor& widened, Tensor& stats) {
-  const auto& vk = ops::detail::vec_kernels();
-  const int64_t rows = stats.size(1), h = saved.size(-1), step = std::max<int64_t>(by_rows.block_rows(), 1);
-  float* mx = stats.data<float>();
-  float* se = mx + rows;
-  float* tl = se + rows;
-  auto block_logits = [&](const void* wb, int64_t nb, int64_t r0, int64_t n) {
-    DType a_dtype;
-    const void* a = input_rows(saved, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr, &a_dtype);
-    ops::detail::gemm({n, nb, h, false, true, a_dtype, math.w_dtype}, a, wb, nullptr, logits.data<float>());
-  };
+// softmax_stats over every row of `saved` (lm_head's input, [rows, H]) with w held
+// by rows: a block of w's rows at a time, each row's running max and sum of
+// exponentials rescaled when a block raises the max (the online softmax), then
+// combined over the vocab group (to rounding: the sums of exponentials are
+// rescaled). One block is softmax_stats' own arithmetic.
+void softmax_stats_by_rows(autograd::LeafByRows& by_rows, const Tensor& saved, const ops::LmHeadMath& math,
+                           const ops::LmHeadScratch& scratch, const Tensor& target, int64_t start,
+                           int64_t ignore_index, dist::ProcessGroup* group, int64_t v, int64_t v_max, int64_t chunk,
+                           const Tensor& stats) {
+  const int64_t rows = stats.size(1), step = std::max<int64_t>(by_rows.block_rows(), 1);
+  Stats all = Stats::of(stats);
   if (v_max <= step) {
     // One block (on every rank of the vocab group: their collectives differ):
     // softmax_stats itself, bit for bit the loss of the whole matrix.
     const Tensor w_block = by_rows.weight_rows(0, v);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
-      block_logits(w_block.raw_data(), v, r0, n);
-      softmax_stats(logits.data<float>(), n, v, target.data() + r0, start, ignore_index, group, mx + r0, se + r0,
-                    tl + r0);
+      const Tensor logits = ops::lm_head_chunk_logits(saved.narrow(0, r0, n), w_block, math, scratch);
+      softmax_stats(logits, target.narrow(0, r0, n), start, ignore_index, group, all.rows(r0, n));
     }
     return;
   }
-  std::fill(mx, mx + rows, -std::numeric_limits<float>::infinity());
-  std::fill(se, se + 2 * rows, 0.f);
+  all.max.fill(-std::numeric_limits<float>::infinity());
+  stats.narrow(0, 1, 2).zero();
   for (int64_t b0 = 0; b0 < v; b0 += step) {
     const int64_t nb = std::min(step, v - b0);
     const Tensor w_block = by_rows.weight_rows(b0, nb);  // alive while the block is used
-    const void* wb = w_block.raw_data();
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
-      block_logits(wb, nb, r0, n);
-      const float* x = logits.data<float>();
-#pragma omp parallel for schedule(static) if (n * nb > 65536)
-      for (int64_t r = 0; r < n; ++r) {
-        const int64_t R = r0 + r;
-        const float m = vk.max(x + r * nb, nb);
-        if (m > mx[R]) {
-          se[R] *= std::exp(mx[R] - m);
-          mx[R] = m;
-        }
-        se[R] += vk.exp_sum(x + r * nb, nb, mx[R]);
-        const int64_t local = target[R] - start - b0;
-        if (target[R] != ignore_index && local >= 0 && local < nb) tl[R] = x[r * nb + local];
-      }
+      const Tensor logits = ops::lm_head_chunk_logits(saved.narrow(0, r0, n), w_block, math, scratch);
+      const Stats s = all.rows(r0, n);
+      ops::loss_online_stats(logits, target.narrow(0, r0, n), start + b0, ignore_index, s.max, s.sum_exp,
+                             s.target_logit);
     }
   }
   if (group == nullptr) return;
-  Tensor global_max = stats.narrow(0, 0, 1).clone();
+  Tensor global_max = all.max.clone();
   group->all_reduce(global_max, dist::ReduceOp::Max);
-  const float* gm = global_max.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    se[r] = se[r] == 0.f ? 0.f : se[r] * std::exp(mx[r] - gm[r]);
-    mx[r] = gm[r];
-  }
+  ops::loss_rescale_to_max(global_max, all.max, all.sum_exp);
   Tensor sums = stats.narrow(0, 1, 2);
   group->all_reduce(sums, dist::ReduceOp::Sum);
-}
-
-// dy as linear's backward rounds it: bf16 for a bf16 weight (into `d_bf16`), bf16
-// values for bf16 arithmetic on f32 (in place); the GEMM operand.
-const void* round_like_linear(float* d, int64_t n, const HeadMath& math, DType compute, Tensor& d_bf16) {
-  if (compute == DType::BF16) {
-    ops::detail::to_bf16_parallel(d, d_bf16.data<bf16>(), static_cast<size_t>(n));
-    return d_bf16.data<bf16>();
-  }
-  if (math.bf16_values) ops::detail::round_to_bf16_parallel(d, d, static_cast<size_t>(n));
-  return d;
 }
 
 }  // namespace
@@ -258,40 +170,30 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
   TP_CHECK(normalizer > 0, "causal_lm_loss_from_hidden: the normalizer (targets in the step) must be positive, got {}",
            normalizer);
   TP_CHECK(chunk_bytes > 0, "causal_lm_loss_from_hidden: chunk_bytes must be positive, got {}", chunk_bytes);
-  const std::vector<int64_t> target = checked_targets(labels, vocab, ignore_index);
-  const HeadMath math{w.dtype(), compute == DType::BF16 && w.dtype() == DType::F32};
+  const Tensor target = checked_targets(labels, vocab, ignore_index);
+  const ops::LmHeadMath math{w.dtype(), compute == DType::BF16 && w.dtype() == DType::F32};
   const int64_t rows = hidden.size(0) * hidden.size(1), h = hidden.size(2), v = w.size(0);
   dist::ProcessGroup* group = vocab.group != nullptr && vocab.group->size() > 1 ? vocab.group : nullptr;
   // Chunks from the largest slice of the vocabulary: every rank runs as many (each has collectives).
   const int64_t v_max = group != nullptr ? chunk_span(vocab.vocab_size, group->size(), 0).size : v;
-  const int64_t chunk = std::clamp<int64_t>(chunk_bytes / (4 * std::max<int64_t>(v_max, 1)), 1, std::max<int64_t>(rows, 1));
+  const int64_t chunk =
+      std::clamp<int64_t>(chunk_bytes / (4 * std::max<int64_t>(v_max, 1)), 1, std::max<int64_t>(rows, 1));
   // The backward reads only the rounded values of a bf16 product's input: half the bytes.
-  Tensor saved = hidden;
-  if (math.bf16()) {
-    saved = Tensor::empty(hidden.shape(), DType::BF16);
-    ops::detail::to_bf16_parallel(hidden.data<float>(), saved.data<bf16>(), static_cast<size_t>(rows * h));
-  }
-  Tensor logits = Tensor::empty({chunk, v});
-  Tensor widened = math.bf16_values ? Tensor::empty({chunk, h}) : Tensor();
-  auto chunk_logits = [&](const Tensor& in, int64_t r0, int64_t n) {
-    DType a_dtype;
-    const void* a = input_rows(in, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr, &a_dtype);
-    ops::detail::gemm({n, v, h, false, true, a_dtype, w.dtype()}, a, w.raw_data(), nullptr, logits.data<float>());
-  };
+  const Tensor saved = ops::lm_head_saved_input(hidden, math).reshape({rows, h});
+  const ops::LmHeadScratch scratch = ops::lm_head_scratch(math, chunk, v, h, false);
   Tensor stats = Tensor::empty({3, rows});  // row max | sum of exponentials | target logit
-  float* mx = stats.data<float>();
   if (autograd::LeafByRows* by_rows = autograd::leaf_by_rows(w)) {
-    softmax_stats_by_rows(*by_rows, saved, math, target, vocab.start, ignore_index, group, v, v_max, chunk, logits,
-                          widened, stats);
+    softmax_stats_by_rows(*by_rows, saved, math, scratch, target, vocab.start, ignore_index, group, v, v_max, chunk,
+                          stats);
   } else {
+    const Stats all = Stats::of(stats);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
-      chunk_logits(saved, r0, n);
-      softmax_stats(logits.data<float>(), n, v, target.data() + r0, vocab.start, ignore_index, group, mx + r0,
-                    mx + rows + r0, mx + 2 * rows + r0);
+      const Tensor logits = ops::lm_head_chunk_logits(saved.narrow(0, r0, n), w, math, scratch);
+      softmax_stats(logits, target.narrow(0, r0, n), vocab.start, ignore_index, group, all.rows(r0, n));
     }
   }
-  Tensor loss = Tensor::full({}, mean_loss(target, mx, mx + rows, mx + 2 * rows, normalizer, ignore_index));
+  Tensor loss = Tensor::full({}, mean_loss(target, Stats::of(stats), normalizer, ignore_index));
   if (!autograd::needs_grad({hidden, w})) return loss;
 
   const bool need_dh = hidden.requires_grad();
@@ -302,11 +204,8 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
       [saved, w, math, target, stats, normalizer, start, ignore_index, chunk, rows, h, v, need_dh,
        hidden_shape](const std::vector<Tensor>& g) {
         const float k = static_cast<float>(g[0].item() / normalizer);
-        const float* mx = stats.data<float>();
-        Tensor logits = Tensor::empty({chunk, v});
-        Tensor widened = math.bf16_values ? Tensor::empty({chunk, h}) : Tensor();
-        Tensor d_bf16 = math.w_dtype == DType::BF16 ? Tensor::empty({chunk, v}, DType::BF16) : Tensor();
-        const DType compute = math.w_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+        const Stats all = Stats::of(stats);
+        const ops::LmHeadScratch scratch = ops::lm_head_scratch(math, chunk, v, h, true);
         if (autograd::LeafByRows* by_rows = autograd::leaf_by_rows(w)) {
           // w held by rows (FSDP's root): block by block of w's rows, each block's
           // logits again for every chunk of tokens and its dw whole before the
@@ -316,26 +215,13 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
           for (int64_t b0 = 0; b0 < v; b0 += step) {
             const int64_t nb = std::min(step, v - b0);
             const Tensor w_block = by_rows->weight_rows(b0, nb);  // alive while the block is used
-            const void* wb = w_block.raw_data();
             Tensor dwb = by_rows->begin_grad_block(b0, nb);
             for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
               const int64_t n = std::min(chunk, rows - r0);
-              DType a_dtype;
-              const void* a = input_rows(saved, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr,
-                                         &a_dtype);
-              ops::detail::gemm({n, nb, h, false, true, a_dtype, w.dtype()}, a, wb, nullptr, logits.data<float>());
-              float* d = logits.data<float>();
-              softmax_grad_in_place(d, n, nb, target.data() + r0, start + b0, ignore_index, mx + r0, mx + rows + r0,
-                                    k);
-              const void* dy = round_like_linear(d, n * nb, math, compute, d_bf16);
-              if (need_dh) {
-                ops::detail::GemmSpec spec{n, h, nb, false, false, compute, w.dtype()};
-                spec.accumulate = true;
-                ops::detail::gemm(spec, dy, wb, nullptr, dh.data<float>() + r0 * h);
-              }
-              ops::detail::GemmSpec spec{nb, h, n, true, false, compute, a_dtype};
-              spec.accumulate = true;
-              ops::detail::gemm(spec, dy, a, nullptr, dwb.data<float>());
+              const Stats s = all.rows(r0, n);
+              ops::lm_head_chunk_backward(saved.narrow(0, r0, n), w_block, math, target.narrow(0, r0, n),
+                                          start + b0, ignore_index, s.max, s.sum_exp, k, scratch,
+                                          need_dh ? dh.narrow(0, r0, n) : Tensor(), true, dwb);
             }
             by_rows->end_grad_block();
           }
@@ -347,22 +233,10 @@ Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& w, std::op
         if (w.requires_grad() && !buffer.defined()) buffer = dw = Tensor::zeros(w.shape());
         for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
           const int64_t n = std::min(chunk, rows - r0);
-          DType a_dtype;
-          const void* a = input_rows(saved, math, r0, n, h, widened.defined() ? widened.data<float>() : nullptr,
-                                     &a_dtype);
-          ops::detail::gemm({n, v, h, false, true, a_dtype, w.dtype()}, a, w.raw_data(), nullptr,
-                            logits.data<float>());
-          float* d = logits.data<float>();
-          softmax_grad_in_place(d, n, v, target.data() + r0, start, ignore_index, mx + r0, mx + rows + r0, k);
-          const void* dy = round_like_linear(d, n * v, math, compute, d_bf16);
-          if (need_dh)
-            ops::detail::gemm({n, h, v, false, false, compute, w.dtype()}, dy, w.raw_data(), nullptr,
-                              dh.data<float>() + r0 * h);
-          if (buffer.defined()) {
-            ops::detail::GemmSpec spec{v, h, n, true, false, compute, a_dtype};
-            spec.accumulate = true;
-            ops::detail::gemm(spec, dy, a, nullptr, buffer.data<float>());
-          }
+          const Stats s = all.rows(r0, n);
+          ops::lm_head_chunk_backward(saved.narrow(0, r0, n), w, math, target.narrow(0, r0, n), start, ignore_index,
+                                      s.max, s.sum_exp, k, scratch, need_dh ? dh.narrow(0, r0, n) : Tensor(), false,
+                                      buffer);
         }
         return std::vector<Tensor>{need_dh ? dh.reshape(hidden_shape) : Tensor(), dw};
       });

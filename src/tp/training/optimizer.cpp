@@ -3,36 +3,22 @@
 #include <cmath>
 
 #include "tp/ops/optimizer_updates.h"
-#include "tp/tensor/convert.h"
 
 namespace tp::training {
 
 namespace {
 
-// Elements per task: the update of one block and its bf16 rounding stay in cache.
-constexpr int64_t kBlock = 4096;
-
-// Runs `update(p, w, g, begin, end, state)` over the elements this rank owns of
-// every parameter (all of them unless the updates are sharded), in blocks split
-// over threads: elements [begin, end) of p, whose masters start at w, gradients
-// at g and optimizer state at `state`; then rounds the block's new masters into
-// the bf16 compute copy (fully sharded: the next gather does).
+// Runs `update(p, w, g, state, compute)` over the elements this rank owns of
+// every parameter (all of them unless the updates are sharded), a segment at a
+// time: w and g its masters and gradients, its optimizer state from `state`, and
+// the part of the bf16 compute copy the update rounds its new masters into
+// (undefined: none, or fully sharded: the next gather does).
 template <class Update>
-void for_each_block(ModelParameters& params, Update update) {
-  for (TrainableParam& p : params.params()) {
-    for (const OwnedSegment& seg : p.owned) {
-      float* masters = params.owned_master(p, seg);
-      const float* grads = params.owned_grad(p, seg);
-      const int64_t n = seg.end - seg.begin, blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 16)
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t begin = seg.begin + b * kBlock, end = std::min(seg.end, begin + kBlock);
-        float* w = masters + (begin - seg.begin);
-        update(p, w, grads + (begin - seg.begin), begin, end, seg.state + (begin - seg.begin));
-        if (!params.fully_sharded()) round_into_compute_copy(p, w, begin, end);
-      }
-    }
-  }
+void for_each_segment(ModelParameters& params, Update update) {
+  for (TrainableParam& p : params.params())
+    for (const OwnedSegment& seg : p.owned)
+      update(p, params.owned_master(p, seg), params.owned_grad(p, seg), seg.state,
+             params.fully_sharded() ? Tensor() : compute_copy_of(p, seg));
 }
 
 Tensor slab_view(const Tensor& slab, const TrainableParam& p) {
@@ -84,12 +70,12 @@ void AdamW::step(double lr, float grad_scale) {
                  static_cast<float>(o_.eps),
                  static_cast<float>(lr / (1 - std::pow(o_.beta1, t))),
                  grad_scale};
-  float* m = exp_avg_.data<float>();
-  float* v = exp_avg_sq_.data<float>();
-  for_each_block(params_, [&](TrainableParam& p, float* w, const float* g, int64_t begin, int64_t end, int64_t state) {
+  for_each_segment(params_, [&](TrainableParam& p, const Tensor& w, const Tensor& g, int64_t state,
+                               const Tensor& compute) {
     ops::AdamWScalars pc = c;
     pc.keep = static_cast<float>(1 - lr * (p.decay ? o_.weight_decay : 0.0));
-    ops::adamw_update(pc, w, g, m + state, v + state, end - begin);
+    ops::adamw_update(pc, w, g, exp_avg_.narrow(0, state, w.numel()), exp_avg_sq_.narrow(0, state, w.numel()),
+                      compute);
   });
 }
 
@@ -113,11 +99,12 @@ void SGD::step(double lr, float grad_scale) {
   const bool first = steps_ == 0;
   ++steps_;
   const float rate = static_cast<float>(lr), mu = static_cast<float>(o_.momentum);
-  float* buf = momentum_buffer_.defined() ? momentum_buffer_.data<float>() : nullptr;
-  for_each_block(params_, [&](TrainableParam& p, float* w, const float* g, int64_t begin, int64_t end, int64_t state) {
+  for_each_segment(params_, [&](TrainableParam& p, const Tensor& w, const Tensor& g, int64_t state,
+                               const Tensor& compute) {
     const float lambda = static_cast<float>(p.decay ? o_.weight_decay : 0.0);
     ops::sgd_update({.rate = rate, .momentum = mu, .weight_decay = lambda, .grad_scale = grad_scale, .first = first},
-                    w, g, buf ? buf + state : nullptr, end - begin);
+                    w, g, momentum_buffer_.defined() ? momentum_buffer_.narrow(0, state, w.numel()) : Tensor(),
+                    compute);
   });
 }
 

@@ -8,14 +8,13 @@
 #include <regex>
 #include <tuple>
 
-#include <immintrin.h>
-
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
+#include "tp/ops/bf16_rounding.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/gemm.h"
+#include "tp/ops/sum_squares.h"
 #include "tp/parallel/shards.h"
-#include "tp/tensor/convert.h"
 
 namespace tp::training {
 
@@ -30,38 +29,17 @@ namespace {
 
 constexpr int64_t kAlign = 16;  // elements: each parameter starts on a 64-byte boundary of the slabs
 
-// Sum of squares in f64. The AVX-512 form keeps four independent accumulators of
-// eight doubles: a single chain of dependent adds ran at ~2 GB/s.
-double sum_squares_scalar(const float* g, int64_t n) {
-  double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-  return s;
-}
-
-__attribute__((target("avx512f"))) double sum_squares_avx512(const float* g, int64_t n) {
-  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; ++k) {
-      const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(g + i + 8 * k));
-      acc[k] = _mm512_fmadd_pd(x, x, acc[k]);
-    }
-  const __m512d total = _mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3]));
-  return _mm512_reduce_add_pd(total) + sum_squares_scalar(g + i, n - i);
-}
-
-double sum_squares(const float* g, int64_t n) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 ? sum_squares_avx512(g, n) : sum_squares_scalar(g, n);
-}
-
 // Under bf16 compute a matrix computes on a bf16 copy; vectors always on f32 masters.
 bool computes_in_bf16(bool bf16, const Tensor& loaded) { return bf16 && loaded.dim() >= 2; }
 
 Tensor view(const Tensor& slab, int64_t offset, const Shape& shape) {
   return Tensor::wrap(slab.storage(), slab.storage_offset() + static_cast<size_t>(offset) * dtype_size(slab.dtype()),
                       shape, slab.dtype());
+}
+
+// Elements [seg.begin, seg.end) of one parameter's tensor (a view).
+Tensor segment_of(const Tensor& t, const OwnedSegment& seg) {
+  return t.flatten().narrow(0, seg.begin, seg.end - seg.begin);
 }
 
 }  // namespace
@@ -95,8 +73,7 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
         it->second = p.data.to(DType::BF16);
       } else {
         it->second = Tensor::empty(p.data.shape());
-        ops::detail::round_to_bf16_parallel(p.data.data<float>(), it->second.data<float>(),
-                                            static_cast<size_t>(p.data.numel()));
+        ops::round_to_bf16(p.data, it->second);
       }
     }
     p.data = it->second;
@@ -207,18 +184,25 @@ void ModelParameters::zero_grad() {
   std::memset(g.raw_data(), 0, g.nbytes());
 }
 
-float* ModelParameters::owned_grad(const TrainableParam& p, const OwnedSegment& seg) const {
-  if (fsdp_) return grad_shard_.data<float>() + seg.state;
-  return p.grad.data<float>() + seg.begin;
+Tensor ModelParameters::owned_grad(const TrainableParam& p, const OwnedSegment& seg) const {
+  if (fsdp_) return grad_shard_.narrow(0, seg.state, seg.end - seg.begin);
+  return segment_of(p.grad, seg);
 }
 
-void round_into_compute_copy(const TrainableParam& p, const float* src, int64_t begin, int64_t end) {
-  if (p.compute.is_same(p.master)) return;
-  if (p.compute.dtype() == DType::BF16)
-    convert_f32_to_bf16(src, p.compute.data<bf16>() + begin, static_cast<size_t>(end - begin));
-  else
-    round_f32_to_bf16(src, p.compute.data<float>() + begin, static_cast<size_t>(end - begin));
+Tensor compute_copy_of(const TrainableParam& p, const OwnedSegment& seg) {
+  return p.compute.is_same(p.master) ? Tensor() : segment_of(p.compute, seg);
 }
+
+namespace {
+
+// Writes `masters`, p's masters of elements [begin, begin + masters.numel()), into
+// its compute copy; nothing when they are one.
+void round_into_compute_copy(const TrainableParam& p, const Tensor& masters, int64_t begin) {
+  const Tensor compute = compute_copy_of(p, {begin, begin + masters.numel(), 0});
+  if (compute.defined()) ops::round_to_bf16(masters, compute);
+}
+
+}  // namespace
 
 void ModelParameters::refresh_compute_weights() {
   if (fsdp_) {  // a unit's weights are gathered from the masters when it runs next
@@ -227,9 +211,10 @@ void ModelParameters::refresh_compute_weights() {
   }
   TP_CHECK(!masters_sharded_, "refresh_compute_weights: the masters are sharded (use gather_updated_weights)");
   for (TrainableParam& p : params_) {
-    const int64_t n = p.master.numel(), block = 1 << 16;
+    const Tensor masters = p.master.flatten();
+    const int64_t n = masters.numel(), block = 1 << 16;
 #pragma omp parallel for schedule(static) if (n > block)
-    for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, p.master.data<float>() + b, b, std::min(n, b + block));
+    for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, masters.narrow(0, b, std::min(block, n - b)), b);
   }
 }
 
@@ -273,15 +258,7 @@ double ModelParameters::global_grad_norm() const {
   for (const TrainableParam& p : params_) {
     if (!p.counted) continue;
     double& into = p.expert_sharded ? experts : mine;
-    for (const OwnedSegment& seg : p.owned) {
-      // Blocks over threads, summed in block order: the same bits for a given thread count.
-      const float* g = owned_grad(p, seg);
-      const int64_t n = seg.end - seg.begin, block = 1 << 16, blocks = (n + block - 1) / block;
-      std::vector<double> part(static_cast<size_t>(blocks));
-#pragma omp parallel for schedule(static) if (blocks > 1)
-      for (int64_t b = 0; b < blocks; ++b) part[b] = sum_squares(g + b * block, std::min(block, n - b * block));
-      for (double s : part) into += s;
-    }
+    for (const OwnedSegment& seg : p.owned) ops::accumulate_sum_squares(owned_grad(p, seg), into);
   }
   if (shard_group_ != nullptr) mine = sum_over_ranks(mine, *shard_group_);
   // Every replica's tp group holds the same gradients: its sum counts them once.
@@ -341,8 +318,7 @@ void ModelParameters::shard_masters() {
   for (TrainableParam& p : params_) {
     if (!p.compute.is_same(p.master)) {
       for (const OwnedSegment& seg : p.owned)
-        std::memcpy(master_shard_.data<float>() + seg.state, p.master.data<float>() + seg.begin,
-                    static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+        master_shard_.narrow(0, seg.state, seg.end - seg.begin).copy_from(segment_of(p.master, seg));
       p.master = Tensor();
       continue;
     }
@@ -358,9 +334,9 @@ void ModelParameters::shard_masters() {
   masters_sharded_ = true;
 }
 
-float* ModelParameters::owned_master(const TrainableParam& p, const OwnedSegment& seg) const {
-  if (p.master.defined()) return p.master.data<float>() + seg.begin;
-  return master_shard_.data<float>() + seg.state;
+Tensor ModelParameters::owned_master(const TrainableParam& p, const OwnedSegment& seg) const {
+  if (p.master.defined()) return segment_of(p.master, seg);
+  return master_shard_.narrow(0, seg.state, seg.end - seg.begin);
 }
 
 void ModelParameters::gather_updated_weights() {
@@ -383,8 +359,7 @@ void ModelParameters::gather_updated_weights() {
     if (!p.compute.is_same(p.master)) continue;
     const int64_t at = (p.master.storage_offset() - vector_slab_.storage_offset()) / sizeof(float);
     for (const OwnedSegment& seg : p.owned)
-      std::memcpy(sum.data<float>() + at + seg.begin, p.master.data<float>() + seg.begin,
-                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+      sum.narrow(0, at + seg.begin, seg.end - seg.begin).copy_from(segment_of(p.master, seg));
   }
   shard_group_->all_reduce(sum);
   vector_slab_.copy_from(sum);
@@ -493,14 +468,12 @@ void ModelParameters::gather_unit(size_t u, bool rows) {
     TrainableParam& p = params_[i];
     if (p.grad_by_rows && !rows) continue;
     for (const OwnedSegment& seg : p.owned) {
-      const float* src = master_shard_.data<float>() + seg.state;
-      const auto n = static_cast<size_t>(seg.end - seg.begin);
-      if (p.compute.dtype() == DType::BF16)
-        convert_f32_to_bf16(src, p.compute.data<bf16>() + seg.begin, n);
-      else if (computes_in_bf16(bf16_, p.compute))
-        round_f32_to_bf16(src, p.compute.data<float>() + seg.begin, n);
+      const Tensor src = master_shard_.narrow(0, seg.state, seg.end - seg.begin);
+      Tensor dst = segment_of(p.compute, seg);
+      if (computes_in_bf16(bf16_, p.compute))  // a bf16 copy, or bf16 values in f32
+        ops::round_to_bf16(src, dst);
       else
-        std::memcpy(p.compute.data<float>() + seg.begin, src, n * sizeof(float));
+        dst.copy_from(src);
     }
   }
   // ... and everyone's, bucket by bucket.
@@ -525,12 +498,12 @@ Tensor ModelParameters::weight_rows(const TrainableParam& p, int64_t row0, int64
   for (const OwnedSegment& seg : p.owned) {
     const int64_t lo = std::max(begin, seg.begin), hi = std::min(end, seg.end);
     if (lo >= hi) continue;
-    const float* src = master_shard_.data<float>() + seg.state + (lo - seg.begin);
-    float* dst = sum.data<float>() + (lo - begin);
+    const Tensor src = master_shard_.narrow(0, seg.state + (lo - seg.begin), hi - lo);
+    Tensor dst = sum.narrow(0, lo - begin, hi - lo);
     if (computes_in_bf16(bf16_, p.compute))
-      round_f32_to_bf16(src, dst, static_cast<size_t>(hi - lo));
+      ops::round_to_bf16(src, dst);
     else
-      std::memcpy(dst, src, static_cast<size_t>(hi - lo) * sizeof(float));
+      dst.copy_from(src);
   }
   shard_group_->all_reduce(sum);
   if (p.compute.dtype() == DType::F32) return sum.reshape({rows, cols});
@@ -589,13 +562,12 @@ Tensor ModelParameters::local_view(const Tensor& slab, const TrainableParam& p) 
 }
 
 Tensor ModelParameters::gather_owned(
-    const std::function<const float*(const TrainableParam&, const OwnedSegment&)>& source) const {
+    const std::function<Tensor(const TrainableParam&, const OwnedSegment&)>& source) const {
   // Each rank writes its owned parts into zeros; the sum over the shard group is every part, exactly.
   Tensor full = Tensor::zeros({numel_});
   for (const TrainableParam& p : params_)
     for (const OwnedSegment& seg : p.owned)
-      std::memcpy(full.data<float>() + p.offset + seg.begin, source(p, seg),
-                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+      full.narrow(0, p.offset + seg.begin, seg.end - seg.begin).copy_from(source(p, seg));
   shard_group_->all_reduce(full);
   return full;
 }
@@ -614,28 +586,25 @@ void ModelParameters::load_masters(const Tensor& full) {
   }
   if (fsdp_) {
     for (TrainableParam& p : params_)
-      for (const OwnedSegment& seg : p.owned)
-        std::memcpy(owned_master(p, seg), full.data<float>() + p.offset + seg.begin,
-                    static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+      for (const OwnedSegment& seg : p.owned) owned_master(p, seg).copy_from(segment_of(local_view(full, p), seg));
     refresh_compute_weights();
     return;
   }
   for (TrainableParam& p : params_) {
-    const float* src = full.data<float>() + p.offset;
+    const Tensor src = local_view(full, p);
     if (p.master.defined()) {  // a vector: whole on every rank
-      p.master.copy_from(local_view(full, p));
+      p.master.copy_from(src);
       continue;
     }
-    for (const OwnedSegment& seg : p.owned)
-      std::memcpy(owned_master(p, seg), src + seg.begin, static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
-    round_into_compute_copy(p, src, 0, p.grad.numel());  // every rank read all of it
+    for (const OwnedSegment& seg : p.owned) owned_master(p, seg).copy_from(segment_of(src, seg));
+    round_into_compute_copy(p, src.flatten(), 0);  // every rank read all of it
   }
 }
 
 Tensor ModelParameters::state_to_full(const Tensor& state) const {
   if (shard_group_ == nullptr) return state;
   return gather_owned([&state](const TrainableParam&, const OwnedSegment& seg) {
-    return static_cast<const float*>(state.data<float>() + seg.state);
+    return state.narrow(0, seg.state, seg.end - seg.begin);
   });
 }
 
@@ -646,8 +615,7 @@ void ModelParameters::state_from_full(const Tensor& full, Tensor& state) const {
   }
   for (const TrainableParam& p : params_)
     for (const OwnedSegment& seg : p.owned)
-      std::memcpy(state.data<float>() + seg.state, full.data<float>() + p.offset + seg.begin,
-                  static_cast<size_t>(seg.end - seg.begin) * sizeof(float));
+      state.narrow(0, seg.state, seg.end - seg.begin).copy_from(segment_of(local_view(full, p), seg));
 }
 
 Tensor ModelParameters::gather_master(const TrainableParam& p) const {

@@ -86,9 +86,9 @@ struct SlabRange {
 // The sum of every rank's value, added in rank order: the same bits on every rank. Collective.
 double sum_over_ranks(double value, dist::ProcessGroup& group);
 
-// Writes the masters of elements [begin, end) of p, starting at `master`, into
-// its compute copy (bf16, or bf16 values in f32); nothing when they are one.
-void round_into_compute_copy(const TrainableParam& p, const float* master, int64_t begin, int64_t end);
+// p's compute copy (bf16, or bf16 values in f32) of the segment's elements (a
+// view); undefined where p computes on its masters.
+Tensor compute_copy_of(const TrainableParam& p, const OwnedSegment& seg);
 
 // The groups of an expert-parallel mesh: "ep" (every rank; the experts are cut
 // over it) and "ep_replicas" (the ranks with the same tp coordinate).
@@ -160,8 +160,8 @@ class ModelParameters {
   const std::vector<SlabRange>& buckets() const { return buckets_; }
   // This rank's chunk of bucket b, relative to the bucket's start.
   ChunkSpan owned_chunk(size_t b) const;
-  // The master of element seg.begin of p (the rest of the segment follows it).
-  float* owned_master(const TrainableParam& p, const OwnedSegment& seg) const;
+  // p's masters of the segment's elements (a view of the slab or the shard).
+  Tensor owned_master(const TrainableParam& p, const OwnedSegment& seg) const;
   // After an update of the owned parts: every rank gets the others' updated
   // chunks (masters or compute copies), and the compute copies are current. Collective.
   void gather_updated_weights();
@@ -213,9 +213,9 @@ class ModelParameters {
   // dp_shard and then dp_replicate, and adds this rank's part of them into its
   // gradient shard. Collective: every rank, the same rows in the same order.
   void add_grad_rows(const TrainableParam& p, int64_t row0, const Tensor& rows, dist::ProcessGroup& replicate);
-  // This rank's gradient of element seg.begin of p (the segment follows it):
-  // in the gradient shard when fully sharded, else in the slab.
-  float* owned_grad(const TrainableParam& p, const OwnedSegment& seg) const;
+  // This rank's gradient of the segment's elements of p (a view): in the
+  // gradient shard when fully sharded, else in the slab.
+  Tensor owned_grad(const TrainableParam& p, const OwnedSegment& seg) const;
 
   void zero_grad();
   // After the masters changed (an optimizer step, a resume): rounds them into
@@ -270,8 +270,8 @@ class ModelParameters {
   };
   std::vector<BucketLayout> layout_;
   Tensor grad_shard_;  // FSDP: this rank's chunks of the gradient, laid out like the optimizer state
-  // Every rank's owned parts in slab layout, `source` giving a segment's first value. Collective.
-  Tensor gather_owned(const std::function<const float*(const TrainableParam&, const OwnedSegment&)>& source) const;
+  // Every rank's owned parts in slab layout, `source` giving a segment's values. Collective.
+  Tensor gather_owned(const std::function<Tensor(const TrainableParam&, const OwnedSegment&)>& source) const;
 };
 
 }  // namespace tp::training
