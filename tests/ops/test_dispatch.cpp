@@ -7,8 +7,12 @@
 
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/attention.h"
+#include "tp/ops/detail/attention_kernels.h"
+#include "tp/ops/detail/loss_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
 #include "tp/ops/elementwise.h"
+#include "tp/ops/loss.h"
 #include "tp/ops/norm.h"
 
 namespace tp {
@@ -39,6 +43,18 @@ std::vector<FamilyCase> families() {
                      Tensor x0 = Tensor::randn({3, 8}, 4), w0 = Tensor::randn({8}, 5);
                      ops::rms_norm(x0, w0, 1e-6, DType::BF16);
                      ops::add_rms_norm(x0, d, w0, 1e-6, DType::F32);
+                   }});
+  cases.push_back({"cross_entropy", lookups_of(ops::loss_kernels), [] {
+                     Tensor logits = test::param({3, 5}, 1);
+                     forward_backward([&] { return ops::cross_entropy(logits, Tensor::from_ints({0, -100, 4}, {3})); });
+                   }});
+  cases.push_back({"attention", lookups_of(ops::attention_kernels), [] {
+                     Tensor q = test::param({1, 3, 2, 4}, 1), k = test::param({1, 3, 1, 4}, 2),
+                            v = test::param({1, 3, 1, 4}, 3);
+                     forward_backward([&] { return ops::attention(q, k, v); });
+                     ops::KVCache cache(1, 4, 1, 4, DType::BF16);
+                     ops::attention_with_cache(Tensor::randn({1, 1, 2, 4}, 4), cache, Tensor::randn({1, 1, 1, 4}, 5),
+                                               Tensor::randn({1, 1, 1, 4}, 6));
                    }});
   return cases;
 }
