@@ -9,9 +9,11 @@
 #include "tp/autograd/tape.h"
 #include "tp/ops/attention.h"
 #include "tp/ops/detail/attention_kernels.h"
+#include "tp/ops/detail/linear_kernels.h"
 #include "tp/ops/detail/loss_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
 #include "tp/ops/elementwise.h"
+#include "tp/ops/linear.h"
 #include "tp/ops/loss.h"
 #include "tp/ops/norm.h"
 
@@ -55,6 +57,16 @@ std::vector<FamilyCase> families() {
                      ops::KVCache cache(1, 4, 1, 4, DType::BF16);
                      ops::attention_with_cache(Tensor::randn({1, 1, 2, 4}, 4), cache, Tensor::randn({1, 1, 1, 4}, 5),
                                                Tensor::randn({1, 1, 1, 4}, 6));
+                   }});
+  cases.push_back({"linear", lookups_of(ops::linear_kernels), [] {
+                     Tensor x = test::param({3, 4}, 1), w = test::param({5, 4}, 2), b = test::param({5}, 3);
+                     forward_backward([&] { return ops::linear(x, w, b); });
+                     forward_backward([&] { return ops::linear(x, w.to(DType::BF16)); });
+                     forward_backward([&] { return ops::linear(x, w, Tensor(), DType::BF16); });
+                     Tensor m = test::param({4, 2}, 4);
+                     forward_backward([&] { return ops::matmul(x, m); });
+                     ops::PackedLinear packed(Tensor::randn({5, 4}, 5).to(DType::BF16));
+                     forward_backward([&] { return ops::linear(x, packed, b); });
                    }});
   return cases;
 }
