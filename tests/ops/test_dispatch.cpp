@@ -12,10 +12,12 @@
 #include "tp/ops/detail/linear_kernels.h"
 #include "tp/ops/detail/loss_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
+#include "tp/ops/detail/quantized_linear_kernels.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/linear.h"
 #include "tp/ops/loss.h"
 #include "tp/ops/norm.h"
+#include "tp/ops/quantized_linear.h"
 
 namespace tp {
 namespace {
@@ -67,6 +69,14 @@ std::vector<FamilyCase> families() {
                      forward_backward([&] { return ops::matmul(x, m); });
                      ops::PackedLinear packed(Tensor::randn({5, 4}, 5).to(DType::BF16));
                      forward_backward([&] { return ops::linear(x, packed, b); });
+                   }});
+  cases.push_back({"quantized_linear", lookups_of(ops::quantized_linear_kernels), [] {
+                     // 4-bit codes 0 (zero point 8) in one group of 8 inputs: W = -8 * scale.
+                     ops::QuantizedLinear w(4, 8, Tensor::zeros({6, 8}, DType::U8), Tensor::full({6, 1}, 0.5),
+                                            Tensor::full({6, 1}, 8, DType::U8));
+                     w.dequantize();
+                     forward_backward([&] { return ops::linear(test::param({1, 8}, 1), w); });
+                     forward_backward([&] { return ops::linear(test::param({9, 8}, 2), w, Tensor(), DType::BF16); });
                    }});
   return cases;
 }
