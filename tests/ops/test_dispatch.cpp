@@ -11,11 +11,13 @@
 #include "tp/ops/detail/attention_kernels.h"
 #include "tp/ops/detail/linear_kernels.h"
 #include "tp/ops/detail/loss_kernels.h"
+#include "tp/ops/detail/moe_experts_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
 #include "tp/ops/detail/quantized_linear_kernels.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/linear.h"
 #include "tp/ops/loss.h"
+#include "tp/ops/moe_experts.h"
 #include "tp/ops/norm.h"
 #include "tp/ops/quantized_linear.h"
 
@@ -77,6 +79,19 @@ std::vector<FamilyCase> families() {
                      w.dequantize();
                      forward_backward([&] { return ops::linear(test::param({1, 8}, 1), w); });
                      forward_backward([&] { return ops::linear(test::param({9, 8}, 2), w, Tensor(), DType::BF16); });
+                   }});
+  cases.push_back({"moe_experts", lookups_of(ops::moe_experts_kernels), [] {
+                     // 3 tokens, hidden 4, 2 experts of intermediate 3, top 2; expert 2 is the skipped sentinel.
+                     Tensor x = test::param({3, 4}, 1), weights = test::param({3, 2}, 2);
+                     Tensor gate_up = test::param({2, 6, 4}, 3), down = test::param({2, 4, 3}, 4);
+                     Tensor ids = Tensor::from_ints({0, 1, 1, 2, 0, 1}, {3, 2});
+                     forward_backward([&] { return ops::moe_experts(x, ids, weights, gate_up, down); });
+                     forward_backward([&] { return ops::routed_bias(ids, weights, test::param({2, 4}, 5)); });
+                   }});
+  cases.push_back({"route_top_k", lookups_of(ops::routing_kernels), [] {
+                     Tensor logits = test::param({3, 4}, 1);
+                     forward_backward([&] { return ops::route_top_k(logits, {}).weights; });
+                     forward_backward([&] { return ops::top_k_softmax(logits, 2).weights; });
                    }});
   return cases;
 }
