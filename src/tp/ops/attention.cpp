@@ -316,10 +316,8 @@ void append_cpu(const Tensor& k, const Tensor& v, const std::vector<int64_t>& co
   }
 }
 
-}  // namespace
-
-namespace {
 constexpr AttentionKernels kCpuAttentionKernels{attention_forward_cpu, detail::attention_backward_cpu, append_cpu};
+
 }  // namespace
 
 KernelTable<AttentionKernels>& attention_kernels() {

@@ -156,7 +156,8 @@ std::vector<Tensor> linear_backward(const Tensor& dy, const Shape& x_shape, cons
   const Tensor dy_c = compute == DType::BF16 ? bf16_copy(dy) : bf16_values ? bf16_valued_copy(dy) : dy;
   Tensor dx, dw, db;
   if (need_dx) dx = Tensor::empty(x_shape);
-  Tensor x_c, buffer;
+  Tensor x_c, buffer;  // buffer: the weight's gradient buffer (added into), or dw
+  bool accumulate = false;
   if (w.requires_grad()) {
     TP_CHECK(x.defined(), "linear backward: the weight {} asks for a gradient it did not ask for in the forward",
              shape_str(w.shape()));
@@ -164,9 +165,9 @@ std::vector<Tensor> linear_backward(const Tensor& dy, const Shape& x_shape, cons
     // bf16 values reads it widened back (exact).
     x_c = compute == DType::BF16 || x.dtype() == DType::F32 ? x : x.to(DType::F32);
     buffer = autograd::leaf_grad_buffer(w);
+    accumulate = buffer.defined();
+    if (!accumulate) dw = buffer = Tensor::empty({n, k});
   }
-  const bool accumulate = buffer.defined();
-  if (w.requires_grad() && !accumulate) dw = buffer = Tensor::empty({n, k});
   const LinearKernels& kernels = linear_kernels().on(dy_c, w, x_c, dx, buffer);
   kernels.linear_backward(dy_c, w, x_c, accumulate, dx, buffer);
   if (b.defined() && b.requires_grad()) {
