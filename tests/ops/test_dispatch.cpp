@@ -8,16 +8,22 @@
 #include "op_test_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/ops/activation.h"
+#include "tp/ops/attention.h"
 #include "tp/ops/bf16_rounding.h"
 #include "tp/ops/detail/activation_kernels.h"
+#include "tp/ops/detail/attention_kernels.h"
 #include "tp/ops/detail/bf16_rounding_kernels.h"
 #include "tp/ops/detail/dropout_kernels.h"
 #include "tp/ops/detail/elementwise_kernels.h"
 #include "tp/ops/detail/embedding_kernels.h"
+#include "tp/ops/detail/linear_kernels.h"
+#include "tp/ops/detail/loss_kernels.h"
 #include "tp/ops/detail/moe_dispatch_kernels.h"
+#include "tp/ops/detail/moe_experts_kernels.h"
 #include "tp/ops/detail/mxfp4_kernels.h"
 #include "tp/ops/detail/norm_kernels.h"
 #include "tp/ops/detail/optimizer_update_kernels.h"
+#include "tp/ops/detail/quantized_linear_kernels.h"
 #include "tp/ops/detail/rope_kernels.h"
 #include "tp/ops/detail/router_loss_kernels.h"
 #include "tp/ops/detail/sampling_kernels.h"
@@ -27,10 +33,14 @@
 #include "tp/ops/dropout.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/embedding.h"
+#include "tp/ops/linear.h"
+#include "tp/ops/loss.h"
 #include "tp/ops/moe_dispatch.h"
+#include "tp/ops/moe_experts.h"
 #include "tp/ops/mxfp4.h"
 #include "tp/ops/norm.h"
 #include "tp/ops/optimizer_updates.h"
+#include "tp/ops/quantized_linear.h"
 #include "tp/ops/rope.h"
 #include "tp/ops/router_loss.h"
 #include "tp/ops/sampling.h"
@@ -148,6 +158,48 @@ std::vector<FamilyCase> families() {
                      ops::adamw_update({1.f, 0.9f, 0.1f, 0.999f, 0.001f, 1.f, 1e-8f, 0.1f, 1.f}, w, g, m, v);
                      ops::sgd_update({.rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.f, .grad_scale = 1.f,
                                       .first = true}, w, g, m);
+  cases.push_back({"cross_entropy", lookups_of(ops::loss_kernels), [] {
+                     Tensor logits = test::param({3, 5}, 1);
+                     forward_backward([&] { return ops::cross_entropy(logits, Tensor::from_ints({0, -100, 4}, {3})); });
+                   }});
+  cases.push_back({"attention", lookups_of(ops::attention_kernels), [] {
+                     Tensor q = test::param({1, 3, 2, 4}, 1), k = test::param({1, 3, 1, 4}, 2),
+                            v = test::param({1, 3, 1, 4}, 3);
+                     forward_backward([&] { return ops::attention(q, k, v); });
+                     ops::KVCache cache(1, 4, 1, 4, DType::BF16);
+                     ops::attention_with_cache(Tensor::randn({1, 1, 2, 4}, 4), cache, Tensor::randn({1, 1, 1, 4}, 5),
+                                               Tensor::randn({1, 1, 1, 4}, 6));
+                   }});
+  cases.push_back({"linear", lookups_of(ops::linear_kernels), [] {
+                     Tensor x = test::param({3, 4}, 1), w = test::param({5, 4}, 2), b = test::param({5}, 3);
+                     forward_backward([&] { return ops::linear(x, w, b); });
+                     forward_backward([&] { return ops::linear(x, w.to(DType::BF16)); });
+                     forward_backward([&] { return ops::linear(x, w, Tensor(), DType::BF16); });
+                     Tensor m = test::param({4, 2}, 4);
+                     forward_backward([&] { return ops::matmul(x, m); });
+                     ops::PackedLinear packed(Tensor::randn({5, 4}, 5).to(DType::BF16));
+                     forward_backward([&] { return ops::linear(x, packed, b); });
+                   }});
+  cases.push_back({"quantized_linear", lookups_of(ops::quantized_linear_kernels), [] {
+                     // 4-bit codes 0 (zero point 8) in one group of 8 inputs: W = -8 * scale.
+                     ops::QuantizedLinear w(4, 8, Tensor::zeros({6, 8}, DType::U8), Tensor::full({6, 1}, 0.5),
+                                            Tensor::full({6, 1}, 8, DType::U8));
+                     w.dequantize();
+                     forward_backward([&] { return ops::linear(test::param({1, 8}, 1), w); });
+                     forward_backward([&] { return ops::linear(test::param({9, 8}, 2), w, Tensor(), DType::BF16); });
+                   }});
+  cases.push_back({"moe_experts", lookups_of(ops::moe_experts_kernels), [] {
+                     // 3 tokens, hidden 4, 2 experts of intermediate 3, top 2; expert 2 is the skipped sentinel.
+                     Tensor x = test::param({3, 4}, 1), weights = test::param({3, 2}, 2);
+                     Tensor gate_up = test::param({2, 6, 4}, 3), down = test::param({2, 4, 3}, 4);
+                     Tensor ids = Tensor::from_ints({0, 1, 1, 2, 0, 1}, {3, 2});
+                     forward_backward([&] { return ops::moe_experts(x, ids, weights, gate_up, down); });
+                     forward_backward([&] { return ops::routed_bias(ids, weights, test::param({2, 4}, 5)); });
+                   }});
+  cases.push_back({"route_top_k", lookups_of(ops::routing_kernels), [] {
+                     Tensor logits = test::param({3, 4}, 1);
+                     forward_backward([&] { return ops::route_top_k(logits, {}).weights; });
+                     forward_backward([&] { return ops::top_k_softmax(logits, 2).weights; });
                    }});
   return cases;
 }

@@ -9,6 +9,7 @@
 
 #include "tp/autograd/checkpoint.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/attention_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
 #include "tp/ops/vec.h"
@@ -271,8 +272,12 @@ const bf16* rounded(int slot, const float* src, int64_t seq_len, int64_t row, co
 
 // Many query rows: GEMMs win. Few (decode): row kernels, which create no oneDNN
 // primitive per new length; they read a bf16 cache as it is (half the bytes of f32).
-void attention_forward(Geometry g, const float* q, const Tensor& k, const Tensor& v, float* out) {
+void attention_forward_cpu(const Geometry& geometry, const Tensor& q_t, const Tensor& k, const Tensor& v,
+                           const Tensor& out_t) {
+  Geometry g = geometry;
   if (g.b == 0) return;
+  const float* q = q_t.data<float>();
+  float* out = out_t.data<float>();
   const bool f32_cache = k.dtype() == DType::F32;
   if (g.tq >= 16 && g.d > 0) {
     if (g.compute == DType::BF16) {
@@ -296,14 +301,36 @@ void attention_forward(Geometry g, const float* q, const Tensor& k, const Tensor
   attention_forward_heads(g, q, k.data<bf16>(), v.data<bf16>(), out);
 }
 
+// Sequence s's new rows go to the cache from its length on (rounded for a bf16 cache).
+void append_cpu(const Tensor& k, const Tensor& v, const std::vector<int64_t>& counts,
+                const std::vector<int64_t>& lengths, const Tensor& keys, const Tensor& values) {
+  const int64_t t = k.size(1), max_len = keys.size(1), row = keys.size(2) * keys.size(3),
+                vrow = values.size(2) * values.size(3);
+  const size_t es = dtype_size(keys.dtype());
+  for (size_t s = 0; s < counts.size(); ++s) {
+    const int64_t first = static_cast<int64_t>(s) * t, at = static_cast<int64_t>(s) * max_len + lengths[s];
+    convert(k.data<float>() + first * row, DType::F32, static_cast<char*>(keys.raw_data()) + at * row * es,
+            keys.dtype(), static_cast<size_t>(counts[s] * row));
+    convert(v.data<float>() + first * vrow, DType::F32, static_cast<char*>(values.raw_data()) + at * vrow * es,
+            values.dtype(), static_cast<size_t>(counts[s] * vrow));
+  }
+}
+
+constexpr AttentionKernels kCpuAttentionKernels{attention_forward_cpu, detail::attention_backward_cpu, append_cpu};
+
 }  // namespace
+
+KernelTable<AttentionKernels>& attention_kernels() {
+  static KernelTable<AttentionKernels> table("attention", &kCpuAttentionKernels);
+  return table;
+}
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   Geometry g = detail::check_attention(q, k, v, opt);
   Tensor out = autograd::kept_output();  // a selective checkpoint's recompute: the forward's output
   if (!out.defined()) {
     out = Tensor::empty(q.shape());
-    attention_forward(g, q.data<float>(), k, v, out.data<float>());
+    attention_kernels().on(q, k, v, opt.sinks).forward(g, q, k, v, out);
   }
   autograd::keep_output(out);
   std::vector<Tensor> inputs{q, k, v};
@@ -379,7 +406,7 @@ void KVCache::append(const Tensor& k, const Tensor& v, const std::vector<int64_t
            shape_str(k.shape()), shape_str(v.shape()), cs[0], cs[1], cs[2], cs[3], dv);
   TP_CHECK(counts.size() == lengths_.size(), "KVCache::append: {} counts for a batch of {}", counts.size(),
            lengths_.size());
-  int64_t t = k.size(1), row = cs[2] * cs[3], vrow = cs[2] * dv;
+  const int64_t t = k.size(1);
   for (size_t s = 0; s < counts.size(); ++s) {
     TP_CHECK(counts[s] >= 0 && counts[s] <= t, "KVCache::append: count {} for sequence {} is outside [0, {}]",
              counts[s], s, t);
@@ -387,15 +414,8 @@ void KVCache::append(const Tensor& k, const Tensor& v, const std::vector<int64_t
              "KVCache::append: sequence {} would grow to {} tokens, past max_len {}", s, lengths_[s] + counts[s],
              cs[1]);
   }
-  const size_t es = dtype_size(keys_.dtype());
-  for (size_t s = 0; s < counts.size(); ++s) {
-    const int64_t first = static_cast<int64_t>(s) * t, at = static_cast<int64_t>(s) * cs[1] + lengths_[s];
-    convert(k.data<float>() + first * row, DType::F32, static_cast<char*>(keys_.raw_data()) + at * row * es,
-            keys_.dtype(), static_cast<size_t>(counts[s] * row));
-    convert(v.data<float>() + first * vrow, DType::F32, static_cast<char*>(values_.raw_data()) + at * vrow * es,
-            values_.dtype(), static_cast<size_t>(counts[s] * vrow));
-    lengths_[s] += counts[s];
-  }
+  attention_kernels().on(k, v, keys_, values_).append(k, v, counts, lengths_, keys_, values_);
+  for (size_t s = 0; s < counts.size(); ++s) lengths_[s] += counts[s];
 }
 
 void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }

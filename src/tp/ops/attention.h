@@ -141,6 +141,7 @@ struct AttentionGeometry {
 
 AttentionGeometry check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt);
 
+// The CPU kernels' helpers (attention.cpp, attention_backward.cpp), on host memory.
 // A row of raw scores p[0, n) of query head h becomes its probabilities over
 // entries [lo, vis) (0 <= lo <= vis <= n), zeros elsewhere; head h's sink, if
 // any, joins the denominator. Returns the probabilities' sum (1 without a sink,

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "tp/ops/attention.h"
+#include "tp/ops/detail/attention_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
 #include "tp/ops/vec.h"
@@ -179,22 +180,14 @@ void backward_task(const Geometry& g, int64_t s, int64_t kh, const float* q, con
 
 }  // namespace
 
-AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                                  const AttentionOptions& opt) {
-  const Geometry g = detail::check_attention(q, k, v, opt);
-  TP_CHECK(k.dtype() == DType::F32, "attention: gradients need f32 k and v, got {} (a bf16 KV cache is for "
-           "inference)", dtype_name(k.dtype()));
-  check_f32(dout, "attention_backward", "dout");
-  TP_CHECK(dout.shape() == q.shape(), "attention_backward: dout {} must have q's shape {}", shape_str(dout.shape()),
-           shape_str(q.shape()));
-  // Every element is written by one task (zeros where no query reads a key).
-  AttentionGrads grads{Tensor::empty(q.shape()), Tensor::empty(k.shape()), Tensor::empty(v.shape()), Tensor()};
+void detail::attention_backward_cpu(const Geometry& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& dout, const Tensor& dq_t, const Tensor& dk_t, const Tensor& dv_t,
+                                    const Tensor& dsinks) {
   std::vector<float> dsink_rows;  // [B, Hq]
   if (g.sinks != nullptr) dsink_rows.assign(static_cast<size_t>(g.b * g.hq), 0.f);
   float* dsink = g.sinks != nullptr ? dsink_rows.data() : nullptr;
-  if (g.d == 0) return grads;
   const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(), *dop = dout.data<float>();
-  float *dq = grads.dq.data<float>(), *dk = grads.dk.data<float>(), *dv = grads.dv.data<float>();
+  float *dq = dq_t.data<float>(), *dk = dk_t.data<float>(), *dv = dv_t.data<float>();
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t s = 0; s < g.b; ++s) {
     for (int64_t kh = 0; kh < g.hkv; ++kh) {
@@ -205,11 +198,27 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     }
   }
   if (dsink != nullptr) {
-    grads.dsinks = Tensor::zeros({g.hq});
-    float* ds = grads.dsinks.data<float>();
+    float* ds = dsinks.data<float>();
     for (int64_t s = 0; s < g.b; ++s)
       for (int64_t h = 0; h < g.hq; ++h) ds[h] += dsink[s * g.hq + h];
   }
+}
+
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                  const AttentionOptions& opt) {
+  const Geometry g = detail::check_attention(q, k, v, opt);
+  TP_CHECK(k.dtype() == DType::F32, "attention: gradients need f32 k and v, got {} (a bf16 KV cache is for "
+           "inference)", dtype_name(k.dtype()));
+  check_f32(dout, "attention_backward", "dout");
+  TP_CHECK(dout.shape() == q.shape(), "attention_backward: dout {} must have q's shape {}", shape_str(dout.shape()),
+           shape_str(q.shape()));
+  // Every element is written by one task (zeros where no query reads a key).
+  AttentionGrads grads{Tensor::empty(q.shape()), Tensor::empty(k.shape()), Tensor::empty(v.shape()), Tensor()};
+  if (g.d == 0) return grads;
+  if (g.sinks != nullptr) grads.dsinks = Tensor::zeros({g.hq});
+  attention_kernels()
+      .on(q, k, v, dout, opt.sinks)
+      .backward(g, q, k, v, dout, grads.dq, grads.dk, grads.dv, grads.dsinks);
   return grads;
 }
 

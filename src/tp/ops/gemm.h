@@ -1,6 +1,8 @@
 #pragma once
 // Plain GEMM through oneDNN, for the ops that are not the packed inference path
-// (linear with an unpacked weight, matmul, the backward passes).
+// (linear with an unpacked weight, matmul, the backward passes). CPU kernels'
+// machinery on host pointers: an op reaches it through its family's kernel table
+// (ops/dispatch.h), never directly.
 //
 //   C [M, N] = op(A) [M, K] · op(B) [K, N] (+ bias [N])
 //   trans_a: A is stored [K, M];  trans_b: B is stored [N, K] (HF weight layout).

@@ -16,6 +16,7 @@
 #include "tp/ops/detail/bf16_gemv.h"
 #include "tp/ops/detail/bf16_pairs.h"
 #include "tp/ops/detail/dnnl_context.h"
+#include "tp/ops/detail/linear_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
 #include "tp/tensor/convert.h"
@@ -62,16 +63,81 @@ Shape linear_out_shape(const Tensor& x, int64_t n) {
   return s;
 }
 
+// ---- CPU kernels: the dense products (the packed one follows PackedLinear::State)
+
+void linear_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, bool batch_invariant, const Tensor& y) {
+  const int64_t m = rows_of(x), n = w.size(0), k = w.size(1);
+  const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
+  if (batch_invariant) {
+    detail::ordered_gemm(m, n, k, x.raw_data(), DType::F32, k, w.raw_data(), w.dtype(), k, bias_ptr, y.data<float>(),
+                         n);
+  } else {
+    detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x.raw_data(), w.raw_data(), bias_ptr,
+                 y.data<float>());
+  }
+}
+
+void linear_backward_cpu(const Tensor& dy, const Tensor& w, const Tensor& x, bool accumulate, const Tensor& dx,
+                         const Tensor& dw) {
+  const int64_t n = w.size(0), k = w.size(1), m = rows_of(dy);
+  if (dx.defined())
+    detail::gemm({m, k, n, false, false, dy.dtype(), w.dtype()}, dy.raw_data(), w.raw_data(), nullptr,
+                 dx.data<float>());
+  if (dw.defined()) {
+    detail::GemmSpec spec{n, k, m, true, false, dy.dtype(), x.dtype()};
+    spec.accumulate = accumulate;
+    detail::gemm(spec, dy.raw_data(), x.raw_data(), nullptr, dw.data<float>());
+  }
+}
+
+void bias_grad_cpu(const Tensor& dy, const Tensor& db) {
+  const int64_t n = db.size(0), m = rows_of(dy);
+  float* d = db.data<float>();
+  const float* g = dy.data<float>();
+  // Columns split over threads; each thread sums its columns over all rows.
+#pragma omp parallel for schedule(static) if (m * n > 65536)
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    int64_t j1 = std::min(n, j0 + 64);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = j0; j < j1; ++j) d[j] += g[i * n + j];
+  }
+}
+
+void round_to_bf16_cpu(const Tensor& x, const Tensor& out) {
+  if (out.dtype() == DType::BF16)
+    detail::to_bf16_parallel(x.data<float>(), out.data<bf16>(), static_cast<size_t>(x.numel()));
+  else
+    detail::round_to_bf16_parallel(x.data<float>(), out.data<float>(), static_cast<size_t>(x.numel()));
+}
+
+void matmul_cpu(const Tensor& a, const Tensor& b, const Tensor& y) {
+  const int64_t k = b.size(0), n = b.size(1), m = rows_of(a);
+  detail::gemm({m, n, k, false, false, DType::F32, b.dtype()}, a.raw_data(), b.raw_data(), nullptr,
+               y.data<float>());
+}
+
+void matmul_backward_cpu(const Tensor& a, const Tensor& b, const Tensor& g, const Tensor& da, const Tensor& db) {
+  const int64_t k = b.size(0), n = b.size(1), m = rows_of(a);
+  if (da.defined())  // da [M, K] = g [M, N] · b^T
+    detail::gemm({m, k, n, false, true, DType::F32, b.dtype()}, g.raw_data(), b.raw_data(), nullptr,
+                 da.data<float>());
+  if (db.defined())  // db [K, N] = a^T · g
+    detail::gemm({k, n, m, true, false, DType::F32, DType::F32}, a.raw_data(), g.raw_data(), nullptr,
+                 db.data<float>());
+}
+
+// ---- the ops' helpers
+
 Tensor bf16_copy(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), DType::BF16);
-  detail::to_bf16_parallel(x.data<float>(), out.data<bf16>(), static_cast<size_t>(x.numel()));
+  linear_kernels().on(x).round_to_bf16(x, out);
   return out;
 }
 
 // x rounded to bf16 values, still f32 (bf16 arithmetic run as f32 GEMMs).
 Tensor bf16_valued_copy(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape());
-  detail::round_to_bf16_parallel(x.data<float>(), out.data<float>(), static_cast<size_t>(x.numel()));
+  linear_kernels().on(x).round_to_bf16(x, out);
   return out;
 }
 
@@ -85,38 +151,28 @@ Tensor bf16_valued_copy(const Tensor& x) {
 // x: what the forward saved (undefined when dw is not wanted), of shape x_shape.
 std::vector<Tensor> linear_backward(const Tensor& dy, const Shape& x_shape, const Tensor& x, bool need_dx,
                                     const Tensor& w, const Tensor& b, bool bf16_values) {
-  int64_t n = w.size(0), k = w.size(1), m = rows_of(dy);
+  int64_t n = w.size(0), k = w.size(1);
   const DType compute = w.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
   const Tensor dy_c = compute == DType::BF16 ? bf16_copy(dy) : bf16_values ? bf16_valued_copy(dy) : dy;
   Tensor dx, dw, db;
-  if (need_dx) {
-    dx = Tensor::empty(x_shape);
-    detail::gemm({m, k, n, false, false, compute, w.dtype()}, dy_c.raw_data(), w.raw_data(), nullptr,
-                 dx.data<float>());
-  }
+  if (need_dx) dx = Tensor::empty(x_shape);
+  Tensor x_c, buffer;  // buffer: the weight's gradient buffer (added into), or dw
+  bool accumulate = false;
   if (w.requires_grad()) {
     TP_CHECK(x.defined(), "linear backward: the weight {} asks for a gradient it did not ask for in the forward",
              shape_str(w.shape()));
     // Under bf16 arithmetic x was saved as bf16 (saved_input): a bf16 GEMM reads it as it is, the f32 GEMM of
     // bf16 values reads it widened back (exact).
-    const Tensor x_c = compute == DType::BF16 || x.dtype() == DType::F32 ? x : x.to(DType::F32);
-    Tensor buffer = autograd::leaf_grad_buffer(w);
-    detail::GemmSpec spec{n, k, m, true, false, compute, x_c.dtype()};
-    spec.accumulate = buffer.defined();
-    if (!buffer.defined()) dw = buffer = Tensor::empty({n, k});
-    detail::gemm(spec, dy_c.raw_data(), x_c.raw_data(), nullptr, buffer.data<float>());
+    x_c = compute == DType::BF16 || x.dtype() == DType::F32 ? x : x.to(DType::F32);
+    buffer = autograd::leaf_grad_buffer(w);
+    accumulate = buffer.defined();
+    if (!accumulate) dw = buffer = Tensor::empty({n, k});
   }
+  const LinearKernels& kernels = linear_kernels().on(dy_c, w, x_c, dx, buffer);
+  kernels.linear_backward(dy_c, w, x_c, accumulate, dx, buffer);
   if (b.defined() && b.requires_grad()) {
     db = Tensor::zeros({n});
-    float* d = db.data<float>();
-    const float* g = dy.data<float>();
-    // Columns split over threads; each thread sums its columns over all rows.
-#pragma omp parallel for schedule(static) if (m * n > 65536)
-    for (int64_t j0 = 0; j0 < n; j0 += 64) {
-      int64_t j1 = std::min(n, j0 + 64);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = j0; j < j1; ++j) d[j] += g[i * n + j];
-    }
+    kernels.bias_grad(dy, db);
   }
   return {dx, dw, db};
 }
@@ -173,8 +229,8 @@ void maybe_record_linear(const Tensor& y, const Tensor& x, const Tensor& w, cons
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, std::optional<DType> compute) {
   TP_CHECK(w.defined(), "linear: weight must be defined");
-  int64_t m = check_linear_args(x, w.shape(), w.dtype(), b);
-  int64_t n = w.size(0), k = w.size(1);
+  check_linear_args(x, w.shape(), w.dtype(), b);
+  const int64_t n = w.size(0);
   TP_CHECK(!compute || *compute == DType::F32 || *compute == DType::BF16,
            "linear: compute dtype must be f32 or bf16, got {}", dtype_name(compute.value_or(DType::F32)));
   TP_CHECK(!compute || *compute == DType::BF16 || w.dtype() == DType::F32,
@@ -185,15 +241,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, std::optional<D
     const Tensor x_values = bf16_values ? bf16_valued_copy(x) : x;
     y = Tensor::empty(linear_out_shape(x, n));
     Tensor bias = f32_bias(b);
-    const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
-    if (detail::ordered_gemm_wanted() && !autograd::needs_grad({x, w, b})) {
-      // Inference (a router, an unpacked head): a row's bits must not depend on the batch.
-      detail::ordered_gemm(m, n, k, x_values.raw_data(), DType::F32, k, w.raw_data(), w.dtype(), k, bias_ptr,
-                           y.data<float>(), n);
-    } else {
-      detail::gemm({m, n, k, false, true, DType::F32, w.dtype()}, x_values.raw_data(), w.raw_data(), bias_ptr,
-                   y.data<float>());
-    }
+    // Inference (a router, an unpacked head) where oneDNN's rounding follows the
+    // shape: a row's bits must not depend on the batch.
+    const bool batch_invariant = detail::ordered_gemm_wanted() && !autograd::needs_grad({x, w, b});
+    linear_kernels().on(x_values, w, bias, y).linear(x_values, w, bias, batch_invariant, y);
   }
   autograd::keep_output(y);
   maybe_record_linear(y, x, w, b, bf16_values);
@@ -210,23 +261,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            dtype_name(b.dtype()));
   TP_CHECK(b.dtype() == DType::F32 || b.dtype() == DType::BF16, "matmul: b must be f32 or bf16, got {}",
            dtype_name(b.dtype()));
-  int64_t k = b.size(0), n = b.size(1), m = rows_of(a);
-  Tensor y = Tensor::empty(linear_out_shape(a, n));
-  detail::gemm({m, n, k, false, false, DType::F32, b.dtype()}, a.raw_data(), b.raw_data(), nullptr,
-               y.data<float>());
+  Tensor y = Tensor::empty(linear_out_shape(a, b.size(1)));
+  linear_kernels().on(a, b, y).matmul(a, b, y);
   if (autograd::needs_grad({a, b})) {
-    autograd::record("matmul", {a, b}, {y}, [a, b, m, n, k](const std::vector<Tensor>& g) {
-      Tensor da, db;
-      if (a.requires_grad()) {  // da [M, K] = g [M, N] · b^T
-        da = Tensor::empty(a.shape());
-        detail::gemm({m, k, n, false, true, DType::F32, b.dtype()}, g[0].raw_data(), b.raw_data(), nullptr,
-                     da.data<float>());
-      }
-      if (b.requires_grad()) {  // db [K, N] = a^T · g
-        db = Tensor::empty(b.shape());
-        detail::gemm({k, n, m, true, false, DType::F32, DType::F32}, a.raw_data(), g[0].raw_data(), nullptr,
-                     db.data<float>());
-      }
+    autograd::record("matmul", {a, b}, {y}, [a, b](const std::vector<Tensor>& g) {
+      Tensor da = a.requires_grad() ? Tensor::empty(a.shape()) : Tensor();
+      Tensor db = b.requires_grad() ? Tensor::empty(b.shape()) : Tensor();
+      linear_kernels().on(a, b, g[0]).matmul_backward(a, b, g[0], da, db);
       return std::vector<Tensor>{da, db};
     });
   }
@@ -461,7 +502,7 @@ constexpr int64_t kPairedMinRows = 64;
 constexpr int64_t kPairedChunkBytes = 3 << 19;
 
 // out = x · w^T (+ bias) as f32 GEMMs over pair-swapped panels (bf16_pairs.h).
-void paired_linear_into(Tensor& out, const Tensor& x, PackedLinear::State& s, const Tensor& bias, int64_t m) {
+void paired_linear_into(const Tensor& out, const Tensor& x, PackedLinear::State& s, const Tensor& bias, int64_t m) {
   const int64_t n = s.n, k = s.k, rows = detail::paired_k_rows(k);
   const int64_t panels = (n + detail::kPanelColumns - 1) / detail::kPanelColumns;
   const int64_t group =
@@ -518,48 +559,31 @@ bool paired_applies(const PackedLinear::State& s, bool prefers_f32_gemms, int64_
   return m >= kPairedMinRows && prefers_f32_gemms && paired_f32_exact();
 }
 
-}  // namespace
-
-bool detail::bf16_paired_f32_exact() { return paired_f32_exact(); }
-
-void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b) {
-  detail::linear_into_path(out, x, w, b, Bf16Path::Auto);
-}
-
-detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b,
-                                            Bf16Path path) {
-  TP_CHECK(w.defined(), "linear_into: the PackedLinear is empty (default-constructed)");
-  int64_t m = check_linear_args(x, w.shape_, w.dtype_, b, /*bf16_x_ok=*/true);
-  int64_t n = w.out_features(), k = w.in_features();
-  Shape want = linear_out_shape(x, n);
-  TP_CHECK(out.defined() && out.shape() == want && out.dtype() == DType::F32,
-           "linear_into: out must be f32 of shape {} for input {} and weight {}, got {} {}", shape_str(want),
-           shape_str(x.shape()), shape_str(w.shape_), out.defined() ? dtype_name(out.dtype()) : "undefined",
-           out.defined() ? shape_str(out.shape()) : "");
-  if (m == 0 || n == 0) return Bf16Kernel::OneDnn;
+// The packed weight's product: batch-invariant (ordered), the paired f32 form,
+// the one-row kernel, or oneDNN's packed primitive, as linear.h describes.
+Bf16Kernel packed_linear_cpu(const PackedLinear& w, PackedLinear::State& s, const Tensor& x, const Tensor& bias,
+                             Bf16Path path, const Tensor& out) {
+  const int64_t m = rows_of(x), n = w.out_features(), k = w.in_features();
   if (k == 0) {
-    out.zero();
-    if (b.defined()) {
-      Tensor bias = b.to(DType::F32);
+    std::memset(out.raw_data(), 0, out.nbytes());
+    if (bias.defined()) {
       for (int64_t i = 0; i < m; ++i)
         std::copy(bias.data<float>(), bias.data<float>() + n, out.data<float>() + i * n);
     }
     return Bf16Kernel::OneDnn;
   }
-  Tensor bias = f32_bias(b);
-  PackedLinear::State& s = *w.state_;
   if (s.ordered) {
     detail::ordered_gemm(m, n, k, x.raw_data(), x.dtype(), k, s.weight.raw_data(), s.dtype, k,
                          bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), n);
     return Bf16Kernel::Ordered;
   }
-  if (paired_applies(s, w.prefers_f32_gemms_, m, path)) {
+  if (paired_applies(s, w.prefers_f32_gemms(), m, path)) {
     paired_linear_into(out, x, s, bias, m);
     return Bf16Kernel::Paired;
   }
   const void* src = x.raw_data();
   const size_t x_n = static_cast<size_t>(m * k);
-  if (w.dtype_ == DType::BF16 && s.dtype == DType::F32) {
+  if (w.dtype() == DType::BF16 && s.dtype == DType::F32) {
     // A weight packed widened (no bf16 matmul here): x as bf16 values in f32, in the
     // paired form's row buffer (that form never runs on a widened weight).
     float* buf = detail::paired_scratch(0, x_n);
@@ -568,7 +592,7 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
     else
       detail::round_to_bf16_parallel(x.data<float>(), buf, x_n);
     src = buf;
-  } else if (w.dtype_ == DType::BF16 && x.dtype() == DType::F32) {
+  } else if (w.dtype() == DType::BF16 && x.dtype() == DType::F32) {
     bf16* buf = detail::bf16_scratch(x_n);
     detail::to_bf16_parallel(x.data<float>(), buf, x_n);
     src = buf;
@@ -580,6 +604,37 @@ detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const 
   }
   onednn_linear_into(out.data<float>(), src, s, m, bias_ptr);
   return Bf16Kernel::OneDnn;
+}
+
+constexpr LinearKernels kCpuLinearKernels{linear_cpu,  linear_backward_cpu, bias_grad_cpu,     round_to_bf16_cpu,
+                                          matmul_cpu,  matmul_backward_cpu, packed_linear_cpu};
+
+}  // namespace
+
+KernelTable<LinearKernels>& linear_kernels() {
+  static KernelTable<LinearKernels> table("linear", &kCpuLinearKernels);
+  return table;
+}
+
+bool detail::bf16_paired_f32_exact() { return paired_f32_exact(); }
+
+void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b) {
+  detail::linear_into_path(out, x, w, b, Bf16Path::Auto);
+}
+
+detail::Bf16Kernel detail::linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b,
+                                            Bf16Path path) {
+  TP_CHECK(w.defined(), "linear_into: the PackedLinear is empty (default-constructed)");
+  int64_t m = check_linear_args(x, w.shape_, w.dtype_, b, /*bf16_x_ok=*/true);
+  const int64_t n = w.out_features();
+  Shape want = linear_out_shape(x, n);
+  TP_CHECK(out.defined() && out.shape() == want && out.dtype() == DType::F32,
+           "linear_into: out must be f32 of shape {} for input {} and weight {}, got {} {}", shape_str(want),
+           shape_str(x.shape()), shape_str(w.shape_), out.defined() ? dtype_name(out.dtype()) : "undefined",
+           out.defined() ? shape_str(out.shape()) : "");
+  if (m == 0 || n == 0) return Bf16Kernel::OneDnn;
+  const Tensor bias = f32_bias(b);
+  return linear_kernels().on(x, bias, out).packed_linear(w, *w.state_, x, bias, path, out);
 }
 
 PackedLinear pack_stacked(const std::vector<Tensor>& weights) {

@@ -3,11 +3,14 @@
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/loss_kernels.h"
 #include "tp/ops/util.h"
 
 namespace tp::ops {
 
 namespace {
+
+// ---- CPU kernels
 
 // log(sum(exp(row))) with the max subtracted for stability.
 float log_sum_exp(const float* row, int64_t v) {
@@ -18,7 +21,45 @@ float log_sum_exp(const float* row, int64_t v) {
   return mx + std::log(s);
 }
 
+double cross_entropy_cpu(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& lse_t) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  const std::vector<int64_t> t = targets.to_int_vector();
+  const float* x = logits.data<float>();
+  float* lse = lse_t.data<float>();
+  double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static) if (n * v > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    if (t[i] == ignore_index) continue;
+    lse[i] = log_sum_exp(x + i * v, v);
+    total += lse[i] - x[i * v + t[i]];
+  }
+  return total;
+}
+
+// d/dx_ij = k * (softmax_ij - [j == t_i]), zero rows for ignored targets.
+void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                const Tensor& lse_t, float k, const Tensor& dx) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  const std::vector<int64_t> t = targets.to_int_vector();
+  const float* x = logits.data<float>();
+  const float* lse = lse_t.data<float>();
+  float* d = dx.data<float>();
+#pragma omp parallel for schedule(static) if (n * v > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    if (t[i] == ignore_index) continue;
+    for (int64_t j = 0; j < v; ++j) d[i * v + j] = k * std::exp(x[i * v + j] - lse[i]);
+    d[i * v + t[i]] -= k;
+  }
+}
+
+constexpr LossKernels kCpuLossKernels{cross_entropy_cpu, cross_entropy_backward_cpu};
+
 }  // namespace
+
+KernelTable<LossKernels>& loss_kernels() {
+  static KernelTable<LossKernels> table("cross_entropy", &kCpuLossKernels);
+  return table;
+}
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   check_f32(logits, "cross_entropy", "logits");
@@ -36,32 +77,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
              t[i], i, v, ignore_index);
     ++count;
   }
-  const float* x = logits.data<float>();
-  std::vector<float> lse(static_cast<size_t>(n), 0.f);
-  double total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static) if (n * v > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    if (t[i] == ignore_index) continue;
-    lse[i] = log_sum_exp(x + i * v, v);
-    total += lse[i] - x[i * v + t[i]];
-  }
+  Tensor lse = Tensor::zeros({n});
+  const double total = loss_kernels().on(logits, targets).cross_entropy(logits, targets, ignore_index, lse);
   Tensor out = Tensor::full({}, count ? total / static_cast<double>(count) : 0.0);
   if (autograd::needs_grad({logits})) {
     autograd::record("cross_entropy", {logits, targets}, {out},
-                     [logits, t, lse, count, ignore_index](const std::vector<Tensor>& g) {
-                       // d/dx_ij = g * (softmax_ij - [j == t_i]) / count, zero rows for ignored targets.
-                       int64_t n = logits.size(0), v = logits.size(1);
+                     [logits, targets, lse, count, ignore_index](const std::vector<Tensor>& g) {
                        Tensor dx = Tensor::zeros(logits.shape());
                        if (count == 0) return std::vector<Tensor>{dx, Tensor()};
                        float k = static_cast<float>(g[0].item() / static_cast<double>(count));
-                       const float* x = logits.data<float>();
-                       float* d = dx.data<float>();
-#pragma omp parallel for schedule(static) if (n * v > 65536)
-                       for (int64_t i = 0; i < n; ++i) {
-                         if (t[i] == ignore_index) continue;
-                         for (int64_t j = 0; j < v; ++j) d[i * v + j] = k * std::exp(x[i * v + j] - lse[i]);
-                         d[i * v + t[i]] -= k;
-                       }
+                       loss_kernels().on(logits, targets, lse).cross_entropy_backward(logits, targets, ignore_index,
+                                                                                      lse, k, dx);
                        return std::vector<Tensor>{dx, Tensor()};
                      });
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/moe_experts_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
 #include "tp/ops/shape.h"
@@ -68,9 +69,7 @@ void expert_rows(const float* a, const Tensor& b_all, int64_t b_offset_elems, in
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
 
-struct Dims {
-  int64_t N, H, K, E, I;
-};
+using Dims = ExpertDims;
 
 // Where expert e's weights and gate/up columns are, and its activation.
 struct Layout {
@@ -233,6 +232,105 @@ Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, con
   return check_biases(x, ids, o, E, I);
 }
 
+// ---- CPU kernels: the experts
+
+// Each expert's pairs through run_expert, weighted into their tokens' rows.
+void experts_forward_cpu(const Dims& d, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                         const Tensor& gate_up, const Tensor& down, const ExpertOptions& opt, const Tensor& out) {
+  const Layout layout{opt, d};
+  const Groups groups = group_by_expert(ids, d.E);
+  float* o = out.data<float>();
+  const float* w = weights.data<float>();
+  ExpertPass pass;
+  for (int64_t e = 0; e < d.E; ++e) {
+    const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
+    if (c == 0) continue;
+    const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
+    run_expert(pass, x.data<float>(), pairs, c, layout, gate_up, down, opt.gate_up_bias, opt.down_bias, e);
+    for (int64_t i = 0; i < c; ++i) {
+      float* row = o + (pairs[i] / d.K) * d.H;
+      const float wi = w[pairs[i]];
+      const float* y = &pass.y[i * d.H];
+      for (int64_t j = 0; j < d.H; ++j) row[j] += wi * y[j];
+    }
+  }
+}
+
+// Each expert's pairs run again (run_expert), then back through the activation and both products.
+void experts_backward_cpu(const Dims& d, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const Tensor& gu32, const Tensor& dn32, const ExpertOptions& saved, const Tensor& dout_t,
+                          const Tensor& dx, const Tensor& dw, const Tensor& dgu, const Tensor& ddown,
+                          const Tensor& dgub, const Tensor& ddb) {
+  const Layout l{saved, d};
+  const bool tb = l.trans_b();
+  const Groups groups = group_by_expert(ids, d.E);
+  const float* dout = dout_t.data<float>();
+  const float* w = weights.data<float>();
+  ExpertPass pass;
+  std::vector<float> dy, da, dg, dxe;
+  for (int64_t e = 0; e < d.E; ++e) {
+    const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
+    if (c == 0) continue;
+    const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
+    run_expert(pass, x.data<float>(), pairs, c, l, gu32, dn32, saved.gate_up_bias, saved.down_bias, e);
+    // dweight = <dout[token], y>; dy = weight * dout[token]
+    dy.resize(static_cast<size_t>(c * d.H));
+    for (int64_t i = 0; i < c; ++i) {
+      const float* g = dout + (pairs[i] / d.K) * d.H;
+      const float wi = w[pairs[i]];
+      double dot = 0;
+      for (int64_t j = 0; j < d.H; ++j) {
+        dot += static_cast<double>(g[j]) * pass.y[i * d.H + j];
+        dy[i * d.H + j] = wi * g[j];
+      }
+      dw.data<float>()[pairs[i]] = static_cast<float>(dot);
+    }
+    if (l.down_bias(saved.down_bias, e) != nullptr) {
+      float* b = ddb.data<float>() + e * d.H;
+      for (int64_t i = 0; i < c; ++i)
+        for (int64_t j = 0; j < d.H; ++j) b[j] += dy[i * d.H + j];
+    }
+    // y = a down^T (Linear layout: down [H, I]) or a down (down [I, H]):
+    // da = dy down or dy down^T; ddown += dy^T a or a^T dy.
+    da.resize(static_cast<size_t>(c * d.I));
+    gemm_rows(dy.data(), dn32, e * d.H * d.I, c, d.I, d.H, !tb, da.data());
+    float* ddown_e = ddown.data<float>() + e * d.H * d.I;
+    if (tb)
+      detail::gemm({.m = d.H, .n = d.I, .k = c, .trans_a = true, .accumulate = true}, dy.data(), pass.a.data(),
+                   nullptr, ddown_e);
+    else
+      detail::gemm({.m = d.I, .n = d.H, .k = c, .trans_a = true, .accumulate = true}, pass.a.data(), dy.data(),
+                   nullptr, ddown_e);
+    dg.resize(static_cast<size_t>(c * 2 * d.I));
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < d.I; ++j) {
+        float* row = &dg[i * 2 * d.I];
+        const Act act = activate(l, pass.gu[i * 2 * d.I + l.gate_col(j)], pass.gu[i * 2 * d.I + l.up_col(j)]);
+        row[l.gate_col(j)] = da[i * d.I + j] * act.da_dg;
+        row[l.up_col(j)] = da[i * d.I + j] * act.da_du;
+      }
+    if (saved.gate_up_bias.defined()) {
+      float* b = dgub.data<float>() + e * 2 * d.I;
+      for (int64_t i = 0; i < c; ++i)
+        for (int64_t j = 0; j < 2 * d.I; ++j) b[j] += dg[i * 2 * d.I + j];
+    }
+    // gu = x gate_up^T or x gate_up: dx = dg gate_up or dg gate_up^T; dgate_up += dg^T x or x^T dg.
+    dxe.resize(static_cast<size_t>(c * d.H));
+    gemm_rows(dg.data(), gu32, e * 2 * d.I * d.H, c, d.H, 2 * d.I, !tb, dxe.data());
+    float* dgu_e = dgu.data<float>() + e * 2 * d.I * d.H;
+    if (tb)
+      detail::gemm({.m = 2 * d.I, .n = d.H, .k = c, .trans_a = true, .accumulate = true}, dg.data(),
+                   pass.x.data(), nullptr, dgu_e);
+    else
+      detail::gemm({.m = d.H, .n = 2 * d.I, .k = c, .trans_a = true, .accumulate = true}, pass.x.data(),
+                   dg.data(), nullptr, dgu_e);
+    for (int64_t i = 0; i < c; ++i) {
+      float* row = dx.data<float>() + (pairs[i] / d.K) * d.H;
+      for (int64_t j = 0; j < d.H; ++j) row[j] += dxe[i * d.H + j];
+    }
+  }
+}
+
 Tensor f32_or_undefined(const Tensor& t) { return !t.defined() || t.dtype() == DType::F32 ? t : t.to(DType::F32); }
 Tensor as_dtype_of(const Tensor& grad, const Tensor& like) {
   return like.dtype() == DType::F32 ? grad : grad.to(like.dtype());
@@ -247,25 +345,13 @@ ExpertOptions ExpertOptions::gpt_oss(float limit, float alpha) {
 Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
                    const Tensor& down, const ExpertOptions& opt) {
   const Dims d = check_shapes(x, ids, weights, gate_up, down, opt);
-  const Layout layout{opt, d};
-  const Tensor gub = f32_or_undefined(opt.gate_up_bias), db = f32_or_undefined(opt.down_bias);
-  const Groups groups = group_by_expert(ids, d.E);
+  ExpertOptions saved = opt;  // the biases in f32
+  saved.gate_up_bias = f32_or_undefined(opt.gate_up_bias);
+  saved.down_bias = f32_or_undefined(opt.down_bias);
   Tensor out = Tensor::zeros({d.N, d.H});
-  float* o = out.data<float>();
-  const float* w = weights.data<float>();
-  ExpertPass pass;
-  for (int64_t e = 0; e < d.E; ++e) {
-    const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
-    if (c == 0) continue;
-    const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
-    run_expert(pass, x.data<float>(), pairs, c, layout, gate_up, down, gub, db, e);
-    for (int64_t i = 0; i < c; ++i) {
-      float* row = o + (pairs[i] / d.K) * d.H;
-      const float wi = w[pairs[i]];
-      const float* y = &pass.y[i * d.H];
-      for (int64_t j = 0; j < d.H; ++j) row[j] += wi * y[j];
-    }
-  }
+  moe_experts_kernels()
+      .on(x, ids, weights, gate_up, down, saved.gate_up_bias, saved.down_bias, out)
+      .forward(d, x, ids, weights, gate_up, down, saved, out);
   std::vector<Tensor> inputs = {x, weights, gate_up, down};
   if (opt.gate_up_bias.defined()) inputs.push_back(opt.gate_up_bias);
   if (opt.down_bias.defined()) inputs.push_back(opt.down_bias);
@@ -273,86 +359,17 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
   TP_CHECK(opt.packed_gate_up == nullptr,
            "moe_experts: packed experts (MXFP4, or a quantized checkpoint's) are for inference: they take no "
            "gradient");
-
-  ExpertOptions saved = opt;
-  saved.gate_up_bias = gub;
-  saved.down_bias = db;
   autograd::record(
       "moe_experts", inputs, {out},
       [x, ids, weights, gate_up, down, saved, opt, d](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
         // The weights' gradients are computed in f32 (a trainer's masters are f32).
         const Tensor gu32 = gate_up.to(DType::F32), dn32 = down.to(DType::F32);
-        const Layout l{saved, d};
-        const bool tb = l.trans_b();
-        const Groups groups = group_by_expert(ids, d.E);
-        const float* dout = grads[0].data<float>();
-        const float* w = weights.data<float>();
         Tensor dx = Tensor::zeros({d.N, d.H}), dw = Tensor::zeros({d.N, d.K});
         Tensor dgu = Tensor::zeros(gate_up.shape()), ddown = Tensor::zeros(down.shape());
         Tensor dgub = Tensor::zeros({d.E, 2 * d.I}), ddb = Tensor::zeros({d.E, d.H});
-        ExpertPass pass;
-        std::vector<float> dy, da, dg, dxe;
-        for (int64_t e = 0; e < d.E; ++e) {
-          const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
-          if (c == 0) continue;
-          const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
-          run_expert(pass, x.data<float>(), pairs, c, l, gu32, dn32, saved.gate_up_bias, saved.down_bias, e);
-          // dweight = <dout[token], y>; dy = weight * dout[token]
-          dy.resize(static_cast<size_t>(c * d.H));
-          for (int64_t i = 0; i < c; ++i) {
-            const float* g = dout + (pairs[i] / d.K) * d.H;
-            const float wi = w[pairs[i]];
-            double dot = 0;
-            for (int64_t j = 0; j < d.H; ++j) {
-              dot += static_cast<double>(g[j]) * pass.y[i * d.H + j];
-              dy[i * d.H + j] = wi * g[j];
-            }
-            dw.data<float>()[pairs[i]] = static_cast<float>(dot);
-          }
-          if (l.down_bias(saved.down_bias, e) != nullptr) {
-            float* b = ddb.data<float>() + e * d.H;
-            for (int64_t i = 0; i < c; ++i)
-              for (int64_t j = 0; j < d.H; ++j) b[j] += dy[i * d.H + j];
-          }
-          // y = a down^T (Linear layout: down [H, I]) or a down (down [I, H]):
-          // da = dy down or dy down^T; ddown += dy^T a or a^T dy.
-          da.resize(static_cast<size_t>(c * d.I));
-          gemm_rows(dy.data(), dn32, e * d.H * d.I, c, d.I, d.H, !tb, da.data());
-          float* ddown_e = ddown.data<float>() + e * d.H * d.I;
-          if (tb)
-            detail::gemm({.m = d.H, .n = d.I, .k = c, .trans_a = true, .accumulate = true}, dy.data(), pass.a.data(),
-                         nullptr, ddown_e);
-          else
-            detail::gemm({.m = d.I, .n = d.H, .k = c, .trans_a = true, .accumulate = true}, pass.a.data(), dy.data(),
-                         nullptr, ddown_e);
-          dg.resize(static_cast<size_t>(c * 2 * d.I));
-          for (int64_t i = 0; i < c; ++i)
-            for (int64_t j = 0; j < d.I; ++j) {
-              float* row = &dg[i * 2 * d.I];
-              const Act act = activate(l, pass.gu[i * 2 * d.I + l.gate_col(j)], pass.gu[i * 2 * d.I + l.up_col(j)]);
-              row[l.gate_col(j)] = da[i * d.I + j] * act.da_dg;
-              row[l.up_col(j)] = da[i * d.I + j] * act.da_du;
-            }
-          if (saved.gate_up_bias.defined()) {
-            float* b = dgub.data<float>() + e * 2 * d.I;
-            for (int64_t i = 0; i < c; ++i)
-              for (int64_t j = 0; j < 2 * d.I; ++j) b[j] += dg[i * 2 * d.I + j];
-          }
-          // gu = x gate_up^T or x gate_up: dx = dg gate_up or dg gate_up^T; dgate_up += dg^T x or x^T dg.
-          dxe.resize(static_cast<size_t>(c * d.H));
-          gemm_rows(dg.data(), gu32, e * 2 * d.I * d.H, c, d.H, 2 * d.I, !tb, dxe.data());
-          float* dgu_e = dgu.data<float>() + e * 2 * d.I * d.H;
-          if (tb)
-            detail::gemm({.m = 2 * d.I, .n = d.H, .k = c, .trans_a = true, .accumulate = true}, dg.data(),
-                         pass.x.data(), nullptr, dgu_e);
-          else
-            detail::gemm({.m = d.H, .n = 2 * d.I, .k = c, .trans_a = true, .accumulate = true}, pass.x.data(),
-                         dg.data(), nullptr, dgu_e);
-          for (int64_t i = 0; i < c; ++i) {
-            float* row = dx.data<float>() + (pairs[i] / d.K) * d.H;
-            for (int64_t j = 0; j < d.H; ++j) row[j] += dxe[i * d.H + j];
-          }
-        }
+        moe_experts_kernels()
+            .on(x, ids, weights, gu32, dn32, grads[0])
+            .backward(d, x, ids, weights, gu32, dn32, saved, grads[0], dx, dw, dgu, ddown, dgub, ddb);
         std::vector<Tensor> out = {dx, dw, as_dtype_of(dgu, gate_up), as_dtype_of(ddown, down)};
         if (opt.gate_up_bias.defined()) out.push_back(as_dtype_of(dgub, opt.gate_up_bias));
         if (opt.down_bias.defined()) out.push_back(as_dtype_of(ddb, opt.down_bias));
@@ -406,23 +423,15 @@ void top_k_row(const float* probs, int64_t E, int64_t k, int64_t* ids) {
   }
 }
 
-TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bias) {
-  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "route_top_k: logits must be f32 [tokens, experts], "
-           "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
+namespace {
+
+// ---- CPU kernels: the routers
+
+void route_top_k_cpu(const Tensor& logits, const Tensor& bias, const RouterScoring& sc, const Tensor& probs,
+                     const Tensor& weights, const Tensor& ids, const Tensor& sums_t) {
   const int64_t N = logits.size(0), E = logits.size(1), k = sc.top_k;
-  TP_CHECK(k >= 1 && k <= E, "route_top_k: top_k {} must be in [1, {}] (the number of experts)", k, E);
-  TP_CHECK(sc.n_group >= 1 && E % sc.n_group == 0 && sc.topk_group >= 1 && sc.topk_group <= sc.n_group,
-           "route_top_k: {} experts cannot form n_group {} groups of which topk_group {} are kept", E, sc.n_group,
-           sc.topk_group);
-  TP_CHECK(k <= sc.topk_group * (E / sc.n_group),
-           "route_top_k: top_k {} is more than the {} experts of the topk_group {} kept groups", k,
-           sc.topk_group * (E / sc.n_group), sc.topk_group);
-  TP_CHECK(!bias.defined() || (bias.dtype() == DType::F32 && bias.numel() == E),
-           "route_top_k: the choice bias must be f32 [{}], got {} {}", E, dtype_name(bias.dtype()),
-           shape_str(bias.shape()));
   const int64_t G = sc.n_group, per_group = E / G;
-  Tensor probs = Tensor::empty({N, E}), weights = Tensor::empty({N, k}), ids = Tensor::empty({N, k}, DType::I64);
-  std::vector<float> sums(static_cast<size_t>(N));
+  float* sums = sums_t.data<float>();
   const float* l = logits.data<float>();
   const float* bs = bias.defined() ? bias.data<float>() : nullptr;
   float* p = probs.data<float>();
@@ -477,68 +486,56 @@ TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bi
     for (int64_t j = 0; j < k; ++j)
       w[n * k + j] = static_cast<float>((sc.renormalize ? w[n * k + j] / sums[n] : w[n * k + j]) * sc.scaling);
   }
-  if (autograd::needs_grad({logits}))
-    autograd::record("route_top_k", {logits}, {weights}, [logits, probs, weights, ids, sums, sc, N, E, k](
-                                                             const std::vector<Tensor>& g) {
-      const float* dw = g[0].data<float>();
-      const float* lg = logits.data<float>();
-      const float* w = weights.data<float>();
-      const float* p = probs.data<float>();
-      const int64_t* id = ids.data<int64_t>();
-      Tensor dl = Tensor::zeros({N, E});
-      float* d = dl.data<float>();
-      const double scale = sc.scaling;
-      for (int64_t n = 0; n < N; ++n) {
-        // w = c p_sel / S (c = scaling):  dp_j = c (dw_j - sum_i dw_i w_i / c) / S; without renormalising c dw_j.
-        double dot = 0;
-        if (sc.renormalize)
-          for (int64_t j = 0; j < k; ++j) dot += dw[n * k + j] * w[n * k + j] / scale;
-        std::vector<float> dp(static_cast<size_t>(E), 0.f);
-        for (int64_t j = 0; j < k; ++j)
-          dp[id[n * k + j]] = static_cast<float>(
-              sc.renormalize ? scale * (dw[n * k + j] - dot) / sums[n] : scale * dw[n * k + j]);
-        if (sc.sigmoid) {  // dl_e = sigmoid(l_e) sigmoid(-l_e) dp_e (not p (1 - p): exact when saturated)
-          for (int64_t e = 0; e < E; ++e)
-            d[n * E + e] = p[n * E + e] * (1.f / (1.f + std::exp(lg[n * E + e]))) * dp[e];
-          continue;
-        }
-        // softmax: dl_e = p_e (dp_e - sum_i dp_i p_i) = p_e (dp_e sum_{i != e} p_i - sum_{i != e} dp_i p_i)
-        // (sum_i p_i = 1). For the k chosen e the second form is used: with a
-        // saturated router (p_e near 1) the first subtracts two numbers near dp_e
-        // and loses their small difference (tp ranks then disagree in it).
-        const float* pn = p + n * E;
-        double inner = 0;
-        for (int64_t j = 0; j < k; ++j) inner += static_cast<double>(dp[id[n * k + j]]) * pn[id[n * k + j]];
-        for (int64_t e = 0; e < E; ++e) d[n * E + e] = static_cast<float>(-pn[e] * inner);  // dp_e = 0
-        for (int64_t j = 0; j < k; ++j) {
-          const int64_t e = id[n * k + j];
-          double others = 0, others_dp = 0;  // sum_{i != e} p_i (no cancellation: terms summed directly)
-          for (int64_t i = 0; i < E; ++i)
-            if (i != e) others += pn[i];
-          for (int64_t i = 0; i < k; ++i)
-            if (id[n * k + i] != e) others_dp += static_cast<double>(dp[id[n * k + i]]) * pn[id[n * k + i]];
-          d[n * E + e] = static_cast<float>(pn[e] * (dp[e] * others - others_dp));
-        }
-      }
-      return std::vector<Tensor>{dl};
-    });
-  return {weights, ids};
 }
 
-TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
-  return route_top_k(logits, RouterScoring{.top_k = k, .renormalize = renormalize});
+void route_top_k_backward_cpu(const Tensor& logits, const Tensor& probs, const Tensor& weights, const Tensor& ids,
+                              const Tensor& sums_t, const RouterScoring& sc, const Tensor& dweights,
+                              const Tensor& dlogits) {
+  const int64_t N = logits.size(0), E = logits.size(1), k = sc.top_k;
+  const float* dw = dweights.data<float>();
+  const float* lg = logits.data<float>();
+  const float* w = weights.data<float>();
+  const float* p = probs.data<float>();
+  const int64_t* id = ids.data<int64_t>();
+  const float* sums = sums_t.data<float>();
+  float* d = dlogits.data<float>();
+  const double scale = sc.scaling;
+  for (int64_t n = 0; n < N; ++n) {
+    // w = c p_sel / S (c = scaling):  dp_j = c (dw_j - sum_i dw_i w_i / c) / S; without renormalising c dw_j.
+    double dot = 0;
+    if (sc.renormalize)
+      for (int64_t j = 0; j < k; ++j) dot += dw[n * k + j] * w[n * k + j] / scale;
+    std::vector<float> dp(static_cast<size_t>(E), 0.f);
+    for (int64_t j = 0; j < k; ++j)
+      dp[id[n * k + j]] = static_cast<float>(
+          sc.renormalize ? scale * (dw[n * k + j] - dot) / sums[n] : scale * dw[n * k + j]);
+    if (sc.sigmoid) {  // dl_e = sigmoid(l_e) sigmoid(-l_e) dp_e (not p (1 - p): exact when saturated)
+      for (int64_t e = 0; e < E; ++e)
+        d[n * E + e] = p[n * E + e] * (1.f / (1.f + std::exp(lg[n * E + e]))) * dp[e];
+      continue;
+    }
+    // softmax: dl_e = p_e (dp_e - sum_i dp_i p_i) = p_e (dp_e sum_{i != e} p_i - sum_{i != e} dp_i p_i)
+    // (sum_i p_i = 1). For the k chosen e the second form is used: with a
+    // saturated router (p_e near 1) the first subtracts two numbers near dp_e
+    // and loses their small difference (tp ranks then disagree in it).
+    const float* pn = p + n * E;
+    double inner = 0;
+    for (int64_t j = 0; j < k; ++j) inner += static_cast<double>(dp[id[n * k + j]]) * pn[id[n * k + j]];
+    for (int64_t e = 0; e < E; ++e) d[n * E + e] = static_cast<float>(-pn[e] * inner);  // dp_e = 0
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = id[n * k + j];
+      double others = 0, others_dp = 0;  // sum_{i != e} p_i (no cancellation: terms summed directly)
+      for (int64_t i = 0; i < E; ++i)
+        if (i != e) others += pn[i];
+      for (int64_t i = 0; i < k; ++i)
+        if (id[n * k + i] != e) others_dp += static_cast<double>(dp[id[n * k + i]]) * pn[id[n * k + i]];
+      d[n * E + e] = static_cast<float>(pn[e] * (dp[e] * others - others_dp));
+    }
+  }
 }
 
-}  // namespace tp::ops
-
-namespace tp::ops {
-
-TopK top_k_softmax(const Tensor& logits, int64_t k) {
-  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "top_k_softmax: logits must be f32 [tokens, experts], "
-           "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
-  const int64_t N = logits.size(0), E = logits.size(1);
-  TP_CHECK(k >= 1 && k <= E, "top_k_softmax: top_k {} must be in [1, {}] (the number of experts)", k, E);
-  Tensor weights = Tensor::empty({N, k}), ids = Tensor::empty({N, k}, DType::I64);
+void top_k_softmax_cpu(const Tensor& logits, const Tensor& weights, const Tensor& ids) {
+  const int64_t N = logits.size(0), E = logits.size(1), k = weights.size(1);
   const float* l = logits.data<float>();
   float* w = weights.data<float>();
   int64_t* id = ids.data<int64_t>();
@@ -558,19 +555,79 @@ TopK top_k_softmax(const Tensor& logits, int64_t k) {
     for (int64_t j = 0; j < k; ++j) z += w[n * k + j] = std::exp(row[id[n * k + j]] - mx);
     for (int64_t j = 0; j < k; ++j) w[n * k + j] = static_cast<float>(w[n * k + j] / z);
   }
+}
+
+void top_k_softmax_backward_cpu(const Tensor& weights, const Tensor& ids, const Tensor& dweights,
+                                const Tensor& dlogits) {
+  const int64_t N = weights.size(0), E = dlogits.size(1), k = weights.size(1);
+  const float* dw = dweights.data<float>();
+  const float* w = weights.data<float>();
+  const int64_t* id = ids.data<int64_t>();
+  float* d = dlogits.data<float>();
+  for (int64_t n = 0; n < N; ++n) {  // softmax over the k: dl_j = w_j (dw_j - sum_i dw_i w_i); others 0
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += dw[n * k + j] * w[n * k + j];
+    for (int64_t j = 0; j < k; ++j)
+      d[n * E + id[n * k + j]] = static_cast<float>(w[n * k + j] * (dw[n * k + j] - dot));
+  }
+}
+
+constexpr RoutingKernels kCpuRoutingKernels{route_top_k_cpu, route_top_k_backward_cpu, top_k_softmax_cpu,
+                                            top_k_softmax_backward_cpu};
+
+}  // namespace
+
+KernelTable<RoutingKernels>& routing_kernels() {
+  static KernelTable<RoutingKernels> table("route_top_k", &kCpuRoutingKernels);
+  return table;
+}
+
+TopK route_top_k(const Tensor& logits, const RouterScoring& sc, const Tensor& bias) {
+  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "route_top_k: logits must be f32 [tokens, experts], "
+           "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
+  const int64_t N = logits.size(0), E = logits.size(1), k = sc.top_k;
+  TP_CHECK(k >= 1 && k <= E, "route_top_k: top_k {} must be in [1, {}] (the number of experts)", k, E);
+  TP_CHECK(sc.n_group >= 1 && E % sc.n_group == 0 && sc.topk_group >= 1 && sc.topk_group <= sc.n_group,
+           "route_top_k: {} experts cannot form n_group {} groups of which topk_group {} are kept", E, sc.n_group,
+           sc.topk_group);
+  TP_CHECK(k <= sc.topk_group * (E / sc.n_group),
+           "route_top_k: top_k {} is more than the {} experts of the topk_group {} kept groups", k,
+           sc.topk_group * (E / sc.n_group), sc.topk_group);
+  TP_CHECK(!bias.defined() || (bias.dtype() == DType::F32 && bias.numel() == E),
+           "route_top_k: the choice bias must be f32 [{}], got {} {}", E, dtype_name(bias.dtype()),
+           shape_str(bias.shape()));
+  Tensor probs = Tensor::empty({N, E}), weights = Tensor::empty({N, k}), ids = Tensor::empty({N, k}, DType::I64);
+  Tensor sums = Tensor::empty({N});
+  routing_kernels().on(logits, bias).route_top_k(logits, bias, sc, probs, weights, ids, sums);
   if (autograd::needs_grad({logits}))
-    autograd::record("top_k_softmax", {logits}, {weights}, [weights, ids, N, E, k](const std::vector<Tensor>& g) {
-      const float* dw = g[0].data<float>();
-      const float* w = weights.data<float>();
-      const int64_t* id = ids.data<int64_t>();
+    autograd::record("route_top_k", {logits}, {weights}, [logits, probs, weights, ids, sums, sc, N, E](
+                                                             const std::vector<Tensor>& g) {
       Tensor dl = Tensor::zeros({N, E});
-      float* d = dl.data<float>();
-      for (int64_t n = 0; n < N; ++n) {  // softmax over the k: dl_j = w_j (dw_j - sum_i dw_i w_i); others 0
-        double dot = 0;
-        for (int64_t j = 0; j < k; ++j) dot += dw[n * k + j] * w[n * k + j];
-        for (int64_t j = 0; j < k; ++j)
-          d[n * E + id[n * k + j]] = static_cast<float>(w[n * k + j] * (dw[n * k + j] - dot));
-      }
+      routing_kernels().on(g[0], logits).route_top_k_backward(logits, probs, weights, ids, sums, sc, g[0], dl);
+      return std::vector<Tensor>{dl};
+    });
+  return {weights, ids};
+}
+
+TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize) {
+  return route_top_k(logits, RouterScoring{.top_k = k, .renormalize = renormalize});
+}
+
+}  // namespace tp::ops
+
+namespace tp::ops {
+
+TopK top_k_softmax(const Tensor& logits, int64_t k) {
+  TP_CHECK(logits.dim() == 2 && logits.dtype() == DType::F32, "top_k_softmax: logits must be f32 [tokens, experts], "
+           "got {} {}", dtype_name(logits.dtype()), shape_str(logits.shape()));
+  const int64_t N = logits.size(0), E = logits.size(1);
+  TP_CHECK(k >= 1 && k <= E, "top_k_softmax: top_k {} must be in [1, {}] (the number of experts)", k, E);
+  Tensor weights = Tensor::empty({N, k}), ids = Tensor::empty({N, k}, DType::I64);
+  routing_kernels().on(logits).top_k_softmax(logits, weights, ids);
+  if (autograd::needs_grad({logits}))
+    autograd::record("top_k_softmax", {logits}, {weights}, [weights, ids, N, E](const std::vector<Tensor>& g) {
+      Tensor dl = Tensor::zeros({N, E});
+      routing_kernels().on(g[0], weights).top_k_softmax_backward(weights, ids, g[0], dl);
       return std::vector<Tensor>{dl};
     });
   return {weights, ids};
@@ -580,23 +637,74 @@ TopK top_k_softmax(const Tensor& logits, int64_t k) {
 
 namespace tp::ops {
 
+namespace {
+
+// ---- CPU kernels: the row gathers and combines
+
+void gather_rows_cpu(const Tensor& x, const std::vector<int64_t>& rows, const Tensor& out) {
+  const int64_t H = x.size(1), P = static_cast<int64_t>(rows.size());
+  for (int64_t p = 0; p < P; ++p)
+    std::memcpy(out.data<float>() + p * H, x.data<float>() + rows[p] * H, H * sizeof(float));
+}
+
+void gather_rows_backward_cpu(const Tensor& g, const std::vector<int64_t>& rows, const Tensor& dx) {
+  const int64_t H = dx.size(1);
+  for (size_t p = 0; p < rows.size(); ++p) {
+    float* d = dx.data<float>() + rows[p] * H;
+    const float* s = g.data<float>() + static_cast<int64_t>(p) * H;
+    for (int64_t j = 0; j < H; ++j) d[j] += s[j];
+  }
+}
+
+void combine_rows_cpu(const Tensor& y, const std::vector<int64_t>& rows, const Tensor& weights, const Tensor& out) {
+  const int64_t H = y.size(1), P = static_cast<int64_t>(rows.size());
+  const float* w = weights.data<float>();
+  for (int64_t p = 0; p < P; ++p) {
+    float* o = out.data<float>() + rows[p] * H;
+    const float* s = y.data<float>() + p * H;
+    for (int64_t j = 0; j < H; ++j) o[j] += w[p] * s[j];
+  }
+}
+
+void combine_rows_backward_cpu(const Tensor& g, const Tensor& y, const std::vector<int64_t>& rows,
+                               const Tensor& weights, const Tensor& dy, const Tensor& dw) {
+  const int64_t H = y.size(1), P = static_cast<int64_t>(rows.size());
+  for (int64_t p = 0; p < P; ++p) {
+    const float* go = g.data<float>() + rows[p] * H;
+    const float* s = y.data<float>() + p * H;
+    float* d = dy.data<float>() + p * H;
+    double dot = 0;
+    for (int64_t j = 0; j < H; ++j) {
+      d[j] = weights.data<float>()[p] * go[j];
+      dot += static_cast<double>(go[j]) * s[j];
+    }
+    dw.data<float>()[p] = static_cast<float>(dot);
+  }
+}
+
+constexpr MoeExpertsKernels kCpuMoeExpertsKernels{experts_forward_cpu, experts_backward_cpu,
+                                                  gather_rows_cpu,     gather_rows_backward_cpu,
+                                                  combine_rows_cpu,    combine_rows_backward_cpu};
+
+}  // namespace
+
+KernelTable<MoeExpertsKernels>& moe_experts_kernels() {
+  static KernelTable<MoeExpertsKernels> table("moe_experts", &kCpuMoeExpertsKernels);
+  return table;
+}
+
 Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
   TP_CHECK(x.dim() == 2 && x.dtype() == DType::F32, "gather_rows: x must be f32 [rows, width], got {} {}",
            dtype_name(x.dtype()), shape_str(x.shape()));
   const int64_t N = x.size(0), H = x.size(1), P = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty({P, H});
-  for (int64_t p = 0; p < P; ++p) {
+  for (int64_t p = 0; p < P; ++p)
     TP_CHECK(rows[p] >= 0 && rows[p] < N, "gather_rows: row {} outside [0, {})", rows[p], N);
-    std::memcpy(out.data<float>() + p * H, x.data<float>() + rows[p] * H, H * sizeof(float));
-  }
+  Tensor out = Tensor::empty({P, H});
+  moe_experts_kernels().on(x, out).gather_rows(x, rows, out);
   if (autograd::needs_grad({x}))
     autograd::record("gather_rows", {x}, {out}, [rows, N, H](const std::vector<Tensor>& g) {
       Tensor dx = Tensor::zeros({N, H});
-      for (size_t p = 0; p < rows.size(); ++p) {
-        float* d = dx.data<float>() + rows[p] * H;
-        const float* s = g[0].data<float>() + static_cast<int64_t>(p) * H;
-        for (int64_t j = 0; j < H; ++j) d[j] += s[j];
-      }
+      moe_experts_kernels().on(g[0], dx).gather_rows_backward(g[0], rows, dx);
       return std::vector<Tensor>{dx};
     });
   return out;
@@ -608,30 +716,16 @@ Tensor combine_rows(const Tensor& y, const std::vector<int64_t>& rows, const Ten
            "combine_rows: y must be f32 [{}, width], got {} {}", P, dtype_name(y.dtype()), shape_str(y.shape()));
   TP_CHECK(weights.dtype() == DType::F32 && weights.numel() == P, "combine_rows: {} weights for {} rows",
            weights.numel(), P);
+  for (int64_t p = 0; p < P; ++p)
+    TP_CHECK(rows[p] >= 0 && rows[p] < n, "combine_rows: row {} outside [0, {})", rows[p], n);
   const int64_t H = y.size(1);
   Tensor out = Tensor::zeros({n, H});
-  const float* w = weights.data<float>();
-  for (int64_t p = 0; p < P; ++p) {
-    TP_CHECK(rows[p] >= 0 && rows[p] < n, "combine_rows: row {} outside [0, {})", rows[p], n);
-    float* o = out.data<float>() + rows[p] * H;
-    const float* s = y.data<float>() + p * H;
-    for (int64_t j = 0; j < H; ++j) o[j] += w[p] * s[j];
-  }
+  moe_experts_kernels().on(y, weights, out).combine_rows(y, rows, weights, out);
   if (autograd::needs_grad({y, weights}))
     autograd::record("combine_rows", {y, weights}, {out}, [y, rows, weights, H](const std::vector<Tensor>& g) {
       const int64_t P = static_cast<int64_t>(rows.size());
       Tensor dy = Tensor::empty({P, H}), dw = Tensor::empty(weights.shape());
-      for (int64_t p = 0; p < P; ++p) {
-        const float* go = g[0].data<float>() + rows[p] * H;
-        const float* s = y.data<float>() + p * H;
-        float* d = dy.data<float>() + p * H;
-        double dot = 0;
-        for (int64_t j = 0; j < H; ++j) {
-          d[j] = weights.data<float>()[p] * go[j];
-          dot += static_cast<double>(go[j]) * s[j];
-        }
-        dw.data<float>()[p] = static_cast<float>(dot);
-      }
+      moe_experts_kernels().on(g[0], y, weights).combine_rows_backward(g[0], y, rows, weights, dy, dw);
       return std::vector<Tensor>{dy, dw};
     });
   return out;

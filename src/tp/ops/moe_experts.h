@@ -87,6 +87,7 @@ TopK softmax_top_k(const Tensor& logits, int64_t k, bool renormalize);
 //   logits [N, E] f32 -> weights [N, K] f32 (differentiable w.r.t. logits), ids [N, K] i64
 TopK top_k_softmax(const Tensor& logits, int64_t k);
 
+// The CPU kernels' helpers, on host memory (here and in router_loss.cpp).
 // One token's row of that choice (also for the routers' aux loss): probs[E] =
 // softmax(logits[E]) (f32, the sum in f64), and the ids of the k largest,
 // largest first (ties: the lower id).

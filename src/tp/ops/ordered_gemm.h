@@ -1,5 +1,6 @@
 #pragma once
-// A GEMM whose every output has the same bits whatever the shape around it.
+// A GEMM whose every output has the same bits whatever the shape around it: a
+// CPU kernels' helper (reached through the linear, quantized and experts tables).
 //
 // Inference promises that a row of a batch gets the bits it gets alone (serving,
 // batched generate, MoE experts seeing more or fewer tokens) and that q|k|v fused

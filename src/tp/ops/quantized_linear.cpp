@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "tp/autograd/tape.h"
+#include "tp/ops/detail/quantized_linear_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
 #include "tp/tensor/convert.h"
@@ -652,11 +653,9 @@ void prefill_product(const QuantizedLinear::State& s, int64_t m, const float* a,
 
 // dx [m, k] = dy [m, n] . W [n, k] (the backward of a frozen quantized weight), over the same dequantized W in
 // the same arithmetic as the forward; under act-order the inputs come back from run order to the checkpoint's.
-Tensor input_grad(const QuantizedLinear::State& s, const Tensor& dy, const Shape& x_shape, DType compute) {
-  const Tensor g = dy.to(DType::F32);
+void input_grad_cpu(const QuantizedLinear::State& s, const Tensor& g, DType compute, const Tensor& dx) {
   const int64_t m = s.n == 0 ? 0 : g.numel() / s.n;
-  Tensor dx = Tensor::zeros(x_shape);
-  if (m == 0 || s.k == 0) return dx;
+  if (m == 0 || s.k == 0) return;
   const DType dtype = compute == DType::BF16 ? DType::BF16 : DType::F32;
   int64_t ld = 0;
   const void* w = dequantized_weight(s, dtype, &ld);
@@ -668,17 +667,59 @@ Tensor input_grad(const QuantizedLinear::State& s, const Tensor& dy, const Shape
   spec.ldb = ld;
   if (s.perm.empty()) {
     detail::gemm(spec, gemm_operand(g.data<float>(), m * s.n, dtype), w, nullptr, dx.data<float>());
-    return dx;
+    return;
   }
   std::vector<float> run_order(static_cast<size_t>(m * s.k));
   detail::gemm(spec, gemm_operand(g.data<float>(), m * s.n, dtype), w, nullptr, run_order.data());
   float* out = dx.data<float>();
   for (int64_t i = 0; i < m; ++i)
     for (int64_t p = 0; p < s.k; ++p) out[i * s.k + s.perm[static_cast<size_t>(p)]] = run_order[i * s.k + p];
-  return dx;
 }
 
+// Decode's fused kernels for a few rows, prefill's dequantize-and-GEMM for more;
+// under act-order x's inputs are first put in run order.
+void forward_cpu(const QuantizedLinear::State& s, const Tensor& x, const Tensor& bias, DType compute,
+                 const Tensor& out) {
+  const int64_t m = s.k == 0 ? 0 : x.numel() / s.k;
+  const float* a = x.data<float>();
+  if (!s.perm.empty()) {  // act-order: x's inputs in run order
+    thread_local std::vector<float> permuted;
+    permuted.resize(static_cast<size_t>(m * s.k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < s.k; ++p) permuted[i * s.k + p] = a[i * s.k + s.perm[static_cast<size_t>(p)]];
+    a = permuted.data();
+  }
+  if (m == 0 || s.n == 0) return;
+  const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
+  if (m <= kFusedRows) {
+    fused_product(s, m, a, bias_ptr, out.data<float>());
+    return;
+  }
+  prefill_product(s, m, a, bias_ptr, out.data<float>(), compute);
+}
+
+// W's values in run order, then its columns back in the checkpoint's order.
+void dequantize_cpu(const QuantizedLinear::State& s, const Tensor& out) {
+  if (s.perm.empty()) {
+    s.dequantize_rows(0, s.n, out.data<float>());
+    return;
+  }
+  Tensor run_order = Tensor::empty({s.n, s.k});
+  s.dequantize_rows(0, s.n, run_order.data<float>());
+  const float* src = run_order.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t r = 0; r < s.n; ++r)
+    for (int64_t p = 0; p < s.k; ++p) dst[r * s.k + s.perm[static_cast<size_t>(p)]] = src[r * s.k + p];
+}
+
+constexpr QuantizedLinearKernels kCpuQuantizedLinearKernels{forward_cpu, input_grad_cpu, dequantize_cpu};
+
 }  // namespace
+
+KernelTable<QuantizedLinearKernels>& quantized_linear_kernels() {
+  static KernelTable<QuantizedLinearKernels> table("quantized_linear", &kCpuQuantizedLinearKernels);
+  return table;
+}
 
 namespace detail {
 
@@ -871,14 +912,8 @@ Tensor QuantizedLinear::dequantize() const {
   TP_CHECK(defined(), "QuantizedLinear::dequantize: no weight");
   const State& s = *state_;
   Tensor out = Tensor::empty({s.n, s.k});
-  s.dequantize_rows(0, s.n, out.data<float>());
-  if (s.perm.empty()) return out;
-  Tensor ordered = Tensor::empty({s.n, s.k});
-  const float* src = out.data<float>();
-  float* dst = ordered.data<float>();
-  for (int64_t r = 0; r < s.n; ++r)
-    for (int64_t p = 0; p < s.k; ++p) dst[r * s.k + s.perm[static_cast<size_t>(p)]] = src[r * s.k + p];
-  return ordered;
+  quantized_linear_kernels().on(out).dequantize(s, out);
+  return out;
 }
 
 Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute) {
@@ -894,7 +929,10 @@ Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType 
              "adapter over it)");
     autograd::record("quantized_linear", {x}, {out},
                      [state = w.state_, x_shape = x.shape(), compute](const std::vector<Tensor>& g) {
-                       return std::vector<Tensor>{input_grad(*state, g[0], x_shape, compute)};
+                       const Tensor dy = g[0].to(DType::F32);
+                       Tensor dx = Tensor::zeros(x_shape);
+                       quantized_linear_kernels().on(dy, dx).input_grad(*state, dy, compute, dx);
+                       return std::vector<Tensor>{dx};
                      });
   }
   return out;
@@ -914,21 +952,7 @@ void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const T
   Tensor bias = b.defined() && b.dtype() != DType::F32 ? b.to(DType::F32) : b;
   TP_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == s.n), "linear: bias shape {} does not match [{}]",
            shape_str(bias.shape()), s.n);
-  const float* a = x.data<float>();
-  if (!s.perm.empty()) {  // act-order: x's inputs in run order
-    thread_local std::vector<float> permuted;
-    permuted.resize(static_cast<size_t>(m * s.k));
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t p = 0; p < s.k; ++p) permuted[i * s.k + p] = a[i * s.k + s.perm[static_cast<size_t>(p)]];
-    a = permuted.data();
-  }
-  if (m == 0 || s.n == 0) return;
-  const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
-  if (m <= kFusedRows) {
-    fused_product(s, m, a, bias_ptr, out.data<float>());
-    return;
-  }
-  prefill_product(s, m, a, bias_ptr, out.data<float>(), compute);
+  quantized_linear_kernels().on(x, bias, out).forward(s, x, bias, compute, out);
 }
 
 }  // namespace tp::ops
