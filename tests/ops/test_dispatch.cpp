@@ -127,6 +127,7 @@ std::vector<FamilyCase> families() {
   cases.push_back({"router_load_balancing_loss", lookups_of(ops::router_loss_kernels), [] {
                      Tensor logits = test::param({3, 4}, 1);
                      forward_backward([&] { return ops::router_load_balancing_loss({logits}, 2); });
+                   }});
   cases.push_back({"vocab_parallel_loss", lookups_of(ops::vocab_parallel_loss_kernels), [] {
                      Tensor logits = Tensor::randn({2, 5}, 1), target = Tensor::from_ints({3, -100}, {2});
                      Tensor stats = Tensor::zeros({3, 2}), max = stats.select(0, 0), sums = stats.narrow(0, 1, 2);
@@ -158,6 +159,7 @@ std::vector<FamilyCase> families() {
                      ops::adamw_update({1.f, 0.9f, 0.1f, 0.999f, 0.001f, 1.f, 1e-8f, 0.1f, 1.f}, w, g, m, v);
                      ops::sgd_update({.rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.f, .grad_scale = 1.f,
                                       .first = true}, w, g, m);
+                   }});
   cases.push_back({"cross_entropy", lookups_of(ops::loss_kernels), [] {
                      Tensor logits = test::param({3, 5}, 1);
                      forward_backward([&] { return ops::cross_entropy(logits, Tensor::from_ints({0, -100, 4}, {3})); });
