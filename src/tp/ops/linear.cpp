@@ -13,6 +13,7 @@
 #include "tp/autograd/checkpoint.h"
 #include "tp/autograd/grad_state.h"
 #include "tp/autograd/tape.h"
+#include "tp/ops/bf16_rounding.h"
 #include "tp/ops/detail/bf16_gemv.h"
 #include "tp/ops/detail/bf16_pairs.h"
 #include "tp/ops/detail/dnnl_context.h"
@@ -103,13 +104,6 @@ void bias_grad_cpu(const Tensor& dy, const Tensor& db) {
   }
 }
 
-void round_to_bf16_cpu(const Tensor& x, const Tensor& out) {
-  if (out.dtype() == DType::BF16)
-    detail::to_bf16_parallel(x.data<float>(), out.data<bf16>(), static_cast<size_t>(x.numel()));
-  else
-    detail::round_to_bf16_parallel(x.data<float>(), out.data<float>(), static_cast<size_t>(x.numel()));
-}
-
 void matmul_cpu(const Tensor& a, const Tensor& b, const Tensor& y) {
   const int64_t k = b.size(0), n = b.size(1), m = rows_of(a);
   detail::gemm({m, n, k, false, false, DType::F32, b.dtype()}, a.raw_data(), b.raw_data(), nullptr,
@@ -130,14 +124,14 @@ void matmul_backward_cpu(const Tensor& a, const Tensor& b, const Tensor& g, cons
 
 Tensor bf16_copy(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), DType::BF16);
-  linear_kernels().on(x).round_to_bf16(x, out);
+  round_to_bf16(x, out);
   return out;
 }
 
 // x rounded to bf16 values, still f32 (bf16 arithmetic run as f32 GEMMs).
 Tensor bf16_valued_copy(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape());
-  linear_kernels().on(x).round_to_bf16(x, out);
+  round_to_bf16(x, out);
   return out;
 }
 
@@ -606,8 +600,8 @@ Bf16Kernel packed_linear_cpu(const PackedLinear& w, PackedLinear::State& s, cons
   return Bf16Kernel::OneDnn;
 }
 
-constexpr LinearKernels kCpuLinearKernels{linear_cpu,  linear_backward_cpu, bias_grad_cpu,     round_to_bf16_cpu,
-                                          matmul_cpu,  matmul_backward_cpu, packed_linear_cpu};
+constexpr LinearKernels kCpuLinearKernels{linear_cpu, linear_backward_cpu, bias_grad_cpu, matmul_cpu,
+                                          matmul_backward_cpu, packed_linear_cpu};
 
 }  // namespace
 

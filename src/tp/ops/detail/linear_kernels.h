@@ -21,8 +21,6 @@ struct LinearKernels {
                           const Tensor& dw);
   // db [N] (zeroed by the caller) += the column sums of dy [M, N] f32.
   void (*bias_grad)(const Tensor& dy, const Tensor& db);
-  // out = x (f32) rounded to bf16: out bf16, or f32 holding the bf16 values.
-  void (*round_to_bf16)(const Tensor& x, const Tensor& out);
   // y [..., M, N] = a [..., M, K] · b [K, N]; a f32, b f32 or bf16.
   void (*matmul)(const Tensor& a, const Tensor& b, const Tensor& y);
   // matmul's gradients from g (y's shape): da = g · b^T and db = a^T · g, each where defined.
