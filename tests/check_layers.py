@@ -12,10 +12,8 @@
 2. Raw element loops belong to ops/ (and io/, tokenizer/, chat/, which parse
    bytes and text, and tensor/, which defines the accessors): elsewhere a file
    that reaches a tensor's elements through data<T>() is a kernel outside the
-   kernel seam. RAW_ELEMENT_DEBT lists the files that still do, with their
-   count of data<...> uses, while issue 30's item 4 moves their kernels into
-   ops/: a file may only lose uses (the check then asks for its entry to be
-   lowered), and no other file may gain one.
+   kernel seam (ops/dispatch.h), which a second device could not run: write the
+   kernel in ops/ behind its family's table and call the op.
 3. oneDNN stays behind ops/: only ops/ sources and the headers in ops/detail/
    include it, and only ops/ includes ops/detail/, so that ops' public headers
    name no CPU library (a second device adds its own detail/).
@@ -31,10 +29,6 @@ LAYERS = ["core", "tensor", "autograd", "ops", "distributed", "nn", "parallel", 
 LAUNCHER = "cli/tprun"
 RAW_ELEMENT_LAYERS = {"ops", "io", "tokenizer", "chat", "tensor", "core"}
 
-# file (under src/tp) -> data<...> uses still there; shrink these as kernels move into ops/.
-RAW_ELEMENT_DEBT = {
-}
-
 INCLUDE = re.compile(r'^\s*#\s*include\s+"tp/([a-z_]+)/([^"]+)"')
 # oneDNN (and any other CPU kernel library) stays behind ops/: only ops/ sources
 # and ops/detail/ headers include it, and only ops/ includes ops/detail/.
@@ -47,9 +41,8 @@ def layer_of(rel):
     return rel.split("/")[0]
 
 
-def check(root, debt):
+def check(root):
     problems = []
-    seen_debt = {}
     for dirpath, _, files in os.walk(root):
         for name in sorted(files):
             if not name.endswith((".h", ".cpp")):
@@ -88,18 +81,9 @@ def check(root, debt):
                                         "may (the device seam: ops' public headers name no CPU library)")
                     code = line.split("//", 1)[0]
                     raw_uses += len(RAW_ELEMENT.findall(code))
-            if layer in RAW_ELEMENT_LAYERS or raw_uses == 0 and rel not in debt:
-                continue
-            seen_debt[rel] = raw_uses
-            allowed = debt.get(rel, 0)
-            if raw_uses > allowed:
-                problems.append(f"{rel}: {raw_uses} data<T>() uses, {allowed} allowed: element loops belong in ops/ "
-                                "(write the kernel there and call it)")
-            elif raw_uses < allowed:
-                problems.append(f"{rel}: {raw_uses} data<T>() uses, fewer than its RAW_ELEMENT_DEBT entry "
-                                f"({allowed}): lower the entry to {raw_uses} (remove it at 0) so it cannot grow back")
-    for rel in sorted(set(debt) - set(seen_debt)):
-        problems.append(f"{rel}: in RAW_ELEMENT_DEBT but not a source file with element loops; remove the entry")
+            if raw_uses and layer not in RAW_ELEMENT_LAYERS:
+                problems.append(f"{rel}: {raw_uses} data<T>() uses: element loops belong in ops/ (write the kernel "
+                                "there, behind its family's kernel table, and call the op)")
     return problems
 
 
@@ -107,8 +91,9 @@ def self_test():
     import tempfile
     cases = {  # file -> (its text, what the report must say)
         "ops/kernel.cpp": ('#include "tp/training/trainer.h"\n', "ops/ includes tp/training/trainer.h, a higher layer"),
-        "models/arch.cpp": ("float f(Tensor t) { return t.data<float>()[0]; }\n", "1 data<T>() uses, 0 allowed"),
-        "training/loss.cpp": ("// data<float>() in a comment does not count\n", "lower the entry to 0"),
+        "models/arch.cpp": ("float f(Tensor t) { return t.data<float>()[0]; }\n", "models/arch.cpp: 1 data<T>() uses"),
+        "training/loss.cpp": ("// data<float>() in a comment does not count\n", None),
+        "io/json.cpp": ("char c = t.data<char>()[0];\n", None),
         "cli/tprun/launch.cpp": ('#include "tp/models/auto.h"\n', "the launcher includes tp/models/auto.h"),
         "serving/engine.cpp": ('#include "tp/cli/tprun/launch.h"\n', "includes the launcher"),
         "widgets/w.h": ("\n", "folder 'widgets' is not in LAYERS"),
@@ -122,8 +107,8 @@ def self_test():
             os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
             with open(os.path.join(root, rel), "w") as f:
                 f.write(text)
-        report = "\n".join(check(root, {"training/loss.cpp": 2, "parallel/gone.cpp": 1}))
-    expected = [want for _, want in cases.values() if want] + ["parallel/gone.cpp: in RAW_ELEMENT_DEBT"]
+        report = "\n".join(check(root))
+    expected = [want for _, want in cases.values() if want]
     missing = [want for want in expected if want not in report]
     if missing or report.count("\n") + 1 != len(expected):
         sys.exit(f"self-test failed; missing {missing} in the report:\n{report}")
@@ -135,14 +120,13 @@ def main():
         return self_test()
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    problems = check(sys.argv[1], RAW_ELEMENT_DEBT)
+    problems = check(sys.argv[1])
     for p in problems:
         print(p)
     if problems:
         print(f"{len(problems)} layer rule(s) broken")
         sys.exit(1)
-    print(f"layers ok: {' < '.join(LAYERS)}; {sum(RAW_ELEMENT_DEBT.values())} data<T>() uses left outside ops/ in "
-          f"{sum(1 for v in RAW_ELEMENT_DEBT.values() if v)} files")
+    print(f"layers ok: {' < '.join(LAYERS)}; element loops only in {', '.join(sorted(RAW_ELEMENT_LAYERS))}")
 
 
 if __name__ == "__main__":
