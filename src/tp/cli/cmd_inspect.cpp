@@ -1,11 +1,11 @@
 // `tp inspect`: validates a model directory (config, every header, index, shapes
 // against the config) and lists its tensors; --verify also reads all data.
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 #include <filesystem>
 
 #include "tp/cli/command.h"
+#include "tp/io/non_finite.h"
 #include "tp/models/checkpoint.h"
 
 namespace tp::cli {
@@ -20,38 +20,6 @@ struct Options {
   bool json = false;
   bool verify = false;
 };
-
-// Index of the first NaN/Inf and their count, found from the exponent bits so
-// no conversion is needed.
-struct NonFinite {
-  size_t count = 0;
-  size_t first = 0;
-};
-
-template <class Bits>
-NonFinite scan_bits(const uint8_t* p, size_t n, Bits exponent_mask) {
-  size_t count = 0, first = n;
-#pragma omp parallel for reduction(+ : count) reduction(min : first) schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; ++i) {
-    Bits b;
-    std::memcpy(&b, p + i * sizeof(Bits), sizeof(Bits));
-    if ((b & exponent_mask) == exponent_mask) {
-      ++count;
-      if (i < first) first = i;
-    }
-  }
-  return {count, first};
-}
-
-NonFinite scan(const uint8_t* p, const io::TensorInfo& t) {
-  const size_t n = t.nbytes / dtype_size(t.dtype);
-  switch (t.dtype) {
-    case DType::F32: return scan_bits<uint32_t>(p, n, 0x7f800000u);
-    case DType::BF16: return scan_bits<uint16_t>(p, n, 0x7f80u);
-    case DType::F16: return scan_bits<uint16_t>(p, n, 0x7c00u);
-    default: return {};
-  }
-}
 
 std::string rope_summary(const RopeScalingConfig& r) {
   if (r.rope_type == "default") return "default";
@@ -75,7 +43,7 @@ int run(const Options& o) {
     for (const std::string& n : names) {
       const io::TensorInfo& t = ckpt.info(n);
       Tensor view = ckpt.read(n);  // zero-copy; reads the pages ahead
-      NonFinite bad = scan(static_cast<const uint8_t*>(view.raw_data()), t);
+      const io::NonFinite bad = io::find_non_finite(view);
       TP_CHECK(bad.count == 0, "{}: tensor '{}' has {} NaN/Inf values (first at flat index {})", t.file.string(), n,
                bad.count, bad.first);
       verified += t.nbytes;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 
 namespace tp {
 
@@ -57,10 +56,13 @@ Tensor read_from_hub_names(const Checkpoint& ckpt, const std::string& param, con
     for (const ChunkSpan& s : shard.spans) local[d] += s.size;
   }
   Tensor out = Tensor::empty(local, as);
-  char* dst = static_cast<char*>(out.raw_data());
+  const Tensor flat = out.flatten();
+  int64_t filled = 0;  // elements of `out` written so far, in order
   auto append = [&](const Tensor& piece) {
-    std::memcpy(dst, piece.raw_data(), piece.nbytes());
-    dst += piece.nbytes();
+    TP_CHECK(filled + piece.numel() <= flat.numel(),
+             "read_from_hub_names: the pieces of '{}' overflow its local shape {}", param, shape_str(local));
+    flat.narrow(0, filled, piece.numel()).copy_from(piece);
+    filled += piece.numel();
   };
   for (const ChunkSpan& span : experts)
     for (int64_t e = span.offset; e < span.offset + span.size; ++e) {
@@ -84,7 +86,7 @@ Tensor read_from_hub_names(const Checkpoint& ckpt, const std::string& param, con
           append(d == 2 ? ckpt.read_slice(p.key, 1, shard.spans, as) : ckpt.read(p.key, as));
       }
     }
-  TP_CHECK(dst == static_cast<char*>(out.raw_data()) + out.nbytes(),
+  TP_CHECK(filled == out.numel(),
            "read_from_hub_names: the pieces of '{}' do not fill its local shape {}", param, shape_str(local));
   return out;
 }

@@ -1,14 +1,11 @@
 #include "tp/models/presets.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <functional>
 #include <map>
 
 #include "tp/models/deepseek_v2.h"
 #include "tp/models/variants.h"
-#include "tp/tensor/convert.h"
 #include "tp/tensor/random.h"
 
 namespace tp {
@@ -554,49 +551,12 @@ uint64_t param_seed(uint64_t seed, std::string_view name) {
   return mix64(seed ^ mix64(h));
 }
 
-namespace {
-
-// N(0, std) values i in [begin, begin + len) of stream `seed`; begin is even.
-// Box-Muller in f32, both outputs used, one 64-bit hash per pair (24 bits per
-// uniform): value i depends only on (seed, i), so any thread split gives the
-// same tensor. ~4x faster than Tensor::randn (double precision, one output per
-// pair), which matters for multi-billion-parameter presets.
-void fill_normal(float* out, uint64_t seed, int64_t begin, int64_t len, float std) {
-  constexpr float kScale = 1.0f / 16777216.0f;  // 2^-24
-  for (int64_t i = 0; i < len; i += 2) {
-    const uint64_t bits = mix64(seed ^ mix64(static_cast<uint64_t>(begin + i) >> 1));
-    const float u1 = static_cast<float>((bits >> 40) + 1) * kScale;  // (0, 1]: log is finite
-    const float u2 = static_cast<float>(bits & 0xffffffu) * kScale;
-    const float r = std * std::sqrt(-2.0f * std::log(u1));
-    float sn, cs;
-    sincosf(6.2831853f * u2, &sn, &cs);
-    out[i] = r * cs;
-    if (i + 1 < len) out[i + 1] = r * sn;
-  }
-}
-
-}  // namespace
-
 void init_param_into(const ParamSpec& spec, double std, uint64_t seed, DType dtype, void* dst) {
   const int64_t n = numel(spec.shape);
-  const size_t es = dtype_size(dtype);
-  if (spec.init != ParamSpec::Init::Normal) {
-    float v = spec.init == ParamSpec::Init::Ones ? 1.f : 0.f;
-    std::vector<float> src(static_cast<size_t>(n), v);
-    convert(src.data(), DType::F32, dst, dtype, static_cast<size_t>(n));
-    return;
-  }
-  const uint64_t s = param_seed(seed, spec.name);
-  // Blocks of f32 converted straight into dst: no full-size f32 temporary.
-  constexpr int64_t kBlock = 4096;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t b = 0; b < blocks; ++b) {
-    float buf[kBlock];
-    const int64_t begin = b * kBlock, len = std::min(kBlock, n - begin);
-    fill_normal(buf, s, begin, len, static_cast<float>(std));
-    convert(buf, DType::F32, static_cast<char*>(dst) + begin * es, dtype, static_cast<size_t>(len));
-  }
+  if (spec.init == ParamSpec::Init::Normal)
+    write_normal(dst, dtype, n, param_seed(seed, spec.name), static_cast<float>(std));
+  else
+    write_constant(dst, dtype, n, spec.init == ParamSpec::Init::Ones ? 1.f : 0.f);
 }
 
 Tensor init_param(const ParamSpec& spec, double std, uint64_t seed, DType dtype) {

@@ -180,8 +180,7 @@ const TrainableParam& ModelParameters::find(const std::string& name) const {
 }
 
 void ModelParameters::zero_grad() {
-  Tensor& g = fsdp_ ? grad_shard_ : grad_;
-  std::memset(g.raw_data(), 0, g.nbytes());
+  (fsdp_ ? grad_shard_ : grad_).zero();
 }
 
 Tensor ModelParameters::owned_grad(const TrainableParam& p, const OwnedSegment& seg) const {
