@@ -143,6 +143,9 @@ tok=(--tokenizer "$src/tests/tokenizer/data/tiny/tokenizer.json")
 "$tp" make-model --arch llama --preset tiny --set attention_dropout=0.1 "${tok[@]}" --out "$dir/dropout" >/dev/null
 expect 1 "'attention_dropout' is 0.1: tp's Trainer applies no attention dropout" -- "$tp" train \
   --model "$dir/dropout" --data "$dir/train.txt" --seq-len 16 --max-steps 1 --output-dir "$dir/dropout-out"
+"$tp" make-model --arch phi3 --preset tiny --set resid_pdrop=0.1 "${tok[@]}" --out "$dir/resid" >/dev/null
+expect 1 "'resid_pdrop' is 0.1: tp's Trainer applies no residual dropout" -- "$tp" train \
+  --model "$dir/resid" --data "$dir/train.txt" --seq-len 16 --max-steps 1 --output-dir "$dir/resid-out"
 "$tp" make-model --arch mixtral --preset tiny --set router_jitter_noise=0.01 "${tok[@]}" --out "$dir/jitter" \
   >/dev/null
 expect 1 "'router_jitter_noise' is 0.01" -- "$tp" train --model "$dir/jitter" --data "$dir/train.txt" --seq-len 16 \

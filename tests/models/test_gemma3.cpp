@@ -71,6 +71,9 @@ TEST(Gemma3, RefusedKeysNameTheirValues) {
                {"config.json", "hidden_activation 'silu'", "gelu_pytorch_tanh"});
   expect_error([] { gemma3_layers(tiny_with({{"use_bidirectional_attention", true}})); },
                {"config.json", "use_bidirectional_attention"});
+  expect_error([] { gemma3_layers(tiny_with({{"attn_logit_softcapping", 50.0}})); },
+               {"config.json", "attn_logit_softcapping", "50"});
+  gemma3_layers(tiny_with({{"attn_logit_softcapping", nullptr}}));  // Gemma 3's own value
   expect_error([] { gemma3_layers(tiny_with({{"layer_types", {"sliding_attention", "chunked_attention"}}})); },
                {"config.json", "layer_types[1]", "chunked_attention"});
   expect_error([] { gemma3_layers(tiny_with({{"sliding_window_pattern", 0}})); },

@@ -107,6 +107,12 @@ Gemma3Layers gemma3_layers(const ModelConfig& c) {
   TP_CHECK(!c.raw_bool("use_bidirectional_attention", false),
            "{}: 'use_bidirectional_attention' true (an encoder) is not supported; tp runs Gemma 3 as a causal LM",
            c.source);
+  // Gemma 2's cap on the attention scores: Gemma 3 ships it null, and Transformers
+  // applies it inside attention when set, which tp's attention kernels do not.
+  const auto cap = c.raw.find("attn_logit_softcapping");
+  TP_CHECK(cap == c.raw.end() || cap->is_null(),
+           "{}: 'attn_logit_softcapping' {} is not supported (Gemma 3 configs set it null): tp's attention applies "
+           "no cap to its scores", c.source, cap == c.raw.end() ? "" : cap->dump());
   const std::string act = c.raw_string("hidden_activation", "gelu_pytorch_tanh");
   TP_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu",
            "{}: hidden_activation '{}' is not supported; supported: gelu_pytorch_tanh, gelu_new, gelu", c.source, act);

@@ -83,7 +83,8 @@ Tensor Phi3DecoderLayer::forward(const std::vector<Tensor>& inputs) {
   fail("{}: a decoder layer needs its model's DecoderArgs (positions, cache)", name());
 }
 
-// resid_pdrop and attention_dropout are Transformers' training-time dropout: not applied.
+// resid_pdrop, embd_pdrop and attention_dropout are Transformers' training-time
+// dropout: inference ignores them as eval mode does, and the Trainer refuses them non-zero.
 Tensor Phi3DecoderLayer::forward_with(const std::vector<Tensor>& inputs, const nn::ForwardArgs& args) {
   const Tensor& x = inputs.at(0);
   Tensor h = ops::add(x, self_attn(input_layernorm(x), &args));  // self attention

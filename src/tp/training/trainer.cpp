@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <utility>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -73,12 +74,16 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
   }
   TP_CHECK(args_.eval_strategy == "no" || eval_ != nullptr, "eval_strategy 'steps' needs eval data");
   // Noise Transformers adds in training only (model.train()): refused by name rather than left out.
-  for (const char* key : {"attention_dropout", "router_jitter_noise"}) {
+  // (resid_pdrop and embd_pdrop: Phi-3's dropout on each block's output and on the embeddings.)
+  static const std::pair<const char*, const char*> kTrainingNoise[] = {{"attention_dropout", "attention dropout"},
+                                                                       {"resid_pdrop", "residual dropout"},
+                                                                       {"embd_pdrop", "embedding dropout"},
+                                                                       {"router_jitter_noise", "router jitter noise"}};
+  for (const auto& [key, what] : kTrainingNoise) {
     auto it = c.raw.find(key);
     TP_CHECK(it == c.raw.end() || it->is_null() || (it->is_number() && it->get<double>() == 0.0),
              "{}: '{}' is {}: tp's Trainer applies no {} (inference ignores it, as Transformers' eval mode does); "
-             "set it to 0.0 to train", c.source, key, it == c.raw.end() ? "" : it->dump(),
-             std::string(key) == "attention_dropout" ? "attention dropout" : "router jitter noise");
+             "set it to 0.0 to train", c.source, key, it == c.raw.end() ? "" : it->dump(), what);
   }
   schedule_ = parse_schedule(args_.lr_scheduler_type);
   const dist::DeviceMesh& mesh = model_.mesh();
