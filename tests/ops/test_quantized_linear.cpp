@@ -235,19 +235,23 @@ TEST(QuantizedLinear, DecodeRunsTheIntegerKernelWhereAvx512VnniIs) {
 }
 
 // A row of zeros (scale 0) and rows with one large value (most of the row a few steps of 16 bits) in the
-// integer kernel: still within its bound, and zeros give the bias alone.
+// integer kernels (8-bit codes: word products; 4-bit: byte products, x split into bytes, 24 rows: three quads):
+// still within their bound, and zeros give the bias alone.
 TEST(QuantizedLinear, IntegerKernelKeepsItsBoundOnOutliersAndZeros) {
-  const Quantized q = random_quantized(8, 24, 256, 64, false, 21);
-  const ops::QuantizedLinear w = make(q);
-  Tensor x = Tensor::randn({3, 256}, 23);
-  for (int64_t c = 0; c < 256; ++c) x.data<float>()[c] = 0.f;
-  x.data<float>()[256 + 7] = 1000.f;
-  x.data<float>()[512 + 255] = -3e4f;
-  const Tensor bias = Tensor::randn({24}, 3);
-  const Tensor y = ops::linear(x, w, bias);
-  for (int64_t j = 0; j < 24; ++j) EXPECT_EQ(y.data<float>()[j], bias.data<float>()[j]) << j;
-  expect_near_double(q, x.narrow(0, 1, 2), ops::linear(x.narrow(0, 1, 2), w),
-                     dot_kernel(2) ? kRowQuantized : 1e-6, "outliers", dot_kernel(2));
+  for (int bits : {8, 4}) {
+    const Quantized q = random_quantized(bits, 24, 256, 64, false, 21);
+    const ops::QuantizedLinear w = make(q);
+    Tensor x = Tensor::randn({3, 256}, 23);
+    for (int64_t c = 0; c < 256; ++c) x.data<float>()[c] = 0.f;
+    x.data<float>()[256 + 7] = 1000.f;
+    x.data<float>()[512 + 255] = -3e4f;
+    const Tensor bias = Tensor::randn({24}, 3);
+    const Tensor y = ops::linear(x, w, bias);
+    for (int64_t j = 0; j < 24; ++j) EXPECT_EQ(y.data<float>()[j], bias.data<float>()[j]) << bits << " bits, " << j;
+    expect_near_double(q, x.narrow(0, 1, 2), ops::linear(x.narrow(0, 1, 2), w),
+                       dot_kernel(2) ? kRowQuantized : 1e-6, bits == 8 ? "outliers, 8 bits" : "outliers, 4 bits",
+                       dot_kernel(2));
+  }
 }
 
 TEST(QuantizedLinear, HoldsOnlyCodesScalesAndZeros) {
