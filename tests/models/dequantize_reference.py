@@ -133,7 +133,9 @@ def main():
             result[m + ".weight"] = np.ascontiguousarray(w, dtype=np.float32)
             count += 1
             if original is not None:
-                ref = original[m + ".weight"].astype(np.float32)
+                # A tied model's lm_head, quantized (tp quantize --lm-head), is its embedding's weight.
+                tied = m == "lm_head" and m + ".weight" not in original
+                ref = original["model.embed_tokens.weight" if tied else m + ".weight"].astype(np.float32)
                 err = np.abs(ref - w)
                 bound = scales / 2 * (1 + 1e-5) + 1e-7
                 if w.shape != ref.shape or (err > bound).any():

@@ -70,7 +70,7 @@ TEST(QuantizationConfig, RefusesWhatItCannotReadByName) {
   expect_error([&] { parse(with(gptq, "checkpoint_format", "marlin")); }, {"'checkpoint_format' is \"marlin\"", "gptq_v2"});
   expect_error([&] { parse(with(with(gptq, "checkpoint_format", "gptq"), "format", "gptq_v2")); }, {"must agree"});
   expect_error([&] { parse(with(gptq, "desc_act", "yes")); }, {"'desc_act' is \"yes\"", "true or false"});
-  expect_error([&] { parse(with(gptq, "lm_head", true)); }, {"'lm_head' is true"});
+  expect_error([&] { parse(with(gptq, "lm_head", "yes")); }, {"'lm_head' is \"yes\"", "true or false"});
   expect_error([&] { parse(with(gptq, "modules_to_not_convert", "lm_head")); }, {"'modules_to_not_convert'", "a list"});
   expect_error([&] { parse(with(gptq, "quant_method", "bitsandbytes")); },
                {"'quant_method' is \"bitsandbytes\"", "\"gptq\", \"awq\", \"compressed-tensors\""});
@@ -121,6 +121,18 @@ TEST(QuantizationConfig, EachFormatMatchesNotConvertedItsOwnWay) {
   EXPECT_TRUE(c.quantizes("model.layers.1.self_attn.q_proj"));  // exact names only
   EXPECT_FALSE(c.quantizes("model.layers.5.mlp.gate"));
   EXPECT_TRUE(c.quantizes("model.layers.5.mlp.gate_proj"));
+}
+
+// lm_head is quantized where GPTQ's `lm_head` says so (GPTQModel), never in AWQ, and in compressed-tensors
+// unless `ignore` names it, whatever modules_to_not_convert leaves out.
+TEST(QuantizationConfig, LmHeadIsQuantizedWhereTheFormatSaysSo) {
+  const json gptq = {{"quant_method", "gptq"}, {"bits", 4}};
+  EXPECT_FALSE(parse(gptq).quantizes("lm_head"));
+  EXPECT_TRUE(parse(with(gptq, "lm_head", true)).quantizes("lm_head"));
+  EXPECT_FALSE(parse(with(gptq, "lm_head", false)).quantizes("lm_head"));
+  EXPECT_FALSE(parse({{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}}).quantizes("lm_head"));
+  EXPECT_FALSE(parse(ct(kW4g128)).quantizes("lm_head"));  // ignore: ["lm_head"]
+  EXPECT_TRUE(parse(ct(kW4g128, {{"ignore", json::array()}})).quantizes("lm_head"));
 }
 
 // A pattern whose backtracking grows exponentially with the name (std::regex hung the fuzzer on one) is

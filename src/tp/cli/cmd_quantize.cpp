@@ -2,7 +2,10 @@
 // (the Hub's per-expert names) quantized round-to-nearest (tp/models/quantize_rtn.h) into GPTQ, AWQ GEMM or
 // compressed-tensors pack-quantized, with the quantization_config those formats' own tools write; everything else
 // (embeddings, lm_head, norms, routers, shared experts, MLA's low-rank projections, GPT-OSS's fused experts) is
-// copied as it is and named in modules_to_not_convert / ignore.
+// copied as it is and named in modules_to_not_convert / ignore. With --lm-head lm_head is quantized too
+// (GPTQModel's lm_head: true; compressed-tensors: left out of ignore), from the embedding where the model ties
+// them; the copy is then written untied (tie_word_embeddings false), as GPTQModel's and vLLM's quantized heads
+// are separate tensors: the embedding keeps its rows for the lookup.
 // The weights are written first and config.json last, so a directory with a config.json is a whole checkpoint.
 #include <algorithm>
 #include <chrono>
@@ -30,10 +33,11 @@ struct Options {
 
 std::string module_of(const std::string& name) { return name.substr(0, name.rfind('.')); }
 
-// One quantized Linear's tensors as sources: computed when the first is written, freed after the last.
+// One quantized Linear's tensors as sources: computed when the first is written, freed after the last; the
+// Linear `module` (default: param's), its weight read from `param`.
 void add_quantized_sources(const Checkpoint& ckpt, const std::string& param, const QuantizeOptions& q,
-                           std::vector<io::TensorSource>& sources) {
-  const std::string module = module_of(param);
+                           std::vector<io::TensorSource>& sources, std::string module = "") {
+  if (module.empty()) module = module_of(param);
   const DType scale_dtype = ckpt.info(param).dtype;
   // The shapes and dtypes come from quantizing a zero weight of the same size: cheap, and size errors
   // surface here, before anything is written.
@@ -76,7 +80,8 @@ int run(const Options& o) {
     const io::TensorInfo& info = ckpt.info(name);
     bytes_in += info.nbytes;
     const size_t before = sources.size();
-    if (quantizable_linear(name) && info.shape.size() == 2 && is_floating(info.dtype)) {
+    const bool head = o.q.lm_head && name == "lm_head.weight";
+    if ((quantizable_linear(name) || head) && info.shape.size() == 2 && is_floating(info.dtype)) {
       add_quantized_sources(ckpt, name, o.q, sources);
       quantized.push_back(module_of(name));
     } else {
@@ -91,10 +96,23 @@ int run(const Options& o) {
     }
     for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
   }
-  if (base.tie_word_embeddings) not_converted.push_back("lm_head");
+  nlohmann::json raw = base.raw;
+  if (base.tie_word_embeddings && o.q.lm_head) {  // written untied: lm_head quantized from the embedding's weight
+    if (!ckpt.has("lm_head.weight")) {
+      const std::string embedding = "model.embed_tokens.weight";
+      TP_CHECK(ckpt.has(embedding), "--lm-head: {} ties lm_head to the embedding, but has no '{}' to quantize it "
+               "from", o.model, embedding);
+      const size_t before = sources.size();
+      add_quantized_sources(ckpt, embedding, o.q, sources, "lm_head");
+      for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
+      quantized.push_back("lm_head");
+    }
+    raw["tie_word_embeddings"] = false;
+  } else if (base.tie_word_embeddings) {
+    not_converted.push_back("lm_head");
+  }
   TP_CHECK(!quantized.empty(), "--model {}: no decoder-layer attention, dense MLP or expert Linear to quantize", o.model);
 
-  nlohmann::json raw = base.raw;
   raw["quantization_config"] = quantization_config_json(o.q, not_converted);
   const ModelConfig config = ModelConfig::from_json(raw, (fs::path(o.out) / "config.json").string());
   // Each format matches modules_to_not_convert its own way (AWQ: substrings): none may catch a quantized module.
@@ -133,6 +151,9 @@ Registrar reg("quantize", "Quantize a checkpoint's Linear weights (round-to-near
                 sub.add_option("--checkpoint-format", o->q.checkpoint_format,
                                "GPTQ: gptq (v1, zero points stored minus one; default) or gptq_v2");
                 sub.add_option("--seed", o->q.seed, "Seed of act-order's permutation (default 0)");
+                sub.add_flag("--lm-head", o->q.lm_head,
+                             "Quantize lm_head too (gptq: lm_head true; compressed-tensors: not ignored; a tied "
+                             "model is written untied, the embedding kept as it is)");
                 return [o] {
                   try {
                     check_quantize_options(o->q);

@@ -67,9 +67,10 @@ struct Checker {
              c.hidden_size, e->shape[1], where(*e));
     TP_CHECK(e->shape[0] == c.vocab_size, "{}: 'vocab_size' is {} but the weights have {} token embeddings ({})", cfg,
              c.vocab_size, e->shape[0], where(*e));
-    TP_CHECK(c.tie_word_embeddings || find("lm_head.weight"),
-             "{}: 'tie_word_embeddings' is false but the weights in {} have no lm_head.weight; a checkpoint whose "
-             "lm_head shares model.embed_tokens.weight says \"tie_word_embeddings\": true",
+    TP_CHECK(c.tie_word_embeddings || find("lm_head.weight") || find("lm_head.qweight") ||
+                 find("lm_head.weight_packed"),
+             "{}: 'tie_word_embeddings' is false but the weights in {} have no lm_head.weight (nor a quantized "
+             "lm_head); a checkpoint whose lm_head shares model.embed_tokens.weight says \"tie_word_embeddings\": true",
              cfg, dir);
   }
 

@@ -59,6 +59,10 @@ void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype
                "{}: '{}' is quantized in the checkpoint, but only a Linear's weight can be held quantized",
                ckpt.dir().string(), p->name);
       // Loaded for training too: frozen under a LoRA adapter (QLoRA); the Trainer refuses to train it.
+      TP_CHECK(!tied.count(p->name),
+               "{}: '{}' is quantized in the checkpoint, but config.json ties it to '{}' (tie_word_embeddings true); "
+               "a quantized lm_head is a tensor of its own: set tie_word_embeddings to false",
+               ckpt.dir().string(), p->name, tied.count(p->name) ? tied.at(p->name) : "");
       QuantizedSlice q = read_quantized(ckpt, p->name, p->global_shape, p->shard);
       linear->set_quantized(ops::QuantizedLinear(q.bits, q.group_size, q.codes, q.scales, q.zeros, q.g_idx), dtype);
       continue;

@@ -120,8 +120,7 @@ QuantizationConfig parse_gptq(const Keys& k) {
            "{}: 'checkpoint_format' is \"{}\"; supported: \"gptq\" (v1, zero points stored minus one) and "
            "\"gptq_v2\" (kernel-specific layouts such as marlin or bitblas are not read)",
            k.where, q.checkpoint_format);
-  TP_CHECK(!k.boolean("lm_head", false),
-           "{}: 'lm_head' is true (a quantized lm_head); tp reads quantized decoder-layer linears only", k.where);
+  q.lm_head = k.boolean("lm_head", false);
   TP_CHECK(!k.non_empty("dynamic"),
            "{}: 'dynamic' holds per-module overrides ({}); tp reads one setting for every module", k.where,
            k.get("dynamic") ? k.get("dynamic")->dump() : "");
@@ -284,6 +283,7 @@ bool names_module(const std::string& method, const std::string& entry, const std
 
 bool QuantizationConfig::quantizes(const std::string& linear_module_name) const {
   if (linear_module_name.size() > kMaxPatternLength * 4) return true;  // no module has such a name
+  if (linear_module_name == "lm_head" && method != "compressed-tensors") return lm_head;
   return std::none_of(not_converted.begin(), not_converted.end(),
                       [&](const std::string& e) { return names_module(method, e, linear_module_name); });
 }

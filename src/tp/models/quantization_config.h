@@ -21,12 +21,15 @@ struct QuantizationConfig {
   bool desc_act = false;          // GPTQ act-order (g_idx a permutation of groups)
   std::string checkpoint_format;  // GPTQ: "gptq" (v1: stored zero - 1) or "gptq_v2"
   std::vector<std::string> not_converted;  // modules_to_not_convert / compressed-tensors `ignore` (names or patterns)
+  // GPTQ's `lm_head` (GPTQModel): lm_head is quantized too. AWQ never quantizes it (AutoAWQ quantizes decoder
+  // layers only); compressed-tensors does unless `ignore` names it.
+  bool lm_head = false;
 
   // Whether the Linear `linear_module_name` ("model.layers.0.self_attn.q_proj") is quantized: not named by
   // not_converted, matched the way the format's own loader matches it (GPTQ, MXFP4: Transformers' rule, a
   // regex matching from the start up to a '.' or the end, or a suffix; AWQ: a substring, as AutoAWQ and
   // Transformers' AWQ integration test it; compressed-tensors: the exact name, or "re:" + a regex matching from
-  // the start).
+  // the start). lm_head: as `lm_head` says (GPTQ, AWQ) or as any Linear (compressed-tensors).
   bool quantizes(const std::string& linear_module_name) const;
   // Linear weights stored packed in int32 words (GPTQ, AWQ, compressed-tensors; not MXFP4's experts).
   bool packs_linears() const { return method == "gptq" || method == "awq" || method == "compressed-tensors"; }

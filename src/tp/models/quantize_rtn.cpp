@@ -90,6 +90,8 @@ void check_quantize_options(const QuantizeOptions& o) {
            "--group-size {}: -1 (one group per output row) or a positive multiple of {} (values per int32 word)",
            o.group_size, 32 / o.bits);
   TP_CHECK(!o.desc_act || o.format == "gptq", "--desc-act: only GPTQ checkpoints have act-order (g_idx)");
+  TP_CHECK(!o.lm_head || o.format != "awq", "--lm-head: AWQ GEMM checkpoints keep lm_head unquantized (AutoAWQ "
+           "quantizes decoder layers only); quantize lm_head as gptq or compressed-tensors");
   TP_CHECK(o.checkpoint_format == "gptq" || o.checkpoint_format == "gptq_v2",
            "--checkpoint-format {}: supported: gptq (v1), gptq_v2", o.checkpoint_format);
 }
@@ -98,7 +100,7 @@ nlohmann::json quantization_config_json(const QuantizeOptions& o, const std::vec
   using nlohmann::json;
   if (o.format == "gptq")
     return {{"quant_method", "gptq"}, {"bits", o.bits}, {"group_size", o.group_size}, {"desc_act", o.desc_act},
-            {"sym", o.sym}, {"lm_head", false}, {"checkpoint_format", o.checkpoint_format},
+            {"sym", o.sym}, {"lm_head", o.lm_head}, {"checkpoint_format", o.checkpoint_format},
             {"modules_to_not_convert", not_converted}, {"meta", {{"quantizer", {"tp quantize (round-to-nearest)"}}}}};
   if (o.format == "awq")
     return {{"quant_method", "awq"}, {"bits", o.bits}, {"group_size", o.group_size}, {"zero_point", true},

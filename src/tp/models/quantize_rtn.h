@@ -23,6 +23,7 @@ struct QuantizeOptions {
   bool desc_act = false;                 // GPTQ act-order: groups over a seeded permutation of the input features
   std::string checkpoint_format = "gptq";  // GPTQ: "gptq" (v1) or "gptq_v2"
   uint64_t seed = 0;                     // act-order's permutation
+  bool lm_head = false;  // lm_head too (GPTQ's lm_head: true; compressed-tensors: not in ignore; not AWQ)
 };
 
 // The option combinations the formats can hold; an error names the flag otherwise.
