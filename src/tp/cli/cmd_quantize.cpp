@@ -1,8 +1,9 @@
-// `tp quantize`: a Hugging Face checkpoint with its decoder layers' attention, dense MLP and MoE expert Linears
-// (the Hub's per-expert names) quantized round-to-nearest (tp/models/quantize_rtn.h) into GPTQ, AWQ GEMM or
-// compressed-tensors pack-quantized, with the quantization_config those formats' own tools write; everything else
-// (embeddings, lm_head, norms, routers, shared experts, MLA's low-rank projections, GPT-OSS's fused experts) is
-// copied as it is and named in modules_to_not_convert / ignore.
+// `tp quantize`: a Hugging Face checkpoint with its decoder layers' attention, dense MLP, shared and per-expert MoE
+// Linears (the Hub's names: quantizable_linear) quantized round-to-nearest (tp/models/quantize_rtn.h) into GPTQ,
+// AWQ GEMM or compressed-tensors pack-quantized, with the quantization_config those formats' own tools write;
+// everything else (embeddings, lm_head, norms, routers, GPT-OSS's fused experts) is copied as it is and named in
+// modules_to_not_convert / ignore. A quantized Linear's bias (Qwen2's q/k/v) is copied next to its codes, as
+// GPTQ / AWQ / compressed-tensors checkpoints hold it.
 // The weights are written first and config.json last, so a directory with a config.json is a whole checkpoint.
 #include <algorithm>
 #include <chrono>
@@ -86,10 +87,14 @@ int run(const Options& o) {
         std::memcpy(dst, t.raw_data(), t.nbytes());
       };
       sources.push_back(std::move(s));
-      const std::string m = module_of(name);
-      if (std::find(not_converted.begin(), not_converted.end(), m) == not_converted.end()) not_converted.push_back(m);
     }
     for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
+  }
+  for (const std::string& name : ckpt.tensor_names()) {
+    const std::string m = module_of(name);
+    if (std::find(quantized.begin(), quantized.end(), m) == quantized.end() &&
+        std::find(not_converted.begin(), not_converted.end(), m) == not_converted.end())
+      not_converted.push_back(m);
   }
   if (base.tie_word_embeddings) not_converted.push_back("lm_head");
   TP_CHECK(!quantized.empty(), "--model {}: no decoder-layer attention, dense MLP or expert Linear to quantize", o.model);
