@@ -138,8 +138,8 @@ done
 # and the logits are the numpy-dequantized checkpoint's at tp 1, tp 2 and 4 (gate / up rows and down inputs split;
 # refused where a rank's share of the experts' inputs cuts a group) and ep 2 and 4 (whole experts a rank), greedy
 # tokens equal. Within the issue's 1e-4 of the largest logit: an expert sees a few of the 10 tokens, so its
-# products are decode's, x quantized to 16 bits where AVX512-VNNI is (DeepSeek-V3 scales the experts' sum by 2.5:
-# up to 8e-5 here).
+# products are decode's, x quantized to 16 bits where AVX512-VNNI is (up to 5e-5 of it here, DeepSeek-V3's sum of
+# the experts scaled by 2.5 included).
 # moe_checks LIST MIN: each checkpoint of LIST (at least MIN).
 moe_checks() {
   [ -s "$models/$1" ] || { echo "no $models/$1: run make_quantized_models.sh first"; exit 1; }
