@@ -83,6 +83,24 @@ dense_checks() {
   done 3<"$models/$1"
   [ $count -ge "$2" ] || { echo "only $count checkpoints in $1"; exit 1; }
 }
+# Every architecture's decoder Linears are stored packed, under the Hub's names (Phi-3's fused qkv_proj and
+# gate_up_proj, DeepSeek's MLA projections and shared experts among them): in each checkpoint, no 2-D weight of a
+# decoder layer is left in floating point but a router's (mlp.gate, block_sparse_moe.gate).
+for list in models.txt arch_models.txt moe_models.txt real_models.txt real_moe_models.txt; do
+  while read -r name; do echo "$models/$name/model.safetensors"; done <"$models/$list"
+done | /usr/bin/python3 -c '
+import json, re, struct, sys
+packed = 0
+for path in sys.stdin.read().split():
+    f = open(path, "rb")
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    plain = [n for n, t in header.items() if n.startswith("model.layers.") and n.endswith(".weight") and
+             len(t["shape"]) == 2 and t["dtype"] in ("F32", "BF16", "F16") and not re.search(r"[.]gate[.]weight$", n)]
+    assert not plain, (path, plain)
+    packed += sum(n.endswith((".qweight", ".weight_packed")) for n in header)
+print(f"every decoder Linear stored packed: {packed} quantized Linears")
+'
+
 dense_checks models.txt 17
 dense_checks arch_models.txt 6
 dense_checks real_models.txt 1
