@@ -214,6 +214,18 @@ PY
 }
 moe_checks moe_models.txt 5
 moe_checks real_moe_models.txt 1
+# DeepSeek-V3's shipped tp_plan (Transformers') leaves attention replicated; under DeepSeek-V2's attention styles
+# its quantized MLA projections are split too (q_b_proj's and kv_b_proj's rows, o_proj's inputs): tp 4 = tp 1.
+q=$models/deepseek_v3-gptq-v2-8b-g32-sym
+mla='{"model.layers.*.self_attn.q_b_proj": "colwise", "model.layers.*.self_attn.kv_a_proj_with_mqa": "mla_kv_a_proj",
+      "model.layers.*.self_attn.kv_b_proj": "colwise", "model.layers.*.self_attn.o_proj": "rowwise"}'
+"$tp" plan --model "$q" --tp-size 4 --tp-plan "$mla" >"$dir/plan.txt" 2>/dev/null
+grep -q "q_b_proj.weight  *colwise, gptq 8-bit g32" "$dir/plan.txt" ||
+  { echo "deepseek_v3: the MLA plan does not split q_b_proj"; exit 1; }
+"$tp" forward --model "$q" --dtype f32 --input-ids $ids --out "$dir/q1.safetensors" 2>/dev/null
+"$tprun" --nproc-per-node 4 "$tp" forward --model "$q" --tp-plan "$mla" --dtype f32 --input-ids $ids \
+  --out "$dir/q4.safetensors" 2>"$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+compare "$dir/q1.safetensors" "$dir/q4.safetensors" 1e-4 "deepseek_v3, MLA split, tp 4 vs tp 1"
 
 # Training over quantized experts, LoRA included, is refused by name before a step.
 printf 'a few words of training text, repeated.\n%.0s' {1..20} >"$dir/train.txt"
