@@ -52,12 +52,14 @@ at_tp4() {
   t4=$("$tprun" --nproc-per-node 4 "$tp" "${gen[@]}" --model "$1" 2>/dev/null | tokens)
   [ -n "$t4" ] || { echo "tp 4 generate: no tokens"; exit 1; }
 }
-# greedy_tokens Q: greedy `tp generate` on Q at tp 1 and 2, and tp 4's tokens (t4) where it ran, are those of Q.deq.
+# greedy_tokens Q WHAT T...: greedy `tp generate` on Q at tp 1 and 2, and the token lists T (other layouts' runs),
+# are those of Q.deq; WHAT names them.
 greedy_tokens() {
-  local want got what="tp 1 = tp 2${t4:+ = tp 4}"
-  want=$("$tp" "${gen[@]}" --model "$1.deq" 2>/dev/null | tokens)
-  for got in "$("$tp" "${gen[@]}" --model "$1" 2>/dev/null | tokens)" \
-    "$("$tprun" --nproc-per-node 2 "$tp" "${gen[@]}" --model "$1" 2>/dev/null | tokens)" ${t4:+"$t4"}; do
+  local q=$1 what=$2 want got
+  shift 2
+  want=$("$tp" "${gen[@]}" --model "$q.deq" 2>/dev/null | tokens)
+  for got in "$("$tp" "${gen[@]}" --model "$q" 2>/dev/null | tokens)" \
+    "$("$tprun" --nproc-per-node 2 "$tp" "${gen[@]}" --model "$q" 2>/dev/null | tokens)" "$@"; do
     [ -n "$want" ] && [ "$got" = "$want" ] || { echo "generate: dequantized $want, got $got ($what)"; exit 1; }
   done
   echo "  greedy tokens: dequantized = $what = $want"
@@ -78,7 +80,7 @@ dense_checks() {
     else
       at_tp4 "$q" 1e-5
     fi
-    greedy_tokens "$q"
+    greedy_tokens "$q" "tp 1 = tp 2${t4:+ = tp 4}" ${t4:+"$t4"}
     count=$((count + 1))
   done 3<"$models/$1"
   [ $count -ge "$2" ] || { echo "only $count checkpoints in $1"; exit 1; }
@@ -158,10 +160,13 @@ done
 # tokens equal. Within the issue's 1e-4 of the largest logit: an expert sees a few of the 10 tokens, so its
 # products are decode's, x quantized to 16 bits where AVX512-VNNI is (up to 5e-5 of it here, DeepSeek-V3's sum of
 # the experts scaled by 2.5 included).
+# tp_under_ep NAME EP: the tp size that runs NAME at ep size EP: Mixtral's and DeepSeek's ep_plans all-reduce
+# (ep_size = tp_size), Qwen3-MoE's dispatch tokens (tp 1).
+tp_under_ep() { if [[ $1 == mixtral* || $1 == deepseek* ]]; then echo "$2"; else echo 1; fi; }
 # moe_checks LIST MIN: each checkpoint of LIST (at least MIN).
 moe_checks() {
   [ -s "$models/$1" ] || { echo "no $models/$1: run make_quantized_models.sh first"; exit 1; }
-  local count=0 name q t4 ep ep_tp
+  local count=0 name q t4 ep ep_tp t_ep
   while read -r -u 3 name; do
     q=$models/$name
     echo "$name"
@@ -173,13 +178,14 @@ moe_checks() {
       at_tp4 "$q" 1e-4
     fi
     for ep in 2 4; do
-      ep_tp=1
-      [[ $name == mixtral* || $name == deepseek* ]] && ep_tp=$ep  # their ep_plans all-reduce: ep_size = tp_size
+      ep_tp=$(tp_under_ep "$name" $ep)
       "$tprun" --nproc-per-node $ep "$tp" forward --model "$q" --ep-size $ep --tp-size $ep_tp --dtype f32 \
         --input-ids $ids --out "$dir/e.safetensors" 2>"$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
       compare "$dir/q1.safetensors" "$dir/e.safetensors" 1e-4 "ep $ep (tp $ep_tp) vs tp 1"
     done
-    greedy_tokens "$q"
+    t_ep=$("$tprun" --nproc-per-node 2 "$tp" "${gen[@]}" --model "$q" --ep-size 2 --tp-size "$(tp_under_ep "$name" 2)" \
+      2>/dev/null | tokens)
+    greedy_tokens "$q" "tp 1 = tp 2${t4:+ = tp 4} = ep 2" ${t4:+"$t4"} "$t_ep"
     "$tp" plan --model "$q" --tp-size 2 --json >"$dir/plan.json" 2>/dev/null
     /usr/bin/python3 - "$dir/plan.json" "$name" <<'PY'
 import json, re, sys
