@@ -101,3 +101,5 @@ EOF
 quantize real_moe_models.txt <<'EOF'
 qwen3-30b-a3b-ct-4b-g128-sym qwen3-30b-a3b-base --format compressed-tensors --bits 4 --group-size 128 --sym
 EOF
+# (the real-shape bases, 220 MB, are needed no more)
+rm -rf "$out/qwen3-0.6b-base" "$out/qwen3-30b-a3b-base"
