@@ -5,7 +5,7 @@
 #  - models.txt: a tiny qwen3 (in_features 256 and 512, out_features 128 to 512, so groups of 32 and 128 fit whole
 #    and at tp 4 o_proj's 64 inputs per rank cut a group of 128) in every format and setting tp reads;
 #  - arch_models.txt: every other dense architecture at the same sizes, in one or two settings each, so that across
-#    them every format and both bit widths appear;
+#    them every format and both bit widths appear, and GPT-OSS with its attention quantized;
 #  - moe_models.txt: every MoE architecture, its experts quantized under the Hub's per-expert names;
 #  - real_models.txt, real_moe_models.txt: reduced real shapes (the real hidden, intermediate and head sizes, one
 #    layer, a vocabulary of 1024).
@@ -59,6 +59,10 @@ for arch in llama mistral qwen2 gemma3_text; do
 done
 "$tp" make-model --arch phi3 --preset tiny --set hidden_size=256 --set intermediate_size=512 \
   --set num_attention_heads=16 --set num_key_value_heads=8 --set initializer_range=0.1 --out "$out/phi3-base" >/dev/null
+# GPT-OSS's attention (biased, its sinks a parameter of self_attn) quantized, its fused experts as they are (their
+# MXFP4 form is test_gpt_oss's); 16 heads, so that o_proj's 128 inputs are 32 a rank at tp 4.
+"$tp" make-model --arch gpt_oss --preset tiny --set num_attention_heads=16 --set num_key_value_heads=8 \
+  --set initializer_range=0.1 --out "$out/gpt_oss-base" >/dev/null
 quantize arch_models.txt <<'EOF'
 llama-awq-4b-g32 llama-base --format awq --bits 4 --group-size 32
 mistral-ct-8b-channel-asym mistral-base --format compressed-tensors --bits 8 --group-size -1
@@ -66,6 +70,7 @@ qwen2-gptq-v1-4b-g32-asym-act qwen2-base --format gptq --bits 4 --group-size 32 
 phi3-awq-4b-g32 phi3-base --format awq --bits 4 --group-size 32
 phi3-gptq-v2-8b-g128-sym phi3-base --format gptq --bits 8 --group-size 128 --sym --checkpoint-format gptq_v2
 gemma3_text-ct-4b-g32-asym gemma3_text-base --format compressed-tensors --bits 4 --group-size 32
+gpt_oss-gptq-v1-4b-g32-asym gpt_oss-base --format gptq --bits 4 --group-size 32
 EOF
 
 # MoE models with their experts quantized under the Hub's per-expert names (Qwen3-MoE's and DeepSeek's

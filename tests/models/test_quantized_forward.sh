@@ -87,7 +87,7 @@ dense_checks() {
 }
 # Every architecture's decoder Linears are stored packed, under the Hub's names (Phi-3's fused qkv_proj and
 # gate_up_proj, DeepSeek's MLA projections and shared experts among them): in each checkpoint, no 2-D weight of a
-# decoder layer is left in floating point but a router's (mlp.gate, block_sparse_moe.gate).
+# decoder layer is left in floating point but a router's (mlp.gate, block_sparse_moe.gate, GPT-OSS's mlp.router).
 for list in models.txt arch_models.txt moe_models.txt real_models.txt real_moe_models.txt; do
   while read -r name; do echo "$models/$name/model.safetensors"; done <"$models/$list"
 done | /usr/bin/python3 -c '
@@ -97,14 +97,14 @@ for path in sys.stdin.read().split():
     f = open(path, "rb")
     header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     plain = [n for n, t in header.items() if n.startswith("model.layers.") and n.endswith(".weight") and
-             len(t["shape"]) == 2 and t["dtype"] in ("F32", "BF16", "F16") and not re.search(r"[.]gate[.]weight$", n)]
+             len(t["shape"]) == 2 and t["dtype"] in ("F32", "BF16", "F16") and not re.search(r"[.](gate|router)[.]weight$", n)]
     assert not plain, (path, plain)
     packed += sum(n.endswith((".qweight", ".weight_packed")) for n in header)
 print(f"every decoder Linear stored packed: {packed} quantized Linears")
 '
 
 dense_checks models.txt 17
-dense_checks arch_models.txt 6
+dense_checks arch_models.txt 7
 dense_checks real_models.txt 1
 
 # At a bf16 checkpoint's own dtype prefill computes in bf16, as the bf16 Linears do: its logits are the

@@ -3,7 +3,8 @@
 // AWQ GEMM or compressed-tensors pack-quantized, with the quantization_config those formats' own tools write;
 // everything else (embeddings, lm_head, norms, routers, GPT-OSS's fused experts) is copied as it is and named in
 // modules_to_not_convert / ignore. A quantized Linear's bias (Qwen2's q/k/v) is copied next to its codes, as
-// GPTQ / AWQ / compressed-tensors checkpoints hold it.
+// GPTQ / AWQ / compressed-tensors checkpoints hold it; a parent module's own parameters (GPT-OSS's attention sinks)
+// are copied too, without naming the parent.
 // The weights are written first and config.json last, so a directory with a config.json is a whole checkpoint.
 #include <algorithm>
 #include <chrono>
@@ -90,10 +91,15 @@ int run(const Options& o) {
     }
     for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
   }
+  // The modules left as they are, less those holding a quantized Linear: its own bias (Qwen2's q/k/v), or a parent's
+  // parameter (GPT-OSS's attention sinks on self_attn), which each format's matching would take to name its children.
+  auto holds_quantized = [&](const std::string& m) {
+    return std::any_of(quantized.begin(), quantized.end(),
+                       [&](const std::string& q) { return q == m || q.starts_with(m + "."); });
+  };
   for (const std::string& name : ckpt.tensor_names()) {
     const std::string m = module_of(name);
-    if (std::find(quantized.begin(), quantized.end(), m) == quantized.end() &&
-        std::find(not_converted.begin(), not_converted.end(), m) == not_converted.end())
+    if (!holds_quantized(m) && std::find(not_converted.begin(), not_converted.end(), m) == not_converted.end())
       not_converted.push_back(m);
   }
   if (base.tie_word_embeddings) not_converted.push_back("lm_head");
