@@ -1,11 +1,13 @@
-// `tp quantize`: a Hugging Face checkpoint with its decoder layers' attention, dense MLP and MoE expert Linears
-// (the Hub's per-expert names) quantized round-to-nearest (tp/models/quantize_rtn.h) into GPTQ, AWQ GEMM or
-// compressed-tensors pack-quantized, with the quantization_config those formats' own tools write; everything else
-// (embeddings, lm_head, norms, routers, shared experts, MLA's low-rank projections, GPT-OSS's fused experts) is
-// copied as it is and named in modules_to_not_convert / ignore. With --lm-head lm_head is quantized too
-// (GPTQModel's lm_head: true; compressed-tensors: left out of ignore), from the embedding where the model ties
-// them; the copy is then written untied (tie_word_embeddings false), as GPTQModel's and vLLM's quantized heads
-// are separate tensors: the embedding keeps its rows for the lookup.
+// `tp quantize`: a Hugging Face checkpoint with its decoder layers' attention, dense MLP, shared and per-expert MoE
+// Linears (the Hub's names: quantizable_linear) quantized round-to-nearest (tp/models/quantize_rtn.h) into GPTQ,
+// AWQ GEMM or compressed-tensors pack-quantized, with the quantization_config those formats' own tools write;
+// everything else (embeddings, lm_head, norms, routers, GPT-OSS's fused experts) is copied as it is and named in
+// modules_to_not_convert / ignore. A quantized Linear's bias (Qwen2's q/k/v) is copied next to its codes, as
+// GPTQ / AWQ / compressed-tensors checkpoints hold it; a parent module's own parameters (GPT-OSS's attention sinks)
+// are copied too, without naming the parent. With --lm-head lm_head is quantized too (GPTQModel's lm_head: true;
+// compressed-tensors: left out of ignore), from the embedding where the model ties them; the copy is then written
+// untied (tie_word_embeddings false), as GPTQModel's and vLLM's quantized heads are separate tensors: the
+// embedding keeps its rows for the lookup.
 // The weights are written first and config.json last, so a directory with a config.json is a whole checkpoint.
 #include <algorithm>
 #include <chrono>
@@ -91,8 +93,6 @@ int run(const Options& o) {
         std::memcpy(dst, t.raw_data(), t.nbytes());
       };
       sources.push_back(std::move(s));
-      const std::string m = module_of(name);
-      if (std::find(not_converted.begin(), not_converted.end(), m) == not_converted.end()) not_converted.push_back(m);
     }
     for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
   }
@@ -108,9 +108,19 @@ int run(const Options& o) {
       quantized.push_back("lm_head");
     }
     raw["tie_word_embeddings"] = false;
-  } else if (base.tie_word_embeddings) {
-    not_converted.push_back("lm_head");
   }
+  // The modules left as they are, less those holding a quantized Linear: its own bias (Qwen2's q/k/v), or a parent's
+  // parameter (GPT-OSS's attention sinks on self_attn), which each format's matching would take to name its children.
+  auto holds_quantized = [&](const std::string& m) {
+    return std::any_of(quantized.begin(), quantized.end(),
+                       [&](const std::string& q) { return q == m || q.starts_with(m + "."); });
+  };
+  for (const std::string& name : ckpt.tensor_names()) {
+    const std::string m = module_of(name);
+    if (!holds_quantized(m) && std::find(not_converted.begin(), not_converted.end(), m) == not_converted.end())
+      not_converted.push_back(m);
+  }
+  if (base.tie_word_embeddings && !o.q.lm_head) not_converted.push_back("lm_head");
   TP_CHECK(!quantized.empty(), "--model {}: no decoder-layer attention, dense MLP or expert Linear to quantize", o.model);
 
   raw["quantization_config"] = quantization_config_json(o.q, not_converted);

@@ -122,10 +122,13 @@ nlohmann::json quantization_config_json(const QuantizeOptions& o, const std::vec
 }
 
 bool quantizable_linear(const std::string& param) {
-  // Attention, the dense MLP, and MoE experts under the Hub's per-expert names (Qwen3-MoE / DeepSeek's mlp.experts.E,
-  // Mixtral's block_sparse_moe.experts.E), as GPTQ / AWQ / compressed-tensors checkpoints of MoE models hold them.
+  // A decoder layer's Linears under the Hub's names, as GPTQ / AWQ / compressed-tensors checkpoints hold them:
+  // attention's q/k/v/o, Phi-3's fused qkv_proj, DeepSeek MLA's q_a/q_b/kv_a_proj_with_mqa/kv_b; the dense MLP's
+  // gate/up/down and Phi-3's fused gate_up_proj; MoE experts under their per-expert names (Qwen3-MoE / DeepSeek's
+  // mlp.experts.E, Mixtral's block_sparse_moe.experts.E) and DeepSeek's shared experts. Routers stay unquantized.
   static const std::regex linear(
-      R"(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(experts\.\d+\.)?(gate|up|down)_proj|)"
+      R"(model\.layers\.\d+\.(self_attn\.([qkvo]|qkv|q_a|q_b|kv_b)_proj|self_attn\.kv_a_proj_with_mqa|)"
+      R"(mlp\.(experts\.\d+\.|shared_experts\.)?(gate|up|down|gate_up)_proj|)"
       R"(block_sparse_moe\.experts\.\d+\.w[123])\.weight)");
   return std::regex_match(param, linear);
 }

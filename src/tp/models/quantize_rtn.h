@@ -33,8 +33,9 @@ void check_quantize_options(const QuantizeOptions& o);
 // llm-compressor), with `not_converted` as modules_to_not_convert / ignore.
 nlohmann::json quantization_config_json(const QuantizeOptions& o, const std::vector<std::string>& not_converted);
 
-// The parameters `tp quantize` converts: 2-D weights of a decoder layer's attention q/k/v/o and dense MLP
-// gate/up/down projections (routers, experts, MLA's low-rank projections, shared experts stay as they are).
+// The parameters `tp quantize` converts: 2-D weights of a decoder layer's attention projections (q/k/v/o, Phi-3's
+// fused qkv, MLA's q_a/q_b/kv_a/kv_b), dense MLP, shared and per-expert MoE projections under the Hub's names
+// (routers, norms, embeddings, lm_head and GPT-OSS's fused 3-D experts stay as they are).
 bool quantizable_linear(const std::string& param);
 
 // The checkpoint tensors of `module` ("model.layers.0.mlp.up_proj") for its f32 weight `w` [N, K], in the
