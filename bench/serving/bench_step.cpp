@@ -9,7 +9,8 @@
 // step either way; the prompt's row starts over each step), medians of `reps`
 // each, and the median of each adjacent pair's ratio (the machine's load drifts
 // within seconds); the same run also times a decode step over one row and over `rows`
-// rows alone, what a step costs as the batch grows. Rank 0 prints one JSON line.
+// rows alone, what a step costs as the batch grows, and the seconds the
+// separate and packed steps spend in tp collectives. Rank 0 prints one JSON line.
 //
 //   mpirun -np N bench_step --model DIR [--rows 8] [--chunk 64] [--context 92] [--reps 10]
 #include <CLI/CLI.hpp>
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   PretrainedModel model = AutoModelForCausalLM::from_pretrained(model_dir, options);
   CausalLM& lm = model.lm();
   dist::ProcessGroup& group = model.mesh().root_group();
+  dist::ProcessGroup& tp_group = model.mesh().group("tp");  // its all-reduces and lm_head's gather
   const int64_t V = model.config().vocab_size;
   // Rows [0, rows) run; row `rows` prefills. Each rep grows the running rows by
   // up to 4 tokens (separate, packed, decode over 1, decode over all).
@@ -103,20 +105,25 @@ int main(int argc, char** argv) {
     }
     lm.forward_ids(Tensor::from_ints(std::vector<int64_t>(decode_ids.begin(), decode_ids.begin() + n), {1, n}), o);
   };
+  double comm = 0;  // the last timed step's seconds in tp collectives (waits for the slower rank included)
   auto timed = [&](const auto& step) {
     state.reset(rows);
     group.barrier();
+    const double c0 = tp_group.collective_seconds();
     const auto t0 = Clock::now();
     step();
     group.barrier();
+    comm = tp_group.collective_seconds() - c0;
     return seconds(t0);
   };
   timed(separate);  // warmup: oneDNN's primitives for each shape
   timed(packed);
-  std::vector<double> t_separate, t_packed, t_decode1, t_decode_all, packed_ratio, decode_ratio;
+  std::vector<double> t_separate, t_packed, t_decode1, t_decode_all, packed_ratio, decode_ratio, c_separate, c_packed;
   for (int64_t i = 0; i < reps; ++i) {
     t_separate.push_back(timed(separate));
+    c_separate.push_back(comm);
     t_packed.push_back(timed(packed));
+    c_packed.push_back(comm);
     t_decode1.push_back(timed([&] { decode(1); }));
     t_decode_all.push_back(timed([&] { decode(rows); }));
     packed_ratio.push_back(t_packed.back() / t_separate.back());
@@ -133,6 +140,8 @@ int main(int argc, char** argv) {
                      {"packed_s", median(t_packed)},
                      {"packed_over_separate", median(t_packed) / median(t_separate)},
                      {"packed_over_separate_paired", median(packed_ratio)},
+                     {"separate_tp_collective_s", median(c_separate)},
+                     {"packed_tp_collective_s", median(c_packed)},
                      {"decode_1_row_s", median(t_decode1)},
                      {"decode_all_rows_s", median(t_decode_all)},
                      {"decode_all_over_1", median(t_decode_all) / median(t_decode1)},
