@@ -40,9 +40,9 @@ Tensor with_layer_cache(const DecoderArgs& args, int64_t layer, const std::vecto
 
 // Layer `layer`'s attention of q [B, T, Hq, D] over k, v [B, T, Hkv, D] at the
 // call's positions: with a cache, k and v join that layer's (row b appends
-// counts[b] tokens; packed: each segment to its row) and q attends causally
-// over all its row holds; without, causal
-// over k and v. From `opt`: scale, sliding_window, sinks. -> [B, T, Hq, D].
+// counts[b] tokens; packed: each segment's tokens join its row) and q attends
+// causally over all its row holds; without, causal over k and v. From `opt`:
+// scale, sliding_window, sinks. -> [B, T, Hq, D].
 Tensor decoder_attention(const DecoderArgs& args, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                          ops::AttentionOptions opt);
 
