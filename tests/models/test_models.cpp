@@ -184,6 +184,57 @@ TEST_P(Equivalence, ARowOfABatchWithIdleRowsHasTheBitsOfItsPromptAlone) {
   EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{0, 0, tb + 4}));
 }
 
+TEST_P(Equivalence, APackedStepGivesEachSegmentTheBitsOfItsRowAlone) {
+  // A server's step as one packed forward (ForwardOptions::segments): prompt
+  // chunks and decode tokens of several rows, in no row order, next to idle
+  // rows. Each segment's logits must be the ones its row gets in forwards of
+  // its own (the same chunks on a one-row cache), and only named rows grow.
+  PretrainedModel many = load(GetParam().model, false);
+  CausalLM& lm = many.lm();
+  const std::vector<int64_t> a = kPrompts[0], b = kPrompts[1], c = {9, 250, 31, 77, 4, 18, 140},
+                             d = {61, 2, 330, 15, 8};
+  KVState batch = lm.make_kv_state(5, 24);
+  std::vector<KVState> alone;  // a, b, c, d each on a cache of its own
+  for (int i = 0; i < 4; ++i) alone.push_back(lm.make_kv_state(1, 24));
+  auto forward_alone = [&](int i, const std::vector<int64_t>& tokens) {
+    const auto t = static_cast<int64_t>(tokens.size());
+    return lm.forward_ids(Tensor::from_ints(tokens, {1, t}), {.cache = &alone[i], .logit_positions = {t - 1}}).logits;
+  };
+  auto packed = [&](const std::vector<std::pair<int64_t, std::vector<int64_t>>>& parts,
+                    const std::vector<int64_t>& logit_positions) {
+    ForwardOptions o{.cache = &batch, .logit_positions = logit_positions};
+    std::vector<int64_t> ids;
+    for (const auto& [row, tokens] : parts) {
+      ids.insert(ids.end(), tokens.begin(), tokens.end());
+      o.segments.push_back({.row = row, .tokens = static_cast<int64_t>(tokens.size())});
+    }
+    return lm.forward_ids(Tensor::from_ints(ids, {1, static_cast<int64_t>(ids.size())}), o).logits;
+  };
+  const std::string model = GetParam().model;
+  // Step 1: the prompts of rows 3 and 1 whole (row 1's logits only).
+  Tensor l = packed({{3, b}, {1, a}}, {9});
+  EXPECT_TRUE(equal(l, forward_alone(0, a))) << model << " step 1, row 1";
+  forward_alone(1, b);
+  EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{0, 7, 0, 3, 0}));
+  // Step 2: c's first chunk on row 4 (no logits), decodes of rows 1 and 3.
+  l = packed({{4, {c.begin(), c.begin() + 4}}, {1, {3}}, {3, {200}}}, {4, 5});
+  forward_alone(2, {c.begin(), c.begin() + 4});
+  EXPECT_TRUE(equal(l.narrow(0, 0, 1), forward_alone(0, {3}))) << model << " step 2, row 1";
+  EXPECT_TRUE(equal(l.narrow(0, 1, 1), forward_alone(1, {200}))) << model << " step 2, row 3";
+  // Step 3: d whole on row 0, the decodes, and the rest of c.
+  l = packed({{0, d}, {3, {201}}, {4, {c.begin() + 4, c.end()}}, {1, {4}}}, {4, 5, 8, 9});
+  EXPECT_TRUE(equal(l.narrow(0, 0, 1), forward_alone(3, d))) << model << " step 3, row 0";
+  EXPECT_TRUE(equal(l.narrow(0, 1, 1), forward_alone(1, {201}))) << model << " step 3, row 3";
+  EXPECT_TRUE(equal(l.narrow(0, 2, 1), forward_alone(2, {c.begin() + 4, c.end()}))) << model << " step 3, row 4";
+  EXPECT_TRUE(equal(l.narrow(0, 3, 1), forward_alone(0, {4}))) << model << " step 3, row 1";
+  EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{5, 9, 0, 5, 7}));
+  // Step 4: one decode on row 4 beside idle rows, as a packed forward of one segment.
+  l = packed({{4, {12}}}, {0});
+  EXPECT_TRUE(equal(l, forward_alone(2, {12}))) << model << " step 4, row 4";
+  EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{5, 9, 0, 5, 8}));
+  EXPECT_THROW(packed({{1, {5}}, {1, {6}}}, {0}), Error);  // a row twice
+}
+
 // should_stop is asked on rank 0 only; its answer rides with the tokens, so
 // every rank stops after the same token (tp chat's Ctrl-C).
 TEST_P(Equivalence, ShouldStopOnRankZeroStopsEveryRankTogether) {

@@ -61,33 +61,39 @@ TEST(Engine, BatchedRequestsEqualGenerateAlone) {
     // Three slots for five requests: later ones wait, then reuse freed rows.
     // A step of 64 tokens takes every prompt whole; one of 5 prefills the 7-
     // and 18-token prompts in chunks, beside the running sequences' decodes.
-    for (const int64_t budget : {64, 5}) {
+    // Submitted before the engine starts, with steps of 12 tokens, the first
+    // three prompts prefill together in the first step, and the 18-token one
+    // joins the running decodes later in chunks (each step one packed forward).
+    for (const auto [budget, upfront] : {std::pair{64, false}, std::pair{5, false}, std::pair{12, true}}) {
       serving::Engine engine(model, {.max_num_seqs = 3,
                                      .max_num_batched_tokens = budget,
                                      .max_model_len = 48});
       std::vector<std::vector<int64_t>> got(cases.size());
       std::thread client;
+      std::vector<std::shared_ptr<serving::TokenStream>> streams;
+      auto submit = [&](const Case &c) {
+        streams.push_back(engine.scheduler().submit(
+            {.prompt = c.prompt, .max_tokens = c.max_tokens, .sampling = c.sampling}));
+      };
       if (dist::world_rank() == 0) {
-        client = std::thread([&] {
-          serving::Scheduler &s = engine.scheduler();
-          std::vector<std::shared_ptr<serving::TokenStream>> streams;
-          auto submit = [&](const Case &c) {
-            streams.push_back(s.submit({.prompt = c.prompt,
-                                        .max_tokens = c.max_tokens,
-                                        .sampling = c.sampling}));
-          };
-          submit(cases[0]);
-          std::vector<int64_t> first;
-          while (first.empty())
-            streams[0]->wait(first, 100ms); // the others join a running batch
-          for (size_t i = 1; i < cases.size(); ++i)
-            submit(cases[i]);
-          got[0] = first;
+        if (upfront)
+          for (const Case &c : cases)
+            submit(c);
+        client = std::thread([&, upfront] {
+          if (!upfront) {
+            submit(cases[0]);
+            std::vector<int64_t> first;
+            while (first.empty())
+              streams[0]->wait(first, 100ms); // the others join a running batch
+            for (size_t i = 1; i < cases.size(); ++i)
+              submit(cases[i]);
+            got[0] = first;
+          }
           std::vector<int64_t> rest = collect(*streams[0]);
           got[0].insert(got[0].end(), rest.begin(), rest.end());
           for (size_t i = 1; i < cases.size(); ++i)
             got[i] = collect(*streams[i]);
-          s.stop();
+          engine.scheduler().stop();
         });
       }
       engine.run();

@@ -9,35 +9,66 @@
 
 namespace tp {
 
-Tensor batch_of_ids(const Tensor& ids_in, const KVState* state) {
+Tensor batch_of_ids(const Tensor& ids_in, const ForwardOptions& options) {
   Tensor ids = ids_in.dim() == 1 ? ids_in.reshape({1, ids_in.size(0)}) : ids_in;
   TP_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
            "input ids must be an i64 tensor [batch, tokens], got {} {}", dtype_name(ids.dtype()),
            shape_str(ids.shape()));
-  TP_CHECK(state == nullptr || state->batch() == ids.size(0), "KV state holds {} sequences, input has {}",
-           state ? state->batch() : 0, ids.size(0));
+  const KVState* state = options.cache;
+  if (options.segments.empty()) {
+    TP_CHECK(state == nullptr || state->batch() == ids.size(0), "KV state holds {} sequences, input has {}",
+             state ? state->batch() : 0, ids.size(0));
+    return ids;
+  }
+  TP_CHECK(state != nullptr && options.counts.empty(),
+           "a packed forward (segments) continues rows of a KV cache: it needs `cache` and no `counts`");
+  std::vector<bool> seen(static_cast<size_t>(state->batch()), false);
+  int64_t tokens = 0;
+  for (const PackedSegment& s : options.segments) {
+    TP_CHECK(s.row >= 0 && s.row < state->batch() && s.tokens > 0,
+             "packed segment (row {}, {} tokens): the row must be in [0, {}) and the tokens at least 1", s.row,
+             s.tokens, state->batch());
+    TP_CHECK(!seen[static_cast<size_t>(s.row)], "packed segments name cache row {} twice (one segment per row)",
+             s.row);
+    seen[static_cast<size_t>(s.row)] = true;
+    tokens += s.tokens;
+  }
+  TP_CHECK(ids.size(0) == 1 && ids.size(1) == tokens,
+           "a packed forward takes ids [1, {}] (its segments' tokens one after another), got {}", tokens,
+           shape_str(ids.shape()));
   return ids;
 }
 
-Tensor token_positions(int64_t batch, int64_t tokens, const KVState* state) {
+Tensor token_positions(int64_t batch, int64_t tokens, const ForwardOptions& options) {
+  const KVState* state = options.cache;
   std::vector<int64_t> pos(static_cast<size_t>(batch * tokens));
+  if (!options.segments.empty()) {  // batch_of_ids checked: [1, N], rows of the cache
+    size_t i = 0;
+    for (const PackedSegment& s : options.segments)
+      for (int64_t t = 0; t < s.tokens; ++t) pos.at(i++) = state->lengths()[static_cast<size_t>(s.row)] + t;
+    return Tensor::from_ints(pos, {batch, tokens});
+  }
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) pos[b * tokens + t] = (state ? state->lengths()[b] : 0) + t;
   return Tensor::from_ints(pos, {batch, tokens});
 }
 
-Tensor logit_rows(const Tensor& h, const std::vector<int64_t>& logit_positions) {
+Tensor logit_rows(const Tensor& h, const ForwardOptions& options) {
+  const std::vector<int64_t>& logit_positions = options.logit_positions;
   if (logit_positions.empty()) return h;
   const int64_t B = h.size(0), T = h.size(1);
-  TP_CHECK(static_cast<int64_t>(logit_positions.size()) == B, "logit_positions has {} entries for a batch of {}",
-           logit_positions.size(), B);
+  const bool packed = !options.segments.empty();  // [1, N, H]: any number of the N tokens
+  TP_CHECK(packed || static_cast<int64_t>(logit_positions.size()) == B,
+           "logit_positions has {} entries for a batch of {}", logit_positions.size(), B);
   std::vector<Tensor> rows;
-  for (int64_t b = 0; b < B; ++b) {
-    TP_CHECK(logit_positions[b] >= 0 && logit_positions[b] < T, "logit position {} outside [0, {})",
-             logit_positions[b], T);
-    rows.push_back(ops::narrow(ops::narrow(h, 0, b, 1), 1, logit_positions[b], 1));
+  for (size_t i = 0; i < logit_positions.size(); ++i) {
+    TP_CHECK(logit_positions[i] >= 0 && logit_positions[i] < T, "logit position {} outside [0, {})",
+             logit_positions[i], T);
+    const int64_t b = packed ? 0 : static_cast<int64_t>(i);
+    rows.push_back(ops::narrow(ops::narrow(h, 0, b, 1), 1, logit_positions[i], 1));
   }
-  return ops::reshape(rows.size() == 1 ? rows[0] : ops::cat(rows, 0), {B, -1});  // [B, H]
+  const auto n = static_cast<int64_t>(rows.size());
+  return ops::reshape(rows.size() == 1 ? rows[0] : ops::cat(rows, 0), {n, -1});  // [B or len, H]
 }
 
 parallel::Plan causal_lm_plan(const ModelConfig& config, const parallel::Plan& default_base) {
@@ -93,7 +124,7 @@ HiddenOutput CausalLM::forward_hidden(const Tensor& ids, const ForwardOptions& o
 
 CausalLMOutput CausalLM::forward_ids(const Tensor& ids, const ForwardOptions& options) {
   HiddenOutput decoded = forward_hidden(ids, options);
-  const Tensor h = logit_rows(decoded.hidden, options.logit_positions);
+  const Tensor h = logit_rows(decoded.hidden, options);
   Tensor logits = output_embeddings().call_with_style({h}, head_style(options.sharded_logits));
   if (final_logit_softcapping_ > 0) logits = ops::softcap(logits, final_logit_softcapping_);
   return {.logits = logits,

@@ -43,6 +43,13 @@ struct KVState {
   }
 };
 
+// One sequence's part of a packed forward (ForwardOptions::segments): the next
+// `tokens` tokens of cache row `row`.
+struct PackedSegment {
+  int64_t row = 0;
+  int64_t tokens = 0;
+};
+
 // What one forward is asked for (Transformers' forward arguments, explicit).
 struct ForwardOptions {
   // Continue each cached sequence: row b appends counts[b] tokens (default: all
@@ -50,7 +57,15 @@ struct ForwardOptions {
   KVState* cache = nullptr;
   std::vector<int64_t> counts;
   // One per row: only that position's logits ([B, V]); empty: every position.
+  // Packed (segments): any number of indices into the N tokens, logits [len, V].
   std::vector<int64_t> logit_positions;
+  // A packed forward (a server's step): ids [1, N] are these segments' tokens one
+  // after another, each segment continuing its own row of `cache` (no row twice;
+  // counts empty). Each token gets its row's next position and attends over its
+  // row alone; everything else (embedding, norms, GEMMs, experts, lm_head) runs
+  // once over the N tokens, so each weight is read once for every sequence of the
+  // step. Rows not named are neither read nor written.
+  std::vector<PackedSegment> segments;
   // Vocab-parallel logits: lm_head keeps this rank's vocabulary slice instead
   // of all-gathering it (the loss-parallel loss, greedy argmax over shards).
   // Possible when lm_head is column-parallel (CausalLM::can_shard_logits).
@@ -163,12 +178,16 @@ class CausalLM : public nn::Module {
 
 // Pieces every architecture's forward_ids and shipped_plan share (causal_lm.cpp).
 
-// ids [T] or [B, T] (i64/i32) as [B, T]; `state`, when given, must hold B sequences.
-Tensor batch_of_ids(const Tensor& ids, const KVState* state);
-// Positions [B, T] (i64) of the new tokens: row b continues its cached sequence.
-Tensor token_positions(int64_t batch, int64_t tokens, const KVState* state);
-// h [B, T, H] -> [B, H], row b at logit_positions[b]; empty: h as it is.
-Tensor logit_rows(const Tensor& h, const std::vector<int64_t>& logit_positions);
+// ids [T] or [B, T] (i64/i32) as [B, T], checked against `options`: the cache,
+// when given, holds B sequences, or, packed, ids are [1, N] with N the segments'
+// tokens, each segment on a distinct row of the cache.
+Tensor batch_of_ids(const Tensor& ids, const ForwardOptions& options);
+// Positions [B, T] (i64) of the new tokens: row b continues its cached sequence;
+// packed ([1, N]): each segment's tokens continue its row.
+Tensor token_positions(int64_t batch, int64_t tokens, const ForwardOptions& options);
+// h [B, T, H] -> [B, H], row b at logit_positions[b]; packed: h [1, N, H] ->
+// [len, H], the tokens at logit_positions; empty: h as it is.
+Tensor logit_rows(const Tensor& h, const ForwardOptions& options);
 // config.json's base_model_tp_plan (or `default_base` when it has none) under
 // "model.", the embedding vocab-parallel when lm_head is tied to it, and
 // lm_head: colwise_gather_output.

@@ -93,32 +93,43 @@ Tensor DeepseekV2Attention::forward_with(const std::vector<Tensor>& inputs, cons
   Tensor k_pe = ops::apply_rope(ops::reshape(ops::narrow(compressed, 2, C, R), {B, T, 1, R}), context.positions,
                                 rope->inv_freq, rope->options);
 
-  ops::AttentionOptions options{.scale = rope->scale};
-  if (context.cache != nullptr) {
+  // Attention over the (cached) latent, expanded to each head's keys and values:
+  // q [b, t, heads, N + R], latent [b, L, C], k_pe [b, L, 1, R] -> [b, t, heads, V].
+  auto attend = [&](const Tensor& query_nope, const Tensor& query_pe, const Tensor& keys_latent,
+                    const Tensor& key_pe, const ops::AttentionOptions& options) {
+    const int64_t b = keys_latent.size(0), L = keys_latent.size(1);
+    Tensor kv = ops::reshape((*kv_b_proj)(keys_latent), {b, L, -1, N + V});
+    const int64_t heads = kv.size(2);
+    Tensor key = ops::cat({ops::narrow(kv, 3, 0, N), ops::cat(std::vector<Tensor>(heads, key_pe), 2)}, 3);
+    Tensor query = ops::cat({query_nope, query_pe}, 3);
+    // The attention op takes one head dim: the shorter of q/k and v is zero-padded
+    // (zeros change no dot product and add zero columns to the output).
+    const int64_t width = std::max(N + R, V);
+    Tensor out = ops::attention(pad_last(query, width), pad_last(key, width),
+                                pad_last(ops::narrow(kv, 3, N, V), width), options);
+    return width != V ? ops::narrow(out, 3, 0, V) : out;
+  };
+  Tensor out;
+  if (context.cache == nullptr) {
+    out = attend(q_nope, q_pe, latent, k_pe, {.scale = rope->scale});
+  } else {
     // Cache the latent and k_pe, then attend over every cached token.
-    ops::KVCache& cache = context.cache->layers.at(layer_index);
-    options.q_offsets = cache.lengths();
-    Tensor latent_rows = ops::reshape(latent, {B, T, 1, C});
-    if (!context.counts.empty())
-      cache.append(latent_rows, k_pe, context.counts);
-    else
-      cache.append(latent_rows, k_pe);
-    options.kv_lens = cache.lengths();
-    const int64_t used = *std::max_element(options.kv_lens.begin(), options.kv_lens.end());
-    latent = ops::reshape(cache.keys().narrow(1, 0, used).to(DType::F32), {B, used, C});
-    k_pe = cache.values().narrow(1, 0, used).to(DType::F32);
+    out = with_layer_cache(
+        context, layer_index, {q_nope, q_pe, ops::reshape(latent, {B, T, 1, C}), k_pe},
+        [&](ops::KVCache& cache, const std::vector<int64_t>& counts, const std::vector<Tensor>& x) {
+          ops::AttentionOptions options{.scale = rope->scale};
+          options.q_offsets = cache.lengths();
+          if (!counts.empty())
+            cache.append(x[2], x[3], counts);
+          else
+            cache.append(x[2], x[3]);
+          options.kv_lens = cache.lengths();
+          const int64_t b = x[0].size(0);
+          const int64_t used = *std::max_element(options.kv_lens.begin(), options.kv_lens.end());
+          return attend(x[0], x[1], ops::reshape(cache.keys().narrow(1, 0, used).to(DType::F32), {b, used, C}),
+                        cache.values().narrow(1, 0, used).to(DType::F32), options);
+        });
   }
-  const int64_t L = latent.size(1);
-  Tensor kv = ops::reshape((*kv_b_proj)(latent), {B, L, -1, N + V});
-  const int64_t heads = kv.size(2);
-  Tensor key = ops::cat({ops::narrow(kv, 3, 0, N), ops::cat(std::vector<Tensor>(heads, k_pe), 2)}, 3);
-  Tensor query = ops::cat({q_nope, q_pe}, 3);
-  // The attention op takes one head dim: the shorter of q/k and v is zero-padded
-  // (zeros change no dot product and add zero columns to the output).
-  const int64_t width = std::max(N + R, V);
-  Tensor out = ops::attention(pad_last(query, width), pad_last(key, width), pad_last(ops::narrow(kv, 3, N, V), width),
-                              options);
-  if (width != V) out = ops::narrow(out, 3, 0, V);
   return (*o_proj)(ops::reshape(out, {B, T, -1}));
 }
 
@@ -239,12 +250,9 @@ KVState DeepseekV2ForCausalLM::make_kv_state(int64_t batch, int64_t max_len) con
 }
 
 HiddenOutput DeepseekV2ForCausalLM::run_decoder(const Tensor& ids_in, const ForwardOptions& options) {
-  Tensor ids = batch_of_ids(ids_in, options.cache);
+  Tensor ids = batch_of_ids(ids_in, options);
   HiddenOutput out;
-  DecoderArgs args;  // MLA's rope is the attention's own (rope_)
-  args.positions = token_positions(ids.size(0), ids.size(1), options.cache);
-  args.cache = options.cache;
-  args.counts = options.counts;
+  DecoderArgs args = decoder_call(ids, options);  // MLA's rope is the attention's own (rope_)
   if (options.output_router_logits) args.router_logits = &out.router_logits;
   out.hidden = model(ids, &args);  // [B, T, H]
   return out;

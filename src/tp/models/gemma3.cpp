@@ -188,21 +188,7 @@ Tensor Gemma3Attention::forward_with(const std::vector<Tensor>& inputs, const nn
   Tensor v = ops::reshape(v_proj(x), {B, T, -1, D});
   q = ops::apply_rope(q, context.positions, *inv_freq_);
   k = ops::apply_rope(k, context.positions, *inv_freq_);
-  ops::AttentionOptions opt{.scale = scale_, .sliding_window = sliding_window};
-  Tensor out;
-  if (context.cache == nullptr) {
-    out = ops::attention(q, k, v, opt);
-  } else {
-    ops::KVCache& cache = context.cache->layers.at(layer_index);
-    opt.q_offsets = cache.lengths();
-    if (context.counts.empty()) {
-      cache.append(k, v);
-    } else {
-      cache.append(k, v, context.counts);
-    }
-    opt.kv_lens = cache.lengths();
-    out = ops::attention(q, cache.keys(), cache.values(), opt);
-  }
+  Tensor out = decoder_attention(context, layer_index, q, k, v, {.scale = scale_, .sliding_window = sliding_window});
   return o_proj(ops::reshape(out, {B, T, -1}));
 }
 
@@ -326,11 +312,8 @@ KVState Gemma3ForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
 }
 
 HiddenOutput Gemma3ForCausalLM::run_decoder(const Tensor& ids_in, const ForwardOptions& options) {
-  Tensor ids = batch_of_ids(ids_in, options.cache);
-  DecoderArgs args;
-  args.positions = token_positions(ids.size(0), ids.size(1), options.cache);
-  args.cache = options.cache;
-  args.counts = options.counts;
+  Tensor ids = batch_of_ids(ids_in, options);
+  DecoderArgs args = decoder_call(ids, options);
   HiddenOutput out;
   out.hidden = model(ids, &args);  // [B, T, H]
   return out;

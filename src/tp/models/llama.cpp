@@ -340,14 +340,11 @@ KVState LlamaForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
 }
 
 HiddenOutput LlamaForCausalLM::run_decoder(const Tensor& ids_in, const ForwardOptions& options) {
-  Tensor ids = batch_of_ids(ids_in, options.cache);
+  Tensor ids = batch_of_ids(ids_in, options);
   HiddenOutput out;
-  DecoderArgs args;
-  args.positions = token_positions(ids.size(0), ids.size(1), options.cache);
+  DecoderArgs args = decoder_call(ids, options);
   args.inv_freq = &inv_freq_;
   args.rope = rope_options_;
-  args.cache = options.cache;
-  args.counts = options.counts;
   if (options.output_router_logits) args.router_logits = &out.router_logits;
   out.hidden = model(ids, &args);  // [B, T, H]
   return out;

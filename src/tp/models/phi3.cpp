@@ -217,22 +217,22 @@ KVState Phi3ForCausalLM::make_kv_state(int64_t batch, int64_t max_len) const {
 }
 
 HiddenOutput Phi3ForCausalLM::run_decoder(const Tensor& ids_in, const ForwardOptions& options) {
-  Tensor ids = batch_of_ids(ids_in, options.cache);
+  Tensor ids = batch_of_ids(ids_in, options);
   const int64_t B = ids.size(0), T = ids.size(1);
-  // Transformers' longrope update: the call's largest position + 1 picks the factors.
+  // Transformers' longrope update: the call's largest position + 1 picks the
+  // factors (a packed forward's: over its segments, as over a batch's rows).
   int64_t seq_len = 0;
-  for (int64_t b = 0; b < B; ++b) {
+  for (const PackedSegment& s : options.segments)
+    seq_len = std::max(seq_len, options.cache->lengths()[static_cast<size_t>(s.row)] + s.tokens);
+  for (int64_t b = 0; b < B && options.segments.empty(); ++b) {
     const int64_t cached = options.cache != nullptr ? options.cache->lengths()[b] : 0;
     const int64_t added = options.cache != nullptr && !options.counts.empty() ? options.counts.at(b) : T;
     seq_len = std::max(seq_len, cached + added);
   }
   HiddenOutput out;
-  DecoderArgs args;
-  args.positions = token_positions(B, T, options.cache);
+  DecoderArgs args = decoder_call(ids, options);
   args.inv_freq = &inv_freq_for(seq_len);
   args.rope = rope_options_;
-  args.cache = options.cache;
-  args.counts = options.counts;
   out.hidden = model(ids, &args);  // [B, T, H]
   return out;
 }

@@ -1,7 +1,5 @@
 #include "tp/serving/engine.h"
 
-#include <algorithm>
-
 #include "tp/autograd/tape.h"
 #include "tp/ops/sampling.h"
 #include "tp/ops/shape.h"
@@ -58,40 +56,40 @@ int64_t Engine::pick(const Tensor& logits, int64_t row, int64_t slot) const {
 void Engine::execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens,
                      std::vector<int64_t>& decode_tokens) {
   autograd::NoGradGuard no_grad;
-  CausalLM& lm = model_.lm();
   const bool root = this->root();
   prefill_tokens.clear();
   decode_tokens.clear();
   for (int64_t slot : plan.resets) state_.reset(slot);
+  if (plan.prefills.empty() && plan.decodes.empty()) return;
 
+  // One packed forward: the prompts' chunks, then each running sequence's token,
+  // every one a segment on its own slot's row (idle slots are not computed).
+  // Logits only where a token is picked: a prompt's last chunk's last token,
+  // every decode's token.
+  ForwardOptions options{.cache = &state_};
+  std::vector<int64_t> ids;
   for (const StepPlan::Prefill& p : plan.prefills) {
-    const int64_t T = static_cast<int64_t>(p.ids.size());
-    KVState row = state_.rows(p.slot, 1);
-    Tensor logits =
-        lm.forward_ids(Tensor::from_ints(p.ids, {1, T}), {.cache = &row, .counts = {T}, .logit_positions = {T - 1}})
-            .logits;
-    state_.take_lengths(row, p.slot);
-    if (root && p.last) prefill_tokens.push_back(pick(logits, 0, p.slot));
+    ids.insert(ids.end(), p.ids.begin(), p.ids.end());
+    options.segments.push_back({.row = p.slot, .tokens = static_cast<int64_t>(p.ids.size())});
+    if (p.last) options.logit_positions.push_back(static_cast<int64_t>(ids.size()) - 1);
   }
-
-  if (!plan.decodes.empty()) {
-    int64_t rows = 0;
-    for (const StepPlan::Decode& d : plan.decodes) rows = std::max(rows, d.slot + 1);
-    std::vector<int64_t> ids(static_cast<size_t>(rows), 0), counts(static_cast<size_t>(rows), 0);
-    for (const StepPlan::Decode& d : plan.decodes) {
-      ids[static_cast<size_t>(d.slot)] = d.token;
-      counts[static_cast<size_t>(d.slot)] = 1;
-    }
-    KVState view = state_.rows(0, rows);
-    Tensor logits = lm.forward_ids(Tensor::from_ints(ids, {rows, 1}),
-                                   {.cache = &view,
-                                    .counts = counts,
-                                    .logit_positions = std::vector<int64_t>(static_cast<size_t>(rows), 0)})
-                        .logits;
-    state_.take_lengths(view, 0);
-    if (root)
-      for (const StepPlan::Decode& d : plan.decodes) decode_tokens.push_back(pick(logits, d.slot, d.slot));
+  for (const StepPlan::Decode& d : plan.decodes) {
+    ids.push_back(d.token);
+    options.segments.push_back({.row = d.slot, .tokens = 1});
+    options.logit_positions.push_back(static_cast<int64_t>(ids.size()) - 1);
   }
+  const Tensor packed = Tensor::from_ints(ids, {1, static_cast<int64_t>(ids.size())});
+  CausalLM& lm = model_.lm();
+  if (options.logit_positions.empty()) {  // only prompts' inner chunks: no lm_head
+    lm.forward_hidden(packed, options);
+    return;
+  }
+  const Tensor logits = lm.forward_ids(packed, options).logits;  // [picked tokens, V]
+  if (!root) return;
+  int64_t row = 0;
+  for (const StepPlan::Prefill& p : plan.prefills)
+    if (p.last) prefill_tokens.push_back(pick(logits, row++, p.slot));
+  for (const StepPlan::Decode& d : plan.decodes) decode_tokens.push_back(pick(logits, row++, d.slot));
 }
 
 }  // namespace tp::serving

@@ -4,11 +4,11 @@
 // max_model_len tokens each) and runs the same steps. The mesh's root rank's
 // scheduler plans each step; the plan is broadcast over the mesh; then every rank
 //   1. resets the rows of the sequences that ended,
-//   2. prefills each planned chunk of a prompt on its own row (a [1, T] forward
-//      continuing the row's cache; a whole prompt is what `tp generate` runs:
-//      the same logits, bit for bit, and chunked the same tokens, tested),
-//   3. runs one decode forward over rows [0, highest running slot] with one
-//      token for each running sequence (idle rows append nothing),
+//   2. runs one packed forward (ForwardOptions::segments) over every planned
+//      chunk of a prompt and every running sequence's next token, each on its
+//      own slot's row: the weights are read once for the whole step, idle slots
+//      are not computed, and each token gets the bits it gets in `tp generate`
+//      of its prompt alone (tested: test_engine, test_models' packed steps),
 // and the root picks each sequence's next token with its own sampling options.
 #include <functional>
 

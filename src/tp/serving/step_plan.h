@@ -17,11 +17,11 @@ struct StepPlan {
     std::vector<int64_t> ids;      // a chunk of the prompt: the next ids after those already cached
     bool last = true;              // it ends the prompt: the step picks the sequence's first token
   };
-  std::vector<Prefill> prefills;   // prompts' chunks, each continuing its own row
+  std::vector<Prefill> prefills;   // prompts' chunks, each continuing its own row (the same step's forward)
   struct Decode {
     int64_t slot, token;           // the token each running sequence picked last step
   };
-  std::vector<Decode> decodes;     // one decode forward over the slots in use
+  std::vector<Decode> decodes;     // one token for each sequence running
 
   bool empty() const { return !stop && resets.empty() && prefills.empty() && decodes.empty(); }
   // Flat i64 form: [stop, #resets, resets..., #prefills, (slot, last, n, ids...)..., #decodes, (slot, token)...].
