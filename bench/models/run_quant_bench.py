@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Issue-28 benchmark: the qwen3-0.6b preset (or --model: any checkpoint, e.g. the qwen3-30b-a3b 2-layer cut, whose
 experts tp quantize quantizes too) with bf16 weights, and the same weights as tp quantize writes them in GPTQ
-8-bit and 4-bit (groups of 128; lm_head, the embeddings and routers stay bf16), batch 1, prefill 512 and decode
-64 tokens, at tp = 1 (1 thread) and tp = 2 (1 thread per rank).
+8-bit and 4-bit (groups of 128; the embeddings and routers stay bf16, and lm_head too except in the -lm-head
+variants), batch 1, prefill 512 and decode 64 tokens, at tp = 1 (1 thread) and tp = 2 (1 thread per rank).
 
 Rounds, as run_inference_bench.py's pairs: each round runs the three checkpoints at tp = 1 (pinned to one core,
 alternating between rounds) and then at tp = 2, back to back, so that every ratio against bf16 is taken within a
@@ -22,7 +22,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from paired_runs import draw_lines, inference_arguments, run_json, setup, summary  # noqa: E402
 
-VARIANTS = [("bf16", None), ("int8", ["--bits", "8"]), ("int4-g128", ["--bits", "4"])]
+# -lm-head: lm_head quantized too (tp quantize --lm-head; GPTQModel's lm_head true): a small model's largest Linear.
+VARIANTS = [("bf16", None), ("int8", ["--bits", "8"]), ("int4-g128", ["--bits", "4"]),
+            ("int8-lm-head", ["--bits", "8", "--lm-head"]), ("int4-g128-lm-head", ["--bits", "4", "--lm-head"])]
 
 
 def quantized_checkpoint(build, model, name, flags):
