@@ -25,7 +25,8 @@
 // and the backward's temporaries: what sequence parallelism and checkpointing
 // shrink), the whole high-water mark of a step (everything the allocator holds for
 // tensors), what --estimate-memory predicted for it, and the resident set before
-// the first step and at its peak.
+// the first step and at its peak: over the whole run, over loading (up to the
+// first step) and over the steps (warm-up included).
 //
 // FLOPs per step: 6 x (every Linear weight's elements, this rank's) x tokens, plus
 // attention's two matmuls over the causal triangle, 3x for forward and backward.
@@ -154,6 +155,10 @@ int main(int argc, char** argv) {
   std::vector<double> fb_s, norm_s, opt_s, tp_comm_s, dp_comm_s;
   int64_t step_peak_tensor_bytes = 0, peak_tensor_bytes = 0, live_between_steps = 0;
   const int64_t rss_before_steps = bench::current_rss();
+  // Loading's peak (the checkpoint read, the slabs filled, the optimizer's state
+  // taken) apart from the steps': the high-water mark is reset between them.
+  const int64_t load_peak_rss = bench::peak_rss_since_reset();
+  const bool rss_reset = bench::reset_peak_rss();
   for (int64_t s = 0; s < warmup + steps; ++s) {
     std::vector<int64_t> blocks;  // this replica's slice of the global batch
     for (int64_t b = 0; b < batch; ++b) blocks.push_back(((s * dp + dp_rank) * batch + b) % data->size());
@@ -200,6 +205,8 @@ int main(int argc, char** argv) {
   // This rank's work: its replica's tokens.
   const double step_flops = (lora ? 4.0 : 6.0) * linear_params * static_cast<double>(batch * seq_len) + attention_flops;
   Tensor all_rss = job.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
+  Tensor all_load_rss = job.all_gather(Tensor::from_ints({load_peak_rss}, {1}), 0);
+  Tensor all_step_rss = job.all_gather(Tensor::from_ints({rss_reset ? bench::peak_rss_since_reset() : -1}, {1}), 0);
   Tensor all_rss0 = job.all_gather(Tensor::from_ints({rss_before_steps}, {1}), 0);
   Tensor all_step_peak = job.all_gather(Tensor::from_ints({step_peak_tensor_bytes}, {1}), 0);
   Tensor all_peak = job.all_gather(Tensor::from_ints({peak_tensor_bytes}, {1}), 0);
@@ -217,6 +224,7 @@ int main(int argc, char** argv) {
     mem.batch_size = batch;
     mem.bf16 = args.bf16;
     mem.bf16_native = trainer.parameters().bf16_native();
+    mem.compute_copy_by_layer = trainer.parameters().computes_by_unit();
     mem.checkpointing = args.checkpointing();
     mem.fused_loss = trainer.fused_loss();
     if (lora_r == 0) estimate = training::estimate_training_memory(mem).to_json();
@@ -263,6 +271,9 @@ int main(int argc, char** argv) {
     j["step_gflop_per_rank"] = step_flops / 1e9;
     j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    // The two parts of that peak: up to the first step (loading), and over the steps (-1: not measurable here).
+    j["load_peak_rss_bytes_per_rank"] = all_load_rss.to_int_vector();
+    j["steps_peak_rss_bytes_per_rank"] = all_step_rss.to_int_vector();
     j["sequence_parallel"] = model.sequence_parallel();
     j["rss_before_steps_bytes_per_rank"] = all_rss0.to_int_vector();
     j["step_peak_tensor_bytes_per_rank"] = all_step_peak.to_int_vector();
