@@ -9,7 +9,7 @@
 //   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
 //                               [--lora-r R] [--tp-size T --dp-replicate-size R --dp-shard-size S]
 //                               [--sequence-parallel] [--gradient-checkpointing off|full|selective]
-//                               [--every-n-layers N]
+//                               [--every-n-layers N] [--whole-compute-copy]
 //
 // --batch is per data-parallel rank (tp ranks of one replica share it); tokens/s
 // counts the global batch. The layout flags are ParallelismConfig's (default: all
@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   bool sequence_parallel = false;
   std::string checkpointing = "off";
   int64_t every_n_layers = 1;
+  bool whole_compute_copy = false;
   app.add_option("--model", model_dir)->required();
   app.add_option("--seq-len", seq_len);
   app.add_option("--batch", batch);
@@ -109,6 +110,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "full", "selective"}));
   app.add_option("--every-n-layers", every_n_layers, "checkpoint layer i when i + 1 is a multiple of N");
   std::string fsdp;
+  app.add_flag("--whole-compute-copy", whole_compute_copy,
+               "under bf16: a whole bf16 copy of the model (TrainerOptions::compute_copy_by_layer = false)");
   app.add_option("--fsdp", fsdp, "TrainingArguments.fsdp over --dp-shard-size: full_shard or shard_grad_op");
   CLI11_PARSE(app, argc, argv);
 
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
     lora = training::apply_lora(model, config, training::peft_init(42));
     options = training::adapter_training(model, *lora);
   }
+  options.compute_copy_by_layer = !whole_compute_copy;
   training::Trainer trainer(model, args, data, nullptr, options);
 
   std::vector<double> step_s;
@@ -286,6 +290,7 @@ int main(int argc, char** argv) {
     j["trainable_parameters"] = trainable;
     j["optimizer_state_bytes_per_rank"] = all_opt_job.to_int_vector();
     j["fsdp"] = fsdp;
+    j["compute_copy_by_layer"] = trainer.parameters().computes_by_unit() && !trainer.parameters().fully_sharded();
     j["tensor_bytes_between_steps_per_rank"] = all_live.to_int_vector();
     // FSDP: the most bytes of whole units (gathered weights, whole gradients, the
     // root's gradient-block buffer) held at once on rank 0, on top of its chunks.
