@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <string>
 #include <vector>
 
 namespace tp::bench {
@@ -32,6 +33,30 @@ inline int64_t current_rss() {
   int64_t pages = 0, resident = 0;
   statm >> pages >> resident;
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// The resident set's high-water mark since the process started or since the
+// last reset_peak_rss() (/proc/self/status's VmHWM), -1 where it cannot be read.
+inline int64_t peak_rss_since_reset() {
+  std::ifstream status("/proc/self/status");
+  for (std::string key; status >> key;) {
+    if (key == "VmHWM:") {
+      int64_t kib = -1;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(1 << 20, '\n');
+  }
+  return -1;
+}
+
+// Starts the high-water mark afresh from the resident set now (Linux: "5" to
+// /proc/self/clear_refs), so that a phase's peak can be told from loading's.
+inline bool reset_peak_rss() {
+  std::ofstream refs("/proc/self/clear_refs");
+  refs << "5";
+  refs.flush();
+  return static_cast<bool>(refs);
 }
 
 }  // namespace tp::bench

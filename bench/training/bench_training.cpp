@@ -9,7 +9,7 @@
 //   mpirun -np N bench_training --model DIR [--seq-len 512] [--batch 1] [--steps 3] [--dtype bf16|f32]
 //                               [--lora-r R] [--tp-size T --dp-replicate-size R --dp-shard-size S]
 //                               [--sequence-parallel] [--gradient-checkpointing off|full|selective]
-//                               [--every-n-layers N]
+//                               [--every-n-layers N] [--whole-compute-copy]
 //
 // --batch is per data-parallel rank (tp ranks of one replica share it); tokens/s
 // counts the global batch. The layout flags are ParallelismConfig's (default: all
@@ -25,7 +25,8 @@
 // and the backward's temporaries: what sequence parallelism and checkpointing
 // shrink), the whole high-water mark of a step (everything the allocator holds for
 // tensors), what --estimate-memory predicted for it, and the resident set before
-// the first step and at its peak.
+// the first step and at its peak: over the whole run, over loading (up to the
+// first step) and over the steps (warm-up included).
 //
 // FLOPs per step: 6 x (every Linear weight's elements, this rank's) x tokens, plus
 // attention's two matmuls over the causal triangle, 3x for forward and backward.
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   bool sequence_parallel = false;
   std::string checkpointing = "off";
   int64_t every_n_layers = 1;
+  bool whole_compute_copy = false;
   app.add_option("--model", model_dir)->required();
   app.add_option("--seq-len", seq_len);
   app.add_option("--batch", batch);
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "full", "selective"}));
   app.add_option("--every-n-layers", every_n_layers, "checkpoint layer i when i + 1 is a multiple of N");
   std::string fsdp;
+  app.add_flag("--whole-compute-copy", whole_compute_copy,
+               "under bf16: a whole bf16 copy of the model (TrainerOptions::compute_copy_by_layer = false)");
   app.add_option("--fsdp", fsdp, "TrainingArguments.fsdp over --dp-shard-size: full_shard or shard_grad_op");
   CLI11_PARSE(app, argc, argv);
 
@@ -146,6 +150,7 @@ int main(int argc, char** argv) {
     lora = training::apply_lora(model, config, training::peft_init(42));
     options = training::adapter_training(model, *lora);
   }
+  options.compute_copy_by_layer = !whole_compute_copy;
   training::Trainer trainer(model, args, data, nullptr, options);
 
   std::vector<double> step_s;
@@ -154,6 +159,10 @@ int main(int argc, char** argv) {
   std::vector<double> fb_s, norm_s, opt_s, tp_comm_s, dp_comm_s;
   int64_t step_peak_tensor_bytes = 0, peak_tensor_bytes = 0, live_between_steps = 0;
   const int64_t rss_before_steps = bench::current_rss();
+  // Loading's peak (the checkpoint read, the slabs filled, the optimizer's state
+  // taken) apart from the steps': the high-water mark is reset between them.
+  const int64_t load_peak_rss = bench::peak_rss_since_reset();
+  const bool rss_reset = bench::reset_peak_rss();
   for (int64_t s = 0; s < warmup + steps; ++s) {
     std::vector<int64_t> blocks;  // this replica's slice of the global batch
     for (int64_t b = 0; b < batch; ++b) blocks.push_back(((s * dp + dp_rank) * batch + b) % data->size());
@@ -200,6 +209,8 @@ int main(int argc, char** argv) {
   // This rank's work: its replica's tokens.
   const double step_flops = (lora ? 4.0 : 6.0) * linear_params * static_cast<double>(batch * seq_len) + attention_flops;
   Tensor all_rss = job.all_gather(Tensor::from_ints({peak_rss()}, {1}), 0);
+  Tensor all_load_rss = job.all_gather(Tensor::from_ints({load_peak_rss}, {1}), 0);
+  Tensor all_step_rss = job.all_gather(Tensor::from_ints({rss_reset ? bench::peak_rss_since_reset() : -1}, {1}), 0);
   Tensor all_rss0 = job.all_gather(Tensor::from_ints({rss_before_steps}, {1}), 0);
   Tensor all_step_peak = job.all_gather(Tensor::from_ints({step_peak_tensor_bytes}, {1}), 0);
   Tensor all_peak = job.all_gather(Tensor::from_ints({peak_tensor_bytes}, {1}), 0);
@@ -217,6 +228,7 @@ int main(int argc, char** argv) {
     mem.batch_size = batch;
     mem.bf16 = args.bf16;
     mem.bf16_native = trainer.parameters().bf16_native();
+    mem.compute_copy_by_layer = trainer.parameters().computes_by_unit();
     mem.checkpointing = args.checkpointing();
     mem.fused_loss = trainer.fused_loss();
     if (lora_r == 0) estimate = training::estimate_training_memory(mem).to_json();
@@ -263,6 +275,9 @@ int main(int argc, char** argv) {
     j["step_gflop_per_rank"] = step_flops / 1e9;
     j["matmul_gflops_per_rank"] = step_flops / t / 1e9;
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
+    // The two parts of that peak: up to the first step (loading), and over the steps (-1: not measurable here).
+    j["load_peak_rss_bytes_per_rank"] = all_load_rss.to_int_vector();
+    j["steps_peak_rss_bytes_per_rank"] = all_step_rss.to_int_vector();
     j["sequence_parallel"] = model.sequence_parallel();
     j["rss_before_steps_bytes_per_rank"] = all_rss0.to_int_vector();
     j["step_peak_tensor_bytes_per_rank"] = all_step_peak.to_int_vector();
@@ -275,6 +290,7 @@ int main(int argc, char** argv) {
     j["trainable_parameters"] = trainable;
     j["optimizer_state_bytes_per_rank"] = all_opt_job.to_int_vector();
     j["fsdp"] = fsdp;
+    j["compute_copy_by_layer"] = trainer.parameters().computes_by_unit() && !trainer.parameters().fully_sharded();
     j["tensor_bytes_between_steps_per_rank"] = all_live.to_int_vector();
     // FSDP: the most bytes of whole units (gathered weights, whole gradients, the
     // root's gradient-block buffer) held at once on rank 0, on top of its chunks.

@@ -83,6 +83,7 @@ TEST_P(MemoryEstimateGrid, PredictsTheMeasuredPeakWithin15Percent) {
   in.batch_size = 1;
   in.bf16 = p.bf16;
   in.bf16_native = trainer.parameters().bf16_native();
+  in.compute_copy_by_layer = trainer.parameters().computes_by_unit() && !p.fsdp;  // the Trainer's default under bf16
   in.checkpointing = a.checkpointing();
   in.fused_loss = trainer.fused_loss();
   const MemoryEstimate e = estimate_training_memory(in);

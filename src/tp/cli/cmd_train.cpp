@@ -243,7 +243,7 @@ int run_train(TrainFlags& f) {
                                   fmt::join(lora->config().targets_for(model.lm().default_lora_targets(), model.config().model_type), ","))
                     : std::string(),
                dist::world_size(),
-               trainer.fsdp() != nullptr ? fmt::format("{}, fsdp={}", layout, a.fsdp) : layout, train->size(), train->seq_len(), train->documents(),
+               trainer.parameters().fully_sharded() ? fmt::format("{}, fsdp={}", layout, a.fsdp) : layout, train->size(), train->seq_len(), train->documents(),
                train->dropped_tokens(), trainer.state().max_steps, a.bf16 ? "bf16 (f32 master weights)" : "f32",
                trainer.loss_parallel() ? "vocab-parallel" : "gathered-logits",
                trainer.optimizer().state_bytes() >> 20);

@@ -67,8 +67,20 @@ class RootMatrixByRows : public autograd::LeafByRows {
 
 FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup& replicate,
                                                    bool reshard_after_forward)
-    : params_(params), replicate_(replicate), reshard_after_forward_(reshard_after_forward) {
+    : FullyShardedDataParallel(params, &replicate, reshard_after_forward) {
   TP_CHECK(params_.fully_sharded(), "FullyShardedDataParallel: the parameters are not fully sharded");
+}
+
+FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params)
+    : FullyShardedDataParallel(params, nullptr, true) {
+  TP_CHECK(!params_.fully_sharded(), "FullyShardedDataParallel: fully sharded parameters need their dp_replicate group");
+}
+
+FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup* replicate,
+                                                   bool reshard_after_forward)
+    : params_(params), replicate_(replicate), reshard_after_forward_(reshard_after_forward) {
+  TP_CHECK(params_.computes_by_unit(), "FullyShardedDataParallel: the parameters are neither fully sharded nor held "
+           "by unit (FullyShardOptions)");
   const std::vector<ParamUnit>& units = params_.units();
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].id < 0) {
@@ -78,10 +90,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(ModelParameters& params, dist
     if (static_cast<int64_t>(layer_unit_.size()) <= units[u].id) layer_unit_.resize(units[u].id + 1, -1);
     layer_unit_[units[u].id] = static_cast<int64_t>(u);
   }
-  comm_clock_ = replicate_.collective_seconds() + params_.shard_group()->collective_seconds();
+  comm_clock_ = collective_seconds();
   for (const TrainableParam& p : params_.params()) {
     if (!p.grad_by_rows) continue;
-    autograd::set_leaf_by_rows(p.compute, std::make_shared<RootMatrixByRows>(params_, p, replicate_, row_block_bytes_, rows_));
+    autograd::set_leaf_by_rows(p.compute, std::make_shared<RootMatrixByRows>(params_, p, *replicate_, row_block_bytes_, rows_));
     sunk_.push_back(p.compute);
   }
 }
@@ -127,14 +139,14 @@ void FullyShardedDataParallel::note_gathered_bytes() {
   int64_t bytes = row_buffer_bytes();
   for (const ParamUnit& unit : params_.units()) {
     if (!unit.compute->released()) bytes += static_cast<int64_t>(unit.compute->bytes());
-    if (!unit.grad->released()) bytes += static_cast<int64_t>(unit.grad->bytes());
+    if (unit.grad != nullptr && !unit.grad->released()) bytes += static_cast<int64_t>(unit.grad->bytes());
   }
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, bytes);
 }
 
 void FullyShardedDataParallel::reduce(size_t u) {
   note_gathered_bytes();  // the backward's blocks' buffer has been taken by now
-  params_.reduce_unit_grads(u, replicate_);
+  if (replicate_ != nullptr) params_.reduce_unit_grads(u, *replicate_);  // else the gradients are in the slab
   params_.release_unit(u);
 }
 
@@ -206,8 +218,14 @@ int64_t FullyShardedDataParallel::take_gathers() {
   return n;
 }
 
+double FullyShardedDataParallel::collective_seconds() const {
+  const dist::ProcessGroup* shard = params_.shard_group();  // none for units without sharding
+  return (replicate_ != nullptr ? replicate_->collective_seconds() : 0.0) +
+         (shard != nullptr ? shard->collective_seconds() : 0.0);
+}
+
 double FullyShardedDataParallel::take_communication_seconds() {
-  const double now = replicate_.collective_seconds() + params_.shard_group()->collective_seconds();
+  const double now = collective_seconds();
   const double s = now - comm_clock_;
   comm_clock_ = now;
   return s;

@@ -31,6 +31,12 @@
 // backward gathered: no layer is gathered twice. Every rank runs the same units
 // in the same order; a dp rank with no data in a micro-batch must still run
 // one (the Trainer gives it a batch whose targets are all ignored).
+//
+// With units that are not sharded (FullyShardOptions::compute_by_unit_only: bf16
+// compute without FSDP, d = 1) the same calls hold only the bf16 compute copies
+// by unit: a gather rounds the unit's masters into its buffer, nothing is
+// reduced (the gradients accumulate in the whole slab as without units), and at
+// most one layer's copy, or the root's, exists at a time.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -55,6 +61,8 @@ class FullyShardedDataParallel : public UnitHooks {
  public:
   // `params` fully sharded over `shard`; `replicate`: this rank's dp_replicate group (HSDP).
   FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup& replicate, bool reshard_after_forward);
+  // `params` held by unit without sharding (compute copies only; resharded after forward).
+  explicit FullyShardedDataParallel(ModelParameters& params);
   ~FullyShardedDataParallel() override;  // takes its row sinks off the model's weights
   FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
@@ -96,14 +104,16 @@ class FullyShardedDataParallel : public UnitHooks {
   int64_t row_buffer_bytes() const;
 
  private:
+  FullyShardedDataParallel(ModelParameters& params, dist::ProcessGroup* replicate, bool reshard_after_forward);
   int64_t unit_of_layer(int64_t layer) const;
+  double collective_seconds() const;  // so far, over dp_replicate and dp_shard
   void gather(size_t u);
   void begin_grads(size_t u);
   void reduce(size_t u);
   void note_gathered_bytes();
 
   ModelParameters& params_;
-  dist::ProcessGroup& replicate_;
+  dist::ProcessGroup* replicate_;  // null for units without sharding
   bool reshard_after_forward_;
   std::vector<int64_t> layer_unit_;  // layer index -> unit, -1 where a layer has nothing trained
   int64_t root_ = -1;                // the root's unit, -1 if it has nothing trained

@@ -96,7 +96,14 @@ MemoryEstimate estimate_training_memory(const MemoryEstimateInputs& in) {
   e.layers = c.num_hidden_layers;
   // Under bf16 with dp_shard, the matrices' masters are sharded; vectors stay whole.
   const double master_elements = in.bf16 && in.dp_shard_size > 1 ? matrices / d + (params - matrices) : params;
-  const double compute_copy = in.bf16 ? matrices * (in.bf16_native ? 2 : 4) : 0;
+  const double compute_element = in.bf16_native ? 2 : 4;
+  double compute_copy = in.bf16 ? matrices * compute_element : 0;
+  if (in.bf16 && in.compute_copy_by_layer && in.dp_shard_size == 1) {
+    // One unit's at a time (the Trainer's units with d = 1): the root's matrices
+    // (held through lm_head, the loss and their backward) or a layer's, the larger.
+    const double L = static_cast<double>(std::max<int64_t>(c.num_hidden_layers, 1));
+    compute_copy = std::max(matrices - layer_matrices, layer_matrices / L) * compute_element;
+  }
   e.weights = static_cast<int64_t>(4 * master_elements + compute_copy);
   e.gradients = static_cast<int64_t>(4 * params);
   if (in.fsdp) {

@@ -7,7 +7,9 @@
 // ../shared/reference/memory.md for the textbook forms):
 //   weights      f32 masters (4 bytes per local parameter; under dp_shard and bf16
 //                only this rank's chunks of the matrices) and, under bf16, the compute
-//                copy of the matrices (2 bytes, or 4 where bf16 is run as f32 GEMMs);
+//                copy of the matrices (2 bytes, or 4 where bf16 is run as f32 GEMMs):
+//                held a unit at a time (compute_copy_by_layer, without dp_shard),
+//                the root's (embeddings, lm_head) or a decoder layer's, the larger;
 //   gradients    the f32 gradient slab (4 bytes per local parameter);
 //   (under fsdp, masters and gradients / dp_shard, plus the gathered compute
 //   weights and whole gradient of the root unit or a layer, the larger);
@@ -45,6 +47,8 @@ struct MemoryEstimateInputs {
   int64_t batch_size = 1;  // per device
   bool bf16 = false;
   bool bf16_native = true;  // bf16 GEMMs (else bf16 values run as f32 GEMMs: a 4-byte compute copy)
+  // TrainerOptions::compute_copy_by_layer (used under bf16 without dp_shard): else a whole compute copy.
+  bool compute_copy_by_layer = true;
   std::string optim = "adamw_torch";
   double sgd_momentum = 0;
   GradientCheckpointing checkpointing;

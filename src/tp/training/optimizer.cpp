@@ -12,13 +12,13 @@ namespace {
 // every parameter (all of them unless the updates are sharded), a segment at a
 // time: w and g its masters and gradients, its optimizer state from `state`, and
 // the part of the bf16 compute copy the update rounds its new masters into
-// (undefined: none, or fully sharded: the next gather does).
+// (undefined: none, or held by unit (FSDP or not): the unit's next gather does).
 template <class Update>
 void for_each_segment(ModelParameters& params, Update update) {
   for (TrainableParam& p : params.params())
     for (const OwnedSegment& seg : p.owned)
       update(p, params.owned_master(p, seg), params.owned_grad(p, seg), seg.state,
-             params.fully_sharded() ? Tensor() : compute_copy_of(p, seg));
+             params.computes_by_unit() ? Tensor() : compute_copy_of(p, seg));
 }
 
 Tensor slab_view(const Tensor& slab, const TrainableParam& p) {

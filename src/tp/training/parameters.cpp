@@ -156,18 +156,49 @@ ModelParameters::ModelParameters(nn::Module& model, dist::ProcessGroup& tp_group
   }
   master_ = Tensor::zeros({numel_});
   grad_ = Tensor::zeros({numel_});
-  if (bf16_) compute_copy_ = Tensor::zeros({numel_}, bf16_native_ ? DType::BF16 : DType::F32);
+  if (bf16_ && fsdp.compute_by_unit_only())
+    compute_by_unit(fsdp.unit_of);  // the matrices' compute tensors: views of their unit's buffer
+  else if (bf16_)
+    compute_copy_ = Tensor::zeros({numel_}, bf16_native_ ? DType::BF16 : DType::F32);
   for (TrainableParam& p : params_) {
     const Tensor& loaded = p.refs[0]->data;
     p.master = view(master_, p.offset, loaded.shape());
     p.master.copy_from(loaded);
     p.grad = view(grad_, p.offset, loaded.shape());
-    p.compute = bf16_ && loaded.dim() >= 2 ? view(compute_copy_, p.offset, loaded.shape()) : p.master;
+    if (!computes_in_bf16(bf16_, loaded))
+      p.compute = p.master;
+    else if (!computes_by_unit())
+      p.compute = view(compute_copy_, p.offset, loaded.shape());
     p.compute.set_requires_grad(true);
     p.compute.set_grad(p.grad);
     for (nn::Parameter* ref : p.refs) ref->data = p.compute;
   }
   refresh_compute_weights();
+}
+
+void ModelParameters::compute_by_unit(const std::function<int64_t(const std::string&)>& unit_of) {
+  // Units in id order (the root, -1, first), each matrix at a 64-byte boundary of its unit's buffer.
+  const DType dtype = bf16_native_ ? DType::BF16 : DType::F32;
+  std::map<int64_t, size_t> bytes;  // unit id -> its buffer's size so far
+  std::vector<size_t> at(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TrainableParam& p = params_[i];
+    p.unit = unit_of(p.name);
+    if (!computes_in_bf16(bf16_, p.refs[0]->data)) continue;  // a vector computes on its masters
+    size_t& end = bytes[p.unit];
+    at[i] = (end + 63) / 64 * 64;
+    end = at[i] + static_cast<size_t>(p.refs[0]->data.numel()) * dtype_size(dtype);
+  }
+  std::map<int64_t, std::shared_ptr<Storage>> buffer;
+  for (const auto& [id, size] : bytes) {
+    units_.push_back({id, 0, 0, {}, 0, 0, Storage::allocate(size), nullptr, nullptr});
+    buffer[id] = units_.back().compute;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TrainableParam& p = params_[i];
+    if (computes_in_bf16(bf16_, p.refs[0]->data))
+      p.compute = Tensor::wrap(buffer[p.unit], at[i], p.refs[0]->data.shape(), dtype);
+  }
 }
 
 const TrainableParam& ModelParameters::find(const std::string& name) const {
@@ -201,20 +232,23 @@ void round_into_compute_copy(const TrainableParam& p, const Tensor& masters, int
   if (compute.defined()) ops::round_to_bf16(masters, compute);
 }
 
+// All of p's masters into its compute copy, in blocks over the threads.
+void round_whole_compute_copy(const TrainableParam& p) {
+  const Tensor masters = p.master.flatten();
+  const int64_t n = masters.numel(), block = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > block)
+  for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, masters.narrow(0, b, std::min(block, n - b)), b);
+}
+
 }  // namespace
 
 void ModelParameters::refresh_compute_weights() {
-  if (fsdp_) {  // a unit's weights are gathered from the masters when it runs next
+  if (computes_by_unit()) {  // a unit's weights are gathered from the masters when it runs next
     for (size_t u = 0; u < units_.size(); ++u) release_unit(u);
     return;
   }
   TP_CHECK(!masters_sharded_, "refresh_compute_weights: the masters are sharded (use gather_updated_weights)");
-  for (TrainableParam& p : params_) {
-    const Tensor masters = p.master.flatten();
-    const int64_t n = masters.numel(), block = 1 << 16;
-#pragma omp parallel for schedule(static) if (n > block)
-    for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, masters.narrow(0, b, std::min(block, n - b)), b);
-  }
+  for (TrainableParam& p : params_) round_whole_compute_copy(p);
 }
 
 void ModelParameters::sync_replicated_grads() {
@@ -268,6 +302,9 @@ double ModelParameters::global_grad_norm() const {
 
 void ModelParameters::shard_updates(dist::ProcessGroup& shard_group, const std::vector<SlabRange>& buckets) {
   TP_CHECK(shard_group_ == nullptr, "shard_updates: the updates are sharded already");
+  // Its all-gather of the updated weights fills the whole compute copy.
+  TP_CHECK(!computes_by_unit(), "shard_updates: the compute weights are held by unit (FullyShardOptions without a "
+           "group); sharded updates need the whole compute copy");
   shard_group_ = &shard_group;
   buckets_ = buckets;
   assign_owned();
@@ -339,7 +376,10 @@ Tensor ModelParameters::owned_master(const TrainableParam& p, const OwnedSegment
 }
 
 void ModelParameters::gather_updated_weights() {
-  if (shard_group_ == nullptr) return;
+  if (shard_group_ == nullptr) {
+    if (computes_by_unit()) refresh_compute_weights();  // the units round the new masters when they run next
+    return;
+  }
   if (fsdp_) {  // the units gather the new masters when they run next
     refresh_compute_weights();
     return;
@@ -461,6 +501,11 @@ void ModelParameters::release_unit(size_t u) {
 void ModelParameters::gather_unit(size_t u, bool rows) {
   ParamUnit& unit = units_[u];
   unit.compute->restore();
+  if (!fsdp_) {  // units without sharding: this rank's masters, rounded as the whole copy would be
+    for (const TrainableParam& p : params_)
+      if (p.unit == unit.id && !p.compute.is_same(p.master)) round_whole_compute_copy(p);
+    return;
+  }
   if (rows && unit.rows_compute) unit.rows_compute->restore();
   // This rank's chunks, from its masters (rounded where the weight computes in bf16) ...
   for (size_t i = unit.first; i < unit.last; ++i) {
@@ -515,12 +560,14 @@ Tensor ModelParameters::weight_rows(const TrainableParam& p, int64_t row0, int64
 
 void ModelParameters::begin_unit_grads(size_t u) {
   ParamUnit& unit = units_[u];
+  if (unit.grad == nullptr) return;  // a unit without sharding: its gradients are in the slab
   unit.grad->restore();
   std::memset(unit.grad->data(), 0, unit.grad->bytes());
 }
 
 void ModelParameters::reduce_unit_grads(size_t u, dist::ProcessGroup& replicate) {
   ParamUnit& unit = units_[u];
+  if (unit.grad == nullptr) return;  // a unit without sharding: its gradients are in the slab
   for (size_t b : unit.buckets) {
     if (layout_[b].by_rows) continue;
     // The reduce-scatter, as an all-reduce of which this rank keeps its chunk

@@ -10,6 +10,11 @@
 // compute copy holds the bf16 values in f32 and the Linear modules round their
 // inputs: the same arithmetic, run as f32 GEMMs.
 //
+// Under bf16 without FSDP the Trainer has the compute copies held by unit all
+// the same (FullyShardOptions::compute_by_unit_only: a decoder layer each, and
+// the root), rounded from the masters where the unit runs, so that no whole bf16
+// copy of the model sits beside the masters in a step.
+//
 // Replicated parameters sit first in the slabs, so one broadcast covers them all.
 //
 // Expert parallelism (the model's mesh has "ep"): the experts' parameters are
@@ -57,7 +62,7 @@ struct OwnedSegment {
 struct TrainableParam {
   std::string name;                  // the checkpoint name (the first of tied names)
   int64_t index = 0;                 // its place among the trained parameters, in the model's order
-  int64_t unit = -1;                 // FSDP: its unit (decoder layer index, -1 for the root)
+  int64_t unit = -1;                 // FSDP or compute by unit: its unit (decoder layer index, -1 for the root)
   // FSDP: a root matrix (the vocabulary-sized embedding, lm_head) whose gradient
   // arrives a block of rows at a time (add_grad_rows), never whole; `grad` is
   // then a view of memory that is never taken.
@@ -100,14 +105,23 @@ struct ExpertParallelGroups {
 
 // FSDP over `group` (the dp_shard group): unit_of gives a parameter's unit, the
 // index of its decoder layer or -1 for the root (everything outside the layers).
+// unit_of without a group: the units without sharding (FSDP with d = 1, under
+// bf16 compute only): the masters and gradients stay whole slabs, and only the
+// bf16 compute copies are held by unit, rounded from the masters when a unit
+// is gathered (ModelParameters::gather_unit) and released after it, so no whole
+// copy of the model in bf16 exists in a step.
 struct FullyShardOptions {
   dist::ProcessGroup* group = nullptr;
   std::function<int64_t(const std::string&)> unit_of;
   bool enabled() const { return group != nullptr; }
+  bool compute_by_unit_only() const { return group == nullptr && static_cast<bool>(unit_of); }
 };
 
 // One fully sharded unit: its parameters' slab range, and the buffers of its
 // gathered compute weights and of its whole gradient (released when not in use).
+// A unit without sharding (FullyShardOptions::compute_by_unit_only) has only
+// `id` and `compute`: its gradients are in the slab, and its slab range, buckets
+// and parameter range are unused (its parameters are those with p.unit == id).
 struct ParamUnit {
   int64_t id = -1;                 // decoder layer index, -1 for the root
   int64_t begin = 0, end = 0;      // slab elements
@@ -185,12 +199,16 @@ class ModelParameters {
   dist::ProcessGroup& group_of(const TrainableParam& p) const { return p.expert_sharded ? *ep_.ep : group_; }
   const ExpertParallelGroups& expert_parallel() const { return ep_; }
 
-  // ---- fully sharded (FSDP) only
+  // ---- fully sharded (FSDP), or compute copies by unit
   bool fully_sharded() const { return fsdp_; }
+  // The compute weights live in unit buffers, gathered around their unit's use
+  // (FSDP, or FullyShardOptions::compute_by_unit_only): outside that they are released.
+  bool computes_by_unit() const { return !units_.empty(); }
   dist::ProcessGroup* shard_group() const { return shard_group_; }
   const std::vector<ParamUnit>& units() const { return units_; }
   // Takes memory for unit u's compute weights and all-gathers them from every
   // rank's masters (rounded to the compute precision). Collective over dp_shard.
+  // Without sharding: rounds this rank's masters of the unit into them.
   // `rows`: its grad_by_rows matrices too (the steps read those a block at a time, weight_rows).
   void gather_unit(size_t u, bool rows = true);
   void release_unit(size_t u);
@@ -205,9 +223,10 @@ class ModelParameters {
   // Takes memory for unit u's whole gradient (but its grad_by_rows parameters'),
   // zeroed, for a backward to accumulate into.
   void begin_unit_grads(size_t u);
-  bool unit_grads_live(size_t u) const { return !units_[u].grad->released(); }
+  bool unit_grads_live(size_t u) const { return units_[u].grad != nullptr && !units_[u].grad->released(); }
   // Sums unit u's gradient over dp_shard and then dp_replicate, adds this rank's
   // chunks into its gradient shard and releases the whole gradient. Collective.
+  // Nothing for a unit without sharding (its gradients are in the slab).
   void reduce_unit_grads(size_t u, dist::ProcessGroup& replicate);
   // Sums rows [row0, row0 + rows.size(0)) of p's gradient (p.grad_by_rows) over
   // dp_shard and then dp_replicate, and adds this rank's part of them into its
@@ -258,6 +277,8 @@ class ModelParameters {
   void assign_owned();
   // FSDP: the slabs as units and buckets, their buffers, and the masters cut to this rank's chunks.
   void fully_shard(const FullyShardOptions& fsdp);
+  // Without sharding: the units' compute buffers, and the bf16 matrices' compute tensors as views of them.
+  void compute_by_unit(const std::function<int64_t(const std::string&)>& unit_of);
   bool fsdp_ = false;
   std::vector<ParamUnit> units_;
   struct BucketLayout {

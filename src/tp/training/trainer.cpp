@@ -120,19 +120,27 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
     ep = {&mesh.group("ep"), &mesh.group("ep_replicas")};
   }
   const TrainingArguments::Fsdp fsdp = args_.fsdp_options();
+  // A parameter's unit: its decoder layer, or the root.
+  const auto layer_of = [](const std::string& name) -> int64_t {
+    static const std::regex layer(R"((?:^|\.)layers\.(\d+)\.)");
+    std::smatch m;
+    return std::regex_search(name, m, layer) ? std::stoll(m[1].str()) : -1;
+  };
   FullyShardOptions shard;
   if (fsdp.enabled) {
     TP_CHECK(mesh.has_dim("dp_shard") && mesh.size("dp_shard") > 1,
              "fsdp '{}' shards over the dp_shard dim, which this run does not have (size {}); give it 2 or more "
              "ranks (--dp-shard-size N, ParallelismConfig(dp_shard_size=N))", args_.fsdp,
              mesh.has_dim("dp_shard") ? mesh.size("dp_shard") : 1);
-    // A parameter's unit: its decoder layer, or the root.
-    static const std::regex layer(R"((?:^|\.)layers\.(\d+)\.)");
-    shard = {&mesh.group("dp_shard"), [](const std::string& name) -> int64_t {
-               std::smatch m;
-               return std::regex_search(name, m, layer) ? std::stoll(m[1].str()) : -1;
-             }};
+    shard = {&mesh.group("dp_shard"), layer_of};
   }
+  // Under bf16 without FSDP: the compute copies by layer all the same (FSDP's units
+  // with d = 1), not a whole bf16 copy of the model beside the masters. Not where
+  // the optimizer's updates are sharded over dp_shard (their all-gather fills the
+  // whole copy) or the experts over ep.
+  const bool dp_sharded = mesh.has_dim("dp_shard") && mesh.size("dp_shard") > 1;
+  if (!fsdp.enabled && args_.bf16 && options_.compute_copy_by_layer && !ep.enabled() && !dp_sharded)
+    shard.unit_of = layer_of;
   params_ = std::make_unique<ModelParameters>(model_.lm(), mesh.group("tp"), args_.bf16, options_.trainable, ep,
                                               shard, options_.bf16_native_gemm);
   for (nn::Module* m : model_.lm().modules())
@@ -151,8 +159,15 @@ Trainer::Trainer(PretrainedModel& model, TrainingArguments args, std::shared_ptr
              model_.lm().final_logit_softcapping());
     fsdp_ = std::make_unique<FullyShardedDataParallel>(*params_, mesh.group("dp_replicate"),
                                                        fsdp.reshard_after_forward);
-    model_.lm().set_unit_hooks(fsdp_.get());
-  } else if (dp_ != nullptr) {
+  } else if (params_->computes_by_unit()) {
+    fsdp_ = std::make_unique<FullyShardedDataParallel>(*params_);
+  }
+  if (fsdp_) model_.lm().set_unit_hooks(fsdp_.get());
+  // The loaded weights (now in the slabs) went back to the allocator's cache:
+  // returned to the OS before the optimizer takes its state, they do not add to
+  // loading's peak (the masters, the gradients and the state together).
+  release_cached_memory();
+  if (!fsdp.enabled && dp_ != nullptr) {
     const double mib = args_.ddp_bucket_cap_mb.value_or(25.0);
     reducer_ = std::make_unique<GradientReducer>(*params_, mesh.group("dp_replicate"), mesh.group("dp_shard"),
                                                  static_cast<int64_t>(mib * 1024 * 1024));
@@ -281,9 +296,9 @@ StepResult Trainer::training_step(const std::vector<MicroBatch>& micro_batches) 
     // The last backward reduces gradient buckets over dp as they complete (DDP's no_sync before it).
     std::unique_ptr<autograd::LeafGradReadyHook> watch;
     if (reducer_ && k + 1 == micro_batches.size()) watch = reducer_->watch_backward();
-    if (fsdp_) watch = fsdp_->watch_backward();
+    if (params_->fully_sharded()) watch = fsdp_->watch_backward();
     const bool idle = !mb.input_ids.defined();
-    if (idle && !fsdp_) continue;
+    if (idle && !params_->fully_sharded()) continue;
     const MicroBatch run = idle ? idle_micro_batch() : mb;  // its loss and gradients are zeros
     MicroBatchLoss micro = loss_of(run.input_ids, run.labels, static_cast<double>(r.targets), vocab);
     Tensor loss = micro.loss;
@@ -430,7 +445,7 @@ json Trainer::evaluate() {
     targets += count_targets(ids);
   }
   // FSDP: every dp rank runs as many forwards (each gathers every unit); the short ones run an ignored one.
-  if (fsdp_ && batches % dp_size_ != 0 && dp_rank_ >= batches % dp_size_) {
+  if (params_->fully_sharded() && batches % dp_size_ != 0 && dp_rank_ >= batches % dp_size_) {
     const MicroBatch idle = idle_micro_batch();
     loss_of(idle.input_ids, idle.labels, 1.0, vocab);
   }

@@ -85,6 +85,12 @@ struct TrainerOptions {
   // (true) or as f32 tensors of bf16 values on f32 GEMMs (false), the same
   // products. Unset: whichever rank 0 measured the faster (ops::detail::bf16_gemm_native).
   std::optional<bool> bf16_native_gemm;
+  // Under bf16 without FSDP: the matrices' bf16 compute weights exist a decoder
+  // layer (or the root: embeddings, lm_head) at a time, rounded from the masters
+  // where the layer runs, forward and backward (training/fsdp.h's units with
+  // d = 1), instead of a whole bf16 copy of the model. The same values either way;
+  // false keeps the whole copy (a baseline to measure it against).
+  bool compute_copy_by_layer = true;
 };
 
 struct MicroBatch {
@@ -143,7 +149,8 @@ class Trainer {
   ModelParameters& parameters() { return *params_; }
   Optimizer& optimizer() { return *optimizer_; }
   GradientReducer* gradient_reducer() { return reducer_.get(); }  // null without data parallelism, or under fsdp
-  FullyShardedDataParallel* fsdp() { return fsdp_.get(); }        // null unless args.fsdp
+  // null unless args.fsdp, or the compute copies are held by layer (TrainerOptions::compute_copy_by_layer)
+  FullyShardedDataParallel* fsdp() { return fsdp_.get(); }
   PretrainedModel& model() { return model_; }
   // The cross-entropy runs on lm_head's vocabulary slices (args.loss_parallel and a column-parallel lm_head).
   bool loss_parallel() const { return loss_parallel_; }
