@@ -77,11 +77,10 @@ int run(const Options& o) {
 
   std::vector<io::TensorSource> sources;
   std::vector<std::string> not_converted, quantized;
-  size_t bytes_in = 0, bytes_out = 0;
+  size_t bytes_in = 0;
   for (const std::string& name : ckpt.tensor_names()) {
     const io::TensorInfo& info = ckpt.info(name);
     bytes_in += info.nbytes;
-    const size_t before = sources.size();
     const bool head = o.q.lm_head && name == "lm_head.weight";
     if ((quantizable_linear(name) || head) && info.shape.size() == 2 && is_floating(info.dtype)) {
       add_quantized_sources(ckpt, name, o.q, sources);
@@ -94,7 +93,6 @@ int run(const Options& o) {
       };
       sources.push_back(std::move(s));
     }
-    for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
   }
   nlohmann::json raw = base.raw;
   if (base.tie_word_embeddings && o.q.lm_head) {  // written untied: lm_head quantized from the embedding's weight
@@ -102,9 +100,7 @@ int run(const Options& o) {
       const std::string embedding = "model.embed_tokens.weight";
       TP_CHECK(ckpt.has(embedding), "--lm-head: {} ties lm_head to the embedding, but has no '{}' to quantize it "
                "from", o.model, embedding);
-      const size_t before = sources.size();
       add_quantized_sources(ckpt, embedding, o.q, sources, "lm_head");
-      for (size_t i = before; i < sources.size(); ++i) bytes_out += sources[i].nbytes();
       quantized.push_back("lm_head");
     }
     raw["tie_word_embeddings"] = false;
@@ -138,6 +134,8 @@ int run(const Options& o) {
   io::write_json_file(fs::path(o.out) / "config.json", config.to_json());
   validate_against_config(Checkpoint::open(o.out));
 
+  size_t bytes_out = 0;
+  for (const io::TensorSource& s : sources) bytes_out += s.nbytes();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("wrote %s: %s %d-bit, group size %lld%s%s, %zu linears quantized, %.1f MB -> %.1f MB (%.1f s)\n",
               o.out.c_str(), o.q.format.c_str(), o.q.bits, static_cast<long long>(o.q.group_size),
