@@ -299,6 +299,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < chunk_s.size(); ++i)
       share.push_back(static_cast<double>(weight_bytes) * kChunk / chunk_s[i] / 1e9 / chunk_ceiling_gbs[i]);
     if (!share.empty()) j["decode_weight_read_share_by_chunk_median"] = median(share);
+    j["bf16_decode_prefetch"] = ops::detail::bf16_decode_prefetch_choice();  // -1: undecided (no large one-row bf16 product)
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
     j["tokens"] = tokens;  // the last repetition's greedy tokens: the prefill's argmax, then each step's
     nlohmann::json top = nlohmann::json::array();

@@ -450,25 +450,26 @@ TEST(Linear, PairedF32GivesNativeBf16Bits) {
       ops::detail::Bf16Kernel::OneDnn);
 }
 
-TEST(Linear, OneRowBf16KernelGivesOneDnnBits) {
-  // Decode's one-row products may run bf16_gemv.h's kernel, which must give oneDNN's
-  // bits: the probe finds oneDNN's K chunking per weight shape (a shape it can't
-  // match keeps oneDNN, and then this test says so and checks nothing else).
-  if (!ops::detail::bf16_gemv_available()) GTEST_SKIP() << "no AVX512-BF16 here: oneDNN runs every one-row product";
+TEST(Linear, DecodeBf16KernelGivesOneDnnBits) {
+  // Decode's products of 1 to 16 rows may run bf16_gemv.h's kernel, which must give
+  // oneDNN's bits: the probe finds oneDNN's K chunking per weight shape (a shape it
+  // can't match keeps oneDNN, and then this test says so and checks nothing else).
+  // Each row's bits are also its own one-row product's, whatever rows run beside it.
+  if (!ops::detail::bf16_gemv_available()) GTEST_SKIP() << "no AVX512-BF16 here: oneDNN runs every decode product";
   // TP_GEMM=ordered and TP_BF16_GEMM=widen run inference products elsewhere (ordered_gemm, oneDNN's f32): no
   // oneDNN bf16 bits to give.
   if (ops::detail::ordered_gemm_wanted() || !ops::detail::bf16_matmul_available())
-    GTEST_SKIP() << "TP_GEMM=ordered or TP_BF16_GEMM=widen: the one-row products do not run oneDNN's bf16 kernel";
+    GTEST_SKIP() << "TP_GEMM=ordered or TP_BF16_GEMM=widen: the decode products do not run oneDNN's bf16 kernel";
   if (ops::detail::bf16_gemm_forced_native()) {  // the user's switch keeps oneDNN
     ops::PackedLinear p(Tensor::randn({64, 96}, 60).to(DType::BF16));
     Tensor y = Tensor::empty({1, 64});
     EXPECT_EQ(ops::detail::linear_into_path(y, Tensor::randn({1, 96}, 61), p, Tensor(), ops::detail::Bf16Path::Auto),
               ops::detail::Bf16Kernel::OneDnn);
-    GTEST_SKIP() << "TP_BF16_GEMM=native: oneDNN runs every one-row product";
+    GTEST_SKIP() << "TP_BF16_GEMM=native: oneDNN runs every decode product";
   }
   int64_t matched = 0;
   // K of one chunk, of 512-row chunks (768, 1024) and of 1024-row ones with a tail
-  // (1536, 3072); the model's shapes; a tail panel; 2 rows (no kernel).
+  // (1536, 3072); the model's shapes; a tail panel.
   for (auto [k, n] : {std::pair<int64_t, int64_t>{96, 70},
                       {768, 130},
                       {1024, 3072},
@@ -478,26 +479,54 @@ TEST(Linear, OneRowBf16KernelGivesOneDnnBits) {
                       {2048, 1000}}) {
     Tensor w = with_specials(Tensor::randn({n, k}, 60, 0.f, 0.05f), 5).to(DType::BF16), b = Tensor::randn({n}, 61);
     ops::PackedLinear p(w, /*keep_weight=*/false);
-    for (uint64_t seed : {62, 63})
+    for (int64_t m : {1, 2, 5, 7, 12, 16})
       for (bool bias : {false, true})
         for (DType xd : {DType::F32, DType::BF16}) {
-          Tensor x = with_specials(Tensor::randn({1, k}, seed, 0.f, 3.f), seed);
+          Tensor x = with_specials(Tensor::randn({m, k}, 62 + m, 0.f, 3.f), 62 + m);
           if (xd == DType::BF16) x = x.to(DType::BF16);
-          Tensor native = Tensor::empty({1, n}), fast = Tensor::empty({1, n});
+          Tensor native = Tensor::empty({m, n}), fast = Tensor::empty({m, n});
           ops::detail::linear_into_path(native, x, p, bias ? b : Tensor(), ops::detail::Bf16Path::Native);
           const auto kernel =
               ops::detail::linear_into_path(fast, x, p, bias ? b : Tensor(), ops::detail::Bf16Path::Auto);
           if (kernel != ops::detail::Bf16Kernel::Gemv) {
-            ADD_FAILURE() << "no chunking matched oneDNN for [" << k << " x " << n << "]";
+            ADD_FAILURE() << "no chunking matched oneDNN for " << m << " rows of [" << k << " x " << n << "]";
             continue;
           }
           ++matched;
-          EXPECT_EQ(std::memcmp(native.raw_data(), fast.raw_data(), static_cast<size_t>(n) * sizeof(float)), 0)
-              << k << "x" << n << " bias " << bias << " x " << dtype_name(xd) << " seed " << seed;
+          EXPECT_EQ(std::memcmp(native.raw_data(), fast.raw_data(), static_cast<size_t>(m * n) * sizeof(float)), 0)
+              << m << " rows of " << k << "x" << n << " bias " << bias << " x " << dtype_name(xd);
+          for (int64_t i : {int64_t{0}, m / 2, m - 1}) {
+            Tensor alone = Tensor::empty({1, n});
+            ops::detail::linear_into_path(alone, x.narrow(0, i, 1).clone(), p, bias ? b : Tensor(),
+                                          ops::detail::Bf16Path::Auto);
+            EXPECT_EQ(std::memcmp(alone.raw_data(), fast.data<float>() + i * n, static_cast<size_t>(n) * sizeof(float)),
+                      0)
+                << "row " << i << " of " << m << " against itself alone, " << k << "x" << n;
+          }
         }
-    Tensor two = Tensor::empty({2, n});
-    EXPECT_NE(ops::detail::linear_into_path(two, Tensor::randn({2, k}, 64), p, Tensor(), ops::detail::Bf16Path::Auto),
+    Tensor many = Tensor::empty({17, n});
+    EXPECT_NE(ops::detail::linear_into_path(many, Tensor::randn({17, k}, 64), p, Tensor(), ops::detail::Bf16Path::Auto),
               ops::detail::Bf16Kernel::Gemv);
   }
   EXPECT_GT(matched, 0);
+}
+
+TEST(Linear, DecodeBf16KernelPrefetchesOrNotWithTheSameBits) {
+  // The kernel times its prefetching and its plain stream on a process's first large
+  // one-row products and keeps the faster (bf16_gemv.h); every call in the trial, of
+  // either kind, must give the same bits.
+  if (!ops::detail::bf16_gemv_available() || ops::detail::ordered_gemm_wanted() ||
+      !ops::detail::bf16_matmul_available() || ops::detail::bf16_gemm_forced_native())
+    GTEST_SKIP() << "the decode kernel does not run here";
+  const int64_t k = 1024, n = 2304;  // 4.5 MiB: above the trial's 4 MiB
+  ops::PackedLinear p(Tensor::randn({n, k}, 70, 0.f, 0.05f).to(DType::BF16), /*keep_weight=*/false);
+  Tensor x = Tensor::randn({1, k}, 71), first = Tensor::empty({1, n}), again = Tensor::empty({1, n});
+  ASSERT_EQ(ops::detail::linear_into_path(first, x, p, Tensor(), ops::detail::Bf16Path::Auto),
+            ops::detail::Bf16Kernel::Gemv);
+  for (int i = 0; i < 40; ++i) {
+    ops::detail::linear_into_path(again, x, p, Tensor(), ops::detail::Bf16Path::Auto);
+    ASSERT_EQ(std::memcmp(first.raw_data(), again.raw_data(), static_cast<size_t>(n) * sizeof(float)), 0)
+        << "call " << i << ", prefetch choice " << ops::detail::bf16_gemv_prefetch_choice();
+  }
+  EXPECT_NE(ops::detail::bf16_gemv_prefetch_choice(), -1) << "40 large one-row products and still undecided";
 }

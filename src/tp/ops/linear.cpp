@@ -293,13 +293,14 @@ struct PackedLinear::State {
   std::vector<Variant> variants;
   std::map<std::pair<int64_t, bool>, Prim> prims;                         // (M, has bias)
   std::map<std::tuple<int64_t, int64_t, bool>, PairedPrim> paired_prims;  // (M, columns, has bias)
-  // The packed weight the paired form and the one-row kernel read (variants[0], whose
+  // The packed weight the paired form and the decode kernel read (variants[0], whose
   // layout and buffer never change after construction), when it is a bf16 weight of
   // even K in bf16_pairs.h's panel layout; null otherwise. Set once, read without the lock.
   const bf16* panels = nullptr;
   memory::desc panels_md;
-  // K rows per chunk of the one-row kernel (bf16_gemv.h); 0: keep oneDNN; -1: not probed yet.
-  std::atomic<int64_t> gemv_chunk{-1};
+  // K rows per chunk of the decode kernel (bf16_gemv.h); 0: keep oneDNN; -1: not probed
+  // yet. gemv_rows: the most rows it takes for this weight (set before gemv_chunk).
+  std::atomic<int64_t> gemv_chunk{-1}, gemv_rows{0};
 
   memory::data_type dt() const;
   Tensor weight;  // undefined once released
@@ -440,52 +441,62 @@ void onednn_linear_into(float* y, const void* src, PackedLinear::State& s, int64
   detail::dnnl_stream().wait();
 }
 
-// The one-row kernel's chunk for this weight: the first candidate whose results,
-// with and without a bias, are oneDNN's bits on a probe row; 0 when none is. Probed
-// once per weight shape (oneDNN picks its K blocking from the shape), on the first
-// weight of that shape.
-int64_t probe_gemv_chunk(PackedLinear::State& s) {
+// How the kernel of bf16_gemv.h runs a weight: the chunk (0: not at all, keep oneDNN)
+// and the most rows it takes.
+struct GemvPlan {
+  int64_t chunk = 0, max_rows = 0;
+};
+
+// The kernel's plan for this weight: the first chunk whose one-row results, with and
+// without a bias, are oneDNN's bits on a probe row, and then kBf16GemvMaxRows rows if
+// the kernel's products over 3 and over kBf16GemvMaxRows rows are also oneDNN's bits
+// for those rows (so a row's bits do not depend on how many decode beside it), else 1.
+// Probed once per weight shape (oneDNN picks its K blocking from the shape), on the
+// first weight of that shape.
+GemvPlan probe_gemv_plan(PackedLinear::State& s) {
   static std::mutex mutex;
-  static std::map<std::pair<int64_t, int64_t>, int64_t> by_shape;
+  static std::map<std::pair<int64_t, int64_t>, GemvPlan> by_shape;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = by_shape.find({s.k, s.n});
     if (it != by_shape.end()) return it->second;
   }
-  Tensor x = Tensor::randn({1, s.k}, 11).to(DType::BF16), b = Tensor::randn({s.n}, 12);
-  std::vector<float> want(static_cast<size_t>(s.n)), want_b(want.size()), got(want.size()), got_b(want.size());
-  onednn_linear_into(want.data(), x.raw_data(), s, 1, nullptr);
-  onednn_linear_into(want_b.data(), x.raw_data(), s, 1, b.data<float>());
-  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  int64_t chunk = 0;
-  for (int64_t c : {s.k, int64_t{512}, int64_t{1024}, int64_t{256}, int64_t{2048}, int64_t{128}, int64_t{4096}}) {
-    if (c > s.k || c % 2 != 0) continue;
-    detail::bf16_panel_gemv(x.data<bf16>(), s.panels, s.panels_md, c, nullptr, got.data());
-    detail::bf16_panel_gemv(x.data<bf16>(), s.panels, s.panels_md, c, b.data<float>(), got_b.data());
-    if (same(want, got) && same(want_b, got_b)) {
-      chunk = c;
-      break;
+  const int64_t rows = detail::kBf16GemvMaxRows;
+  Tensor x = Tensor::randn({rows, s.k}, 11).to(DType::BF16), b = Tensor::randn({s.n}, 12);
+  std::vector<float> want(static_cast<size_t>(rows * s.n)), got(want.size());
+  auto same = [&](int64_t m) { return std::memcmp(want.data(), got.data(), m * s.n * sizeof(float)) == 0; };
+  auto agrees = [&](int64_t m, int64_t chunk) {
+    for (const float* bias : {static_cast<const float*>(nullptr), static_cast<const float*>(b.data<float>())}) {
+      onednn_linear_into(want.data(), x.raw_data(), s, m, bias);
+      detail::bf16_panel_gemv(x.data<bf16>(), m, s.panels, s.panels_md, chunk, bias, got.data());
+      if (!same(m)) return false;
     }
+    return true;
+  };
+  GemvPlan plan;
+  for (int64_t c : {s.k, int64_t{512}, int64_t{1024}, int64_t{256}, int64_t{2048}, int64_t{128}, int64_t{4096}}) {
+    if (c > s.k || c % 2 != 0 || !agrees(1, c)) continue;
+    plan = {c, agrees(3, c) && agrees(rows, c) ? rows : 1};
+    break;
   }
   std::lock_guard<std::mutex> lock(mutex);
-  by_shape[{s.k, s.n}] = chunk;
-  return chunk;
+  by_shape[{s.k, s.n}] = plan;
+  return plan;
 }
 
-// The chunk with which a one-row product runs the kernel of bf16_gemv.h (probed on
+// The chunk with which a product of m rows runs the kernel of bf16_gemv.h (probed on
 // first use), or 0 when it keeps oneDNN.
-int64_t gemv_chunk_for(PackedLinear::State& s, Bf16Path path) {
-  if (path == Bf16Path::Native || s.panels == nullptr || !detail::bf16_gemv_available() ||
-      detail::bf16_gemm_forced_native())
+int64_t gemv_chunk_for(PackedLinear::State& s, Bf16Path path, int64_t m) {
+  if (m > detail::kBf16GemvMaxRows || path == Bf16Path::Native || s.panels == nullptr ||
+      !detail::bf16_gemv_available() || detail::bf16_gemm_forced_native())
     return 0;
-  int64_t chunk = s.gemv_chunk.load(std::memory_order_relaxed);
+  int64_t chunk = s.gemv_chunk.load(std::memory_order_acquire);
   if (chunk < 0) {
-    chunk = probe_gemv_chunk(s);
-    s.gemv_chunk.store(chunk, std::memory_order_relaxed);
+    const GemvPlan plan = probe_gemv_plan(s);
+    s.gemv_rows.store(plan.max_rows, std::memory_order_relaxed);
+    s.gemv_chunk.store(chunk = plan.chunk, std::memory_order_release);
   }
-  return chunk;
+  return m <= s.gemv_rows.load(std::memory_order_relaxed) ? chunk : 0;
 }
 
 // Rows from which the paired form pays for cutting its panels (each call converts
@@ -554,7 +565,7 @@ bool paired_applies(const PackedLinear::State& s, bool prefers_f32_gemms, int64_
 }
 
 // The packed weight's product: batch-invariant (ordered), the paired f32 form,
-// the one-row kernel, or oneDNN's packed primitive, as linear.h describes.
+// the decode kernel, or oneDNN's packed primitive, as linear.h describes.
 Bf16Kernel packed_linear_cpu(const PackedLinear& w, PackedLinear::State& s, const Tensor& x, const Tensor& bias,
                              Bf16Path path, const Tensor& out) {
   const int64_t m = rows_of(x), n = w.out_features(), k = w.in_features();
@@ -592,8 +603,9 @@ Bf16Kernel packed_linear_cpu(const PackedLinear& w, PackedLinear::State& s, cons
     src = buf;
   }
   const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
-  if (const int64_t chunk = m == 1 ? gemv_chunk_for(s, path) : 0; chunk > 0) {
-    detail::bf16_panel_gemv(static_cast<const bf16*>(src), s.panels, s.panels_md, chunk, bias_ptr, out.data<float>());
+  if (const int64_t chunk = gemv_chunk_for(s, path, m); chunk > 0) {
+    detail::bf16_panel_gemv(static_cast<const bf16*>(src), m, s.panels, s.panels_md, chunk, bias_ptr,
+                            out.data<float>());
     return Bf16Kernel::Gemv;
   }
   onednn_linear_into(out.data<float>(), src, s, m, bias_ptr);
@@ -611,6 +623,8 @@ KernelTable<LinearKernels>& linear_kernels() {
 }
 
 bool detail::bf16_paired_f32_exact() { return paired_f32_exact(); }
+
+int detail::bf16_decode_prefetch_choice() { return detail::bf16_gemv_prefetch_choice(); }
 
 void linear_into(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b) {
   detail::linear_into_path(out, x, w, b, Bf16Path::Auto);

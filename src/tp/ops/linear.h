@@ -35,8 +35,8 @@ namespace detail {
 // (Paired, bf16_pairs.h). Auto takes Paired from 64 rows up when f32 GEMMs are the
 // faster ones here (bf16_gemm_native) and the probe found the bits equal;
 // TP_BF16_GEMM=native keeps Native.
-// Auto also runs one row (decode) through the kernel of bf16_gemv.h where it gives
-// oneDNN's bits. Native keeps oneDNN for every row count.
+// Auto also runs up to 16 rows (decode) through the kernel of bf16_gemv.h where it
+// gives oneDNN's bits. Native keeps oneDNN for every row count.
 enum class Bf16Path { Auto, Native, Paired };
 enum class Bf16Kernel { OneDnn, Paired, Gemv, Ordered };
 // linear_into on the given path; returns the kernel that ran (Paired can't for an
@@ -44,6 +44,9 @@ enum class Bf16Kernel { OneDnn, Paired, Gemv, Ordered };
 Bf16Kernel linear_into_path(Tensor& out, const Tensor& x, const PackedLinear& w, const Tensor& b, Bf16Path path);
 // Whether Paired gives Native's bits on this machine (probed once per process).
 bool bf16_paired_f32_exact();
+// Whether the decode kernel prefetches ahead of the hardware's prefetcher: 1 or 0
+// once the process has timed both on its first large one-row products, -1 before.
+int bf16_decode_prefetch_choice();
 }  // namespace detail
 
 class PackedLinear {
