@@ -232,6 +232,14 @@ TEST_P(Equivalence, APackedStepGivesEachSegmentTheBitsOfItsRowAlone) {
   l = packed({{4, {12}}}, {0});
   EXPECT_TRUE(equal(l, forward_alone(2, {12}))) << model << " step 4, row 4";
   EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{5, 9, 0, 5, 8}));
+  // Step 5: decodes only, rows 3 and 4 then 0 and 1: two runs of consecutive rows, each one attention call over
+  // rows of different lengths.
+  l = packed({{3, {202}}, {4, {13}}, {0, {62}}, {1, {5}}}, {0, 1, 2, 3});
+  EXPECT_TRUE(equal(l.narrow(0, 0, 1), forward_alone(1, {202}))) << model << " step 5, row 3";
+  EXPECT_TRUE(equal(l.narrow(0, 1, 1), forward_alone(2, {13}))) << model << " step 5, row 4";
+  EXPECT_TRUE(equal(l.narrow(0, 2, 1), forward_alone(3, {62}))) << model << " step 5, row 0";
+  EXPECT_TRUE(equal(l.narrow(0, 3, 1), forward_alone(0, {5}))) << model << " step 5, row 1";
+  EXPECT_EQ(batch.lengths(), (std::vector<int64_t>{6, 10, 0, 6, 9}));
   EXPECT_THROW(packed({{1, {5}}, {1, {6}}}, {0}), Error);  // a row twice
 }
 
