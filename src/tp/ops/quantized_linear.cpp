@@ -53,9 +53,11 @@ struct QuantizedLinear::State {
     uint8_t& operator[](size_t i) const { return data()[i]; }
   };
   CodeBytes codes;  // panels, then the tails; inputs in run order
-  std::vector<uint16_t> scales16;   // [n, groups] as f16 when every scale is one exactly,
+  // Scales and zero points by panel: a panel's 8 rows' of one group side by side (param_at), so that a
+  // kernel takes a panel's group in one load.
+  std::vector<uint16_t> scales16;   // as f16 when every scale is one exactly,
   std::vector<float> scales32;      // else as f32
-  std::vector<uint8_t> zeros;       // [n, groups]; empty: every zero point is 0 (mapped codes)
+  std::vector<uint8_t> zeros;       // empty: every zero point is 0 (mapped codes)
   // A 4-bit code's value before its group's zero point and scale: the code itself, or (mapped: MXFP4's E2M1)
   // code_value[code], a small integer.
   bool mapped = false;
@@ -68,11 +70,14 @@ struct QuantizedLinear::State {
   std::vector<int32_t> chunk_group;
   bool chunks_whole = false;  // every chunk is whole (no -1 above): K % 32 == 0 and no run edge inside a chunk
 
-  int zero(int64_t row, int64_t group) const {
-    return zeros.empty() ? 0 : zeros[static_cast<size_t>(row * groups + group)];
+  // Where row `row`'s scale and zero point of `group` are kept; param_count() entries in all.
+  size_t param_at(int64_t row, int64_t group) const {
+    return static_cast<size_t>((row / kPanel * groups + group) * kPanel + row % kPanel);
   }
+  size_t param_count() const { return static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel * groups); }
+  int zero(int64_t row, int64_t group) const { return zeros.empty() ? 0 : zeros[param_at(row, group)]; }
   float scale(int64_t row, int64_t group) const {
-    const size_t i = static_cast<size_t>(row * groups + group);
+    const size_t i = param_at(row, group);
     return scales16.empty() ? scales32[i] : _cvtsh_ss(scales16[i]);
   }
   // Row `row`'s codes of chunk ch (< chunks32).
@@ -432,13 +437,28 @@ struct DotPair {
 };
 
 TP_AVX512_VNNI inline void dot_pair_group(const QuantizedLinear::State& s, int64_t ra, int32_t g, DotPair& dp) {
-  const __m512i zero = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(s.zero(ra, g))),
-                                          _mm256_set1_epi16(static_cast<int16_t>(s.zero(ra + 1, g))),
-                                          1);
-  const __m512i values = _mm512_broadcast_i64x4(
-      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.code_value.data()))));
-  dp.table = s.bits == 4 ? _mm512_sub_epi16(values, zero) : zero;
-  dp.scale = halves(s.scale(ra, g), s.scale(ra + 1, g));
+  // Rows a and b from their panel's 8 scales and zero points (one load each): a's in lanes 0-7, b's in 8-15.
+  constexpr int64_t kPanel = QuantizedLinear::State::kPanel;
+  const size_t at = s.param_at(ra - ra % kPanel, g);
+  const int a = static_cast<int>(ra % kPanel);
+  const __m512i rows = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(a + 1));
+  const __m256 scales = s.scales16.empty() ? _mm256_loadu_ps(s.scales32.data() + at)
+                                           : _mm256_cvtph_ps(_mm_loadu_si128(
+                                                 reinterpret_cast<const __m128i*>(s.scales16.data() + at)));
+  dp.scale = _mm512_permutexvar_ps(rows, _mm512_castps256_ps512(scales));
+  __m512i zero = _mm512_setzero_si512();  // as words: a's in words 0-15, b's in 16-31
+  if (!s.zeros.empty()) {
+    const __m256i zeros = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.zeros.data() + at)));
+    zero = _mm512_permutexvar_epi32(rows, _mm512_castsi256_si512(zeros));
+    zero = _mm512_or_si512(zero, _mm512_slli_epi32(zero, 16));
+  }
+  if (s.bits == 4) {
+    const __m512i values = _mm512_broadcast_i64x4(
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.code_value.data()))));
+    dp.table = _mm512_sub_epi16(values, zero);
+  } else {
+    dp.table = zero;
+  }
 }
 
 // Row pair (ra, ra + 1)'s W values of one chunk from its codes `row_a` (row a's, row b's chunk_bytes after) as
@@ -589,14 +609,24 @@ struct DotQuad {
   __m512i zero;  // each row's zero point in the first 32-bit lane of its 128-bit lane, 0 in the other three
 };
 
-TP_AVX512_VNNI inline void dot_quad_group(const QuantizedLinear::State& s, int64_t r, int32_t g, DotQuad& dq) {
-  const __m512i lane_row = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  dq.scale = _mm512_permutexvar_ps(
-      lane_row, _mm512_zextps128_ps512(_mm_setr_ps(s.scale(r, g), s.scale(r + 1, g), s.scale(r + 2, g),
-                                                   s.scale(r + 3, g))));
-  dq.zero = _mm512_maskz_permutexvar_epi32(
-      0x1111, lane_row,
-      _mm512_zextsi128_si512(_mm_setr_epi32(s.zero(r, g), s.zero(r + 1, g), s.zero(r + 2, g), s.zero(r + 3, g))));
+// The group-g scales and zero points of quads q ..< NQ (rows j + 4q ..< j + 4q + 4, j a multiple of 4, all in
+// one panel): one load of the panel's 8 of each, and a permutation a quad.
+template <int NQ>
+TP_AVX512_VNNI inline void dot_quad_groups(const QuantizedLinear::State& s, int64_t j, int32_t g, DotQuad (&dq)[NQ]) {
+  constexpr int64_t kPanel = QuantizedLinear::State::kPanel;
+  const size_t at = s.param_at(j - j % kPanel, g);
+  const __m256 scales = s.scales16.empty() ? _mm256_loadu_ps(s.scales32.data() + at)
+                                           : _mm256_cvtph_ps(_mm_loadu_si128(
+                                                 reinterpret_cast<const __m128i*>(s.scales16.data() + at)));
+  const __m256i zeros = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.zeros.data() + at)));
+  const int first = static_cast<int>(j % kPanel);
+  for (int q = 0; q < NQ; ++q) {
+    // Row first + 4q + r of the panel in 128-bit lane r.
+    const __m512i lane_row = _mm512_add_epi32(_mm512_set1_epi32(first + 4 * q),
+                                              _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    dq[q].scale = _mm512_permutexvar_ps(lane_row, _mm512_castps256_ps512(scales));
+    dq[q].zero = _mm512_maskz_permutexvar_epi32(0x1111, lane_row, _mm512_castsi256_si512(zeros));
+  }
 }
 
 // 16 bytes of x's split row (inputs p ..< p + 16) in every 128-bit lane.
@@ -623,8 +653,7 @@ TP_AVX512_VNNI void dot_quad_tile(const QuantizedLinear::State& s, const Rows& x
     const int64_t first = ch;
     int64_t end = ch + 1;
     while (end < chunks && end - ch < kFlushChunks && s.chunk_group[end] == g) ++end;
-    if (g != group)
-      for (int q = 0; q < NQ; ++q) dot_quad_group(s, j + 4 * q, g, dq[q]);
+    if (g != group) dot_quad_groups<NQ>(s, j, g, dq);
     group = g;
     __m512i high_sum[MR][NQ], low_sum[MR][NQ];
     for (int i = 0; i < MR; ++i)
@@ -1040,16 +1069,22 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
     f16_exact = f16_exact && to_f32(to_f16(s[i])) == s[i];
   }
   if (f16_exact) {
-    st->scales16.resize(static_cast<size_t>(n * groups));
-    for (int64_t i = 0; i < n * groups; ++i) st->scales16[i] = to_f16(s[i]).bits;
+    st->scales16.assign(st->param_count(), 0);
   } else {
-    st->scales32.assign(s, s + n * groups);
+    st->scales32.assign(st->param_count(), 0.f);
   }
   const uint8_t* z = zeros.data<uint8_t>();
-  for (int64_t i = 0; i < n * groups; ++i)
+  st->zeros.assign(st->param_count(), 0);
+  for (int64_t i = 0; i < n * groups; ++i) {
     TP_CHECK(z[i] < limit, "QuantizedLinear: zero point [{}, {}] = {} does not fit in {} bits", i / groups,
              i % groups, z[i], bits);
-  st->zeros.assign(z, z + n * groups);
+    const size_t at = st->param_at(i / groups, i % groups);
+    if (f16_exact)
+      st->scales16[at] = to_f16(s[i]).bits;
+    else
+      st->scales32[at] = s[i];
+    st->zeros[at] = z[i];
+  }
   state_ = std::move(st);
 }
 
@@ -1090,8 +1125,9 @@ size_t QuantizedLinear::resident_bytes(int bits, int64_t n, int64_t k, int64_t g
   s.bits = bits;
   s.n = n;
   s.k = k;
+  s.groups = groups;
   s.lay_out_codes();
-  return s.code_bytes() + static_cast<size_t>(n * groups) * 3 + (permuted ? static_cast<size_t>(k) * 4 : 0);
+  return s.code_bytes() + s.param_count() * 3 + (permuted ? static_cast<size_t>(k) * 4 : 0);
 }
 
 Tensor QuantizedLinear::dequantize() const {
