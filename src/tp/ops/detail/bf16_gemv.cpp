@@ -54,7 +54,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), aligned(64))) void panel_g
 // to touch a sub-block reads it from memory and the others from L1, so on their own
 // the memory would sit idle while they compute: every block prefetches its share of
 // the sub-block two ahead into L2, which keeps the stream going (8 rows of a
-// 4096 x 4096 weight: 1.3 ms, against 1.6-2.1 without and oneDNN's 2.5; the
+// 4096 x 4096 weight: 1.3 ms, against 2.0-2.2 without and oneDNN's 2.5; the
 // arithmetic alone takes 1.2).
 constexpr int64_t kSubBlockPairs = 32;  // 8 KiB of the panel
 constexpr int64_t kAheadPairs = 2 * kSubBlockPairs;
@@ -139,13 +139,13 @@ void panel_rows(const uint32_t* x_pairs, int64_t x_stride, int64_t m, const bf16
   kByRows[m](x_pairs, x_stride, panel, k, chunk, out);
 }
 
-// Whether the kernels prefetch 4 KiB ahead of their stream. On the Xeon the kernel was
-// written on, one row read at 86-100% of a plain read pass with the prefetch; on an AMD
-// EPYC (Zen) the same prefetch cost a quarter of the rate, and without it the stream
-// reached the read pass (the hardware prefetcher alone keeps up). Both give the same
-// bits, so a process times both on its first one-row products over weights larger
-// than L2 (alternating, kTrialCalls each) and keeps the faster; TP_BF16_GEMV_PREFETCH=0 or 1
-// decides instead.
+// Whether one row (and one block of rows) prefetches 4 KiB ahead of its stream. On the
+// Xeon the kernel was written on, one row read at 86-100% of a plain read pass with the
+// prefetch; on an AMD EPYC (Zen) the same prefetch cost a quarter of the rate, and
+// without it the stream reached the read pass (the hardware prefetcher alone keeps
+// up). Both give the same bits, so a process times both on its first one-row products
+// over weights larger than L2 (alternating, kTrialCalls each) and keeps the faster;
+// TP_BF16_GEMV_PREFETCH=0 or 1 decides instead.
 class PrefetchChoice {
  public:
   static constexpr int64_t kTrialMinBytes = int64_t{4} << 20;
