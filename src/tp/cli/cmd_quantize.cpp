@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <unordered_set>
 
 #include "tp/cli/command.h"
 #include "tp/io/json_file.h"
@@ -107,14 +108,14 @@ int run(const Options& o) {
   }
   // The modules left as they are, less those holding a quantized Linear: its own bias (Qwen2's q/k/v), or a parent's
   // parameter (GPT-OSS's attention sinks on self_attn), which each format's matching would take to name its children.
-  auto holds_quantized = [&](const std::string& m) {
-    return std::any_of(quantized.begin(), quantized.end(),
-                       [&](const std::string& q) { return q == m || q.starts_with(m + "."); });
-  };
+  // (Sets: a large MoE checkpoint has tens of thousands of tensors and as many quantized experts.)
+  std::unordered_set<std::string> holding_quantized, listed;
+  for (const std::string& q : quantized)
+    for (size_t end = q.size(); end != std::string::npos && end > 0; end = q.rfind('.', end - 1))
+      holding_quantized.insert(q.substr(0, end));
   for (const std::string& name : ckpt.tensor_names()) {
     const std::string m = module_of(name);
-    if (!holds_quantized(m) && std::find(not_converted.begin(), not_converted.end(), m) == not_converted.end())
-      not_converted.push_back(m);
+    if (!holding_quantized.count(m) && listed.insert(m).second) not_converted.push_back(m);
   }
   if (base.tie_word_embeddings && !o.q.lm_head) not_converted.push_back("lm_head");
   TP_CHECK(!quantized.empty(), "--model {}: no decoder-layer attention, dense MLP or expert Linear to quantize", o.model);
