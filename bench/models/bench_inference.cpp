@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       auto d0 = comm();
       auto t1 = Clock::now();
       for (int64_t s = s0; s < std::min(d_len, s0 + kChunk); ++s) {
-        logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), {.cache = &state, .logit_positions = {0}}).logits;
+        logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), {.cache = &state, .logit_positions = {0}, .decode = true}).logits;
         l = logits.data<float>();
         next = std::max_element(l, l + V) - l;
         tokens.push_back(next);

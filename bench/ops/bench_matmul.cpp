@@ -2,8 +2,8 @@
 // oneDNN (a matmul primitive with pre-packed weights, everything created once) in
 // the same run, f32 and bf16 weights; and quantized weights (ops::QuantizedLinear:
 // 8-bit and 4-bit codes in groups of 128; prefill shapes in f32 and, suffix _bf16, in
-// a bf16 model's arithmetic), whose GB counter counts the bytes held (codes, scales
-// and zeros).
+// a bf16 model's arithmetic; 8 and 16 rows also as a server's decode steps, suffix
+// /decode_steps), whose GB counter counts the bytes held (codes, scales and zeros).
 //
 //   OMP_NUM_THREADS=1 ./build/bench/ops/bench_matmul --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true      (one line)
@@ -135,16 +135,19 @@ __attribute__((noinline)) ops::QuantizedLinear make_quantized(const Shape3& s, i
   return ops::QuantizedLinear(bits, 128, codes, scales, zeros);
 }
 
-void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits, DType compute) {
+// `decode_steps`: every row flagged a decode step (ops::linear's decode_rows: a server's step of that many
+// sequences), else the row count picks the kernel (up to 4 rows decode's, more prefill's).
+void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits, DType compute, bool decode_steps) {
   std::vector<ops::QuantizedLinear> ws{make_quantized(s, bits, 1)};
   const size_t bytes = ws[0].nbytes();
   // Decode streams from memory: enough distinct copies (>= 192 MiB) to defeat the caches.
   const size_t copies = s.m <= kDecodeRows ? std::max<size_t>(2, (size_t{192} << 20) / bytes) : 1;
   for (size_t c = 1; c < copies; ++c) ws.push_back(make_quantized(s, bits, 1 + c));
   Tensor x = Tensor::randn({s.m, s.k}, 1), y = Tensor::empty({s.m, s.n});
+  const std::vector<uint8_t> flags(decode_steps ? static_cast<size_t>(s.m) : 0, 1);
   size_t i = 0;
   for (auto _ : state) {
-    ops::linear_into(y, x, ws[i++ % ws.size()], Tensor(), compute);
+    ops::linear_into(y, x, ws[i++ % ws.size()], Tensor(), compute, flags);
     benchmark::DoNotOptimize(y.raw_data());
   }
   state.counters["GFLOP"] =
@@ -185,8 +188,14 @@ int main(int argc, char** argv) {
         const std::string name = "BM_tp_quantized_int" + std::to_string(bits) + "_g128" +
                                  (compute == DType::BF16 ? "_bf16" : "") + shape_name(s);
         benchmark::RegisterBenchmark(name.c_str(), [s, bits, compute](benchmark::State& st) {
-          bm_tp_quantized(st, s, bits, compute);
+          bm_tp_quantized(st, s, bits, compute, false);
         })->UseRealTime();
+        // A server's decode step of 5-16 sequences: decode's kernels, four rows a pass (against the above's
+        // prefill path for the same rows, in the same run).
+        if (s.m > 4 && s.m <= kDecodeRows && compute == DType::F32)
+          benchmark::RegisterBenchmark((name + "/decode_steps").c_str(), [s, bits, compute](benchmark::State& st) {
+            bm_tp_quantized(st, s, bits, compute, true);
+          })->UseRealTime();
       }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

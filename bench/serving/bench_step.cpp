@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     state.take_lengths(one, rows);
     KVState running = state.rows(0, rows);
     lm.forward_ids(Tensor::from_ints(decode_ids, {rows, 1}),
-                   {.cache = &running, .counts = counts, .logit_positions = zeros});
+                   {.cache = &running, .counts = counts, .logit_positions = zeros, .decode = true});
     state.take_lengths(running, 0);
   };
   auto packed = [&] {
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     o.logit_positions.push_back(chunk - 1);
     for (int64_t r = 0; r < rows; ++r) {
       ids.push_back(decode_ids[static_cast<size_t>(r)]);
-      o.segments.push_back({.row = r, .tokens = 1});
+      o.segments.push_back({.row = r, .tokens = 1, .decode = true});
       o.logit_positions.push_back(chunk + r);
     }
     lm.forward_ids(Tensor::from_ints(ids, {1, static_cast<int64_t>(ids.size())}), o);
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   auto decode = [&](int64_t n) {
     ForwardOptions o{.cache = &state};
     for (int64_t r = 0; r < n; ++r) {
-      o.segments.push_back({.row = r, .tokens = 1});
+      o.segments.push_back({.row = r, .tokens = 1, .decode = true});
       o.logit_positions.push_back(r);
     }
     lm.forward_ids(Tensor::from_ints(std::vector<int64_t>(decode_ids.begin(), decode_ids.begin() + n), {1, n}), o);

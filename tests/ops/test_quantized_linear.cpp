@@ -213,6 +213,41 @@ TEST_P(QuantizedShapes, RowsAreIndependentAndMatchDouble) {
   }
 }
 
+// With decode_rows, each row takes its kind's kernel however many rows share the product: a flagged row has the
+// bits it gets alone in a one-row product, the others the bits they get alone in prefill's (f32 and bf16; in f32
+// over 6144 inputs oneDNN's order for under 16 rows differs), in every interleaving, act-order included.
+// (Without the flags 6 rows would all run prefill's.)
+TEST_P(QuantizedShapes, DecodeRowsTakeDecodesKernelsWhateverTheirNumber) {
+  const Shape3 p = GetParam();
+  for (bool act_order : {false, true}) {
+    const Quantized q = random_quantized(p.bits, p.n, p.k, p.group_size, act_order, 19);
+    const ops::QuantizedLinear w = make(q);
+    const Tensor bias = Tensor::randn({p.n}, 21);
+    for (int64_t m : {6, 13, 16}) {
+      const Tensor x = Tensor::randn({m, p.k}, 23 + m);
+      for (const int every : {1, 3, 0}) {  // every row a decode, two rows of three, none
+        std::vector<uint8_t> flags(static_cast<size_t>(m));
+        for (int64_t i = 0; i < m; ++i) flags[static_cast<size_t>(i)] = every != 0 && i % 3 < (every == 1 ? 3 : 2);
+        for (DType compute : {DType::F32, DType::BF16}) {
+          const Tensor y = ops::linear(x, w, bias, compute, flags);
+          for (int64_t i = 0; i < m; ++i) {
+            const uint8_t kind = flags[static_cast<size_t>(i)];
+            const Tensor alone = ops::linear(x.narrow(0, i, 1), w, bias, compute, std::vector<uint8_t>{kind});
+            if (kind != 0) {  // decode's kernel: the bits of a one-row product without flags
+              EXPECT_TRUE(equal(alone, ops::linear(x.narrow(0, i, 1), w, bias, compute)));
+            }
+            for (int64_t j = 0; j < p.n; ++j)
+              ASSERT_EQ(y.data<float>()[i * p.n + j], alone.data<float>()[j])
+                  << "m " << m << " row " << i << (kind ? " (decode)" : " (prompt)") << " col " << j << " "
+                  << dtype_name(compute) << " act " << act_order;
+          }
+        }
+      }
+    }
+    EXPECT_THROW(ops::linear(Tensor::randn({3, p.k}, 1), w, Tensor(), DType::F32, std::vector<uint8_t>{1, 0}), Error);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantizedShapes,
                          ::testing::Values(Shape3{4, 40, 256, 128}, Shape3{4, 13, 100, 32}, Shape3{8, 40, 256, 64},
                                            Shape3{8, 7, 37, 16}, Shape3{4, 30, 96, 96}, Shape3{4, 5, 23, 8},

@@ -33,12 +33,102 @@ std::vector<int64_t> collect(serving::TokenStream &s) {
 
 } // namespace
 
+namespace {
+
+// A quantized checkpoint of tests/models/make_quantized_models.sh (CTest's quantized_models fixture).
+std::string quantized_dir(const std::string &name) {
+  const char *root = std::getenv("TP_TEST_QUANTIZED_MODELS");
+  if (root == nullptr)
+    throw Error("TP_TEST_QUANTIZED_MODELS is not set (CTest's make_quantized_models fixture writes the models)");
+  return std::string(root) + "/" + name;
+}
+
+PretrainedModel load_quiet(const std::string &dir) {
+  LoadOptions o;
+  o.verbose = false;
+  return AutoModelForCausalLM::from_pretrained(dir, o);
+}
+
+} // namespace
+
+// A quantized model's products take their kernels by each token's kind
+// (decode step or prompt), not by how many tokens share a step: six prompts
+// in one packed forward, then six decodes beside a prompt's chunk, each get
+// the bits of their row alone (a decode on a one-row cache; a prompt or chunk
+// as its own forward). Dense in f32 with act-order, dense in bf16, and a MoE
+// whose experts are quantized (its prompts prefill one a step: an expert's
+// prompt rows still take their kernel by their count, ops/moe_experts.h).
+// Counted by rows alone, the 7-9 rows of these steps would run prefill's GEMM
+// for the decodes, which run decode's kernel alone.
+TEST(Engine, QuantizedStepsGiveEachSequenceTheBitsItGetsAlone) {
+  for (const std::string name : {"gptq-v1-4b-g128-asym-act", "ct-4b-channel-asym-bf16", "qwen3_moe-gptq-4b-g32-act"}) {
+    const bool moe = name.starts_with("qwen3_moe");
+    PretrainedModel model = load_quiet(quantized_dir(name));
+    CausalLM &lm = model.lm();
+    constexpr int64_t kRows = 7, kDecodes = 6;
+    KVState batch = lm.make_kv_state(kRows, 32);
+    std::vector<KVState> alone;
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t r = 0; r < kRows; ++r) {
+      alone.push_back(lm.make_kv_state(1, 32));
+      std::vector<int64_t> p;
+      for (int64_t t = 0; t < 3 + r; ++t) p.push_back((r * 37 + t * 11 + 5) % 250 + 1);
+      prompts.push_back(p);
+    }
+    auto forward_alone = [&](int64_t r, const std::vector<int64_t> &tokens, bool decode) {
+      const auto t = static_cast<int64_t>(tokens.size());
+      return lm.forward_ids(Tensor::from_ints(tokens, {1, t}),
+                            {.cache = &alone[r], .logit_positions = {t - 1}, .decode = decode})
+          .logits;
+    };
+    // Step 1: rows 0-5's prompts whole, row 6's first 4 tokens (the MoE: one row a step).
+    Tensor l;
+    for (int64_t first = 0; first < kRows; first += moe ? 1 : kRows) {
+      ForwardOptions o{.cache = &batch};
+      std::vector<int64_t> ids;
+      for (int64_t r = first; r < (moe ? first + 1 : kRows); ++r) {
+        const auto &p = prompts[r];
+        const auto take = static_cast<int64_t>(r < kDecodes ? p.size() : 4);
+        ids.insert(ids.end(), p.begin(), p.begin() + take);
+        o.segments.push_back({.row = r, .tokens = take});
+        o.logit_positions.push_back(static_cast<int64_t>(ids.size()) - 1);
+      }
+      l = lm.forward_ids(Tensor::from_ints(ids, {1, static_cast<int64_t>(ids.size())}), o).logits;
+      for (int64_t r = first; r < (moe ? first + 1 : kRows); ++r) {
+        const auto &p = prompts[r];
+        const Tensor want = forward_alone(r, {p.begin(), r < kDecodes ? p.end() : p.begin() + 4}, false);
+        EXPECT_TRUE(equal(l.narrow(0, r - first, 1), want)) << name << " prompt of row " << r;
+      }
+    }
+    // Steps 2-4: a decode on each of rows 0-5 (step 2 beside the rest of row 6's prompt, steps 3-4 beside row 6's
+    // decode).
+    for (int step = 2; step <= 4; ++step) {
+      ForwardOptions d{.cache = &batch};
+      std::vector<int64_t> step_ids;
+      std::vector<bool> decode;
+      std::vector<std::vector<int64_t>> parts;
+      for (int64_t r = 0; r < kRows; ++r) {
+        const bool rest = r == kDecodes && step == 2;
+        parts.push_back(rest ? std::vector<int64_t>(prompts[r].begin() + 4, prompts[r].end())
+                             : std::vector<int64_t>{(r * 13 + step * 7) % 250 + 1});
+        decode.push_back(!rest);
+        step_ids.insert(step_ids.end(), parts.back().begin(), parts.back().end());
+        d.segments.push_back({.row = r, .tokens = static_cast<int64_t>(parts.back().size()), .decode = !rest});
+        d.logit_positions.push_back(static_cast<int64_t>(step_ids.size()) - 1);
+      }
+      l = lm.forward_ids(Tensor::from_ints(step_ids, {1, static_cast<int64_t>(step_ids.size())}), d).logits;
+      for (int64_t r = 0; r < kRows; ++r)
+        EXPECT_TRUE(equal(l.narrow(0, r, 1), forward_alone(r, parts[r], decode[r])))
+            << name << " step " << step << " row " << r << (decode[r] ? " (decode)" : " (prompt)");
+    }
+  }
+}
+
 TEST(Engine, BatchedRequestsEqualGenerateAlone) {
-  for (const std::string name : {"qwen3", "llama-bf16"}) {
-    LoadOptions o;
-    o.verbose = false;
+  for (const std::string name : {"qwen3", "llama-bf16", "quantized:gptq-v1-4b-g128-asym-act"}) {
+    const bool quantized = name.starts_with("quantized:");
     PretrainedModel model =
-        AutoModelForCausalLM::from_pretrained(tp::testing::model_dir(name), o);
+        load_quiet(quantized ? quantized_dir(name.substr(10)) : tp::testing::model_dir(name));
     const std::vector<Case> cases = {
         {{1, 17, 42, 99, 250, 3, 511}, 9, {}},
         {{7, 300, 12}, 14, {}},

@@ -83,10 +83,10 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   KVState state = lm.make_kv_state(B, max_len);
   const bool on_shards = greedy_on_shards(model, options);
   auto forward = [&](const std::vector<int64_t>& ids, int64_t rows, const std::vector<int64_t>& logit_positions,
-                     const std::vector<int64_t>& counts) {
+                     const std::vector<int64_t>& counts, bool decode) {
     return lm.forward_ids(Tensor::from_ints(ids, {rows, static_cast<int64_t>(ids.size()) / rows}),
                           {.cache = &state, .counts = counts, .logit_positions = logit_positions,
-                           .sharded_logits = on_shards});
+                           .decode = decode, .sharded_logits = on_shards});
   };
   auto pick = [&](const CausalLMOutput& out, int64_t step) {
     return on_shards ? pick_on_shards(out, options, group, result.stopped)
@@ -100,7 +100,7 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
     last[b] = lengths[b] - 1;
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<int64_t> next = pick(forward(ids, B, last, lengths), 0);
+  std::vector<int64_t> next = pick(forward(ids, B, last, lengths, false), 0);
   result.prefill_seconds = seconds_since(t0);
   result.prefill_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
 
@@ -120,7 +120,7 @@ GenerateResult generate(PretrainedModel& model, const std::vector<std::vector<in
   auto t1 = std::chrono::steady_clock::now();
   std::vector<int64_t> zeros(static_cast<size_t>(B), 0);
   for (int64_t step = 1; std::find(done.begin(), done.end(), false) != done.end(); ++step) {
-    next = pick(forward(next, B, zeros, {}), step);
+    next = pick(forward(next, B, zeros, {}, true), step);
     if (result.stopped) break;
     result.decode_tokens += std::count(done.begin(), done.end(), false);
     take(next);

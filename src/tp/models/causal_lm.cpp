@@ -2,12 +2,25 @@
 
 #include <algorithm>
 
+#include "tp/nn/decode_rows.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/activation.h"
 #include "tp/ops/router_loss.h"
 #include "tp/ops/shape.h"
 
 namespace tp {
+
+namespace {
+
+// One flag per token row of the decoder, in [B * T] order: a decode step's or not (nn/decode_rows.h).
+std::vector<uint8_t> decode_flags(const Tensor& ids, const ForwardOptions& options) {
+  if (options.segments.empty()) return std::vector<uint8_t>(static_cast<size_t>(ids.numel()), options.decode);
+  std::vector<uint8_t> flags;
+  for (const PackedSegment& s : options.segments) flags.insert(flags.end(), static_cast<size_t>(s.tokens), s.decode);
+  return flags;
+}
+
+}  // namespace
 
 Tensor batch_of_ids(const Tensor& ids_in, const ForwardOptions& options) {
   Tensor ids = ids_in.dim() == 1 ? ids_in.reshape({1, ids_in.size(0)}) : ids_in;
@@ -108,6 +121,7 @@ int64_t CausalLM::logits_vocab_start(bool sharded_logits) {
 }
 
 HiddenOutput CausalLM::forward_hidden(const Tensor& ids, const ForwardOptions& options) {
+  const nn::DecodeRows kinds(decode_flags(ids, options));
   HiddenOutput out = run_decoder(ids, options);
   if (!options.output_router_logits || out.router_logits.empty()) return out;
   if (router_top_k_ < 0) {
@@ -125,6 +139,9 @@ HiddenOutput CausalLM::forward_hidden(const Tensor& ids, const ForwardOptions& o
 CausalLMOutput CausalLM::forward_ids(const Tensor& ids, const ForwardOptions& options) {
   HiddenOutput decoded = forward_hidden(ids, options);
   const Tensor h = logit_rows(decoded.hidden, options);
+  // Each picked row is a sequence's next token, alone or beside others': decode's kernels for every one.
+  const nn::DecodeRows kinds(std::vector<uint8_t>(static_cast<size_t>(h.numel() / h.size(-1)),
+                                                  !options.logit_positions.empty()));
   Tensor logits = output_embeddings().call_with_style({h}, head_style(options.sharded_logits));
   if (final_logit_softcapping_ > 0) logits = ops::softcap(logits, final_logit_softcapping_);
   return {.logits = logits,

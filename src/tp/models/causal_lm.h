@@ -48,6 +48,7 @@ struct KVState {
 struct PackedSegment {
   int64_t row = 0;
   int64_t tokens = 0;
+  bool decode = false;  // one token the model generated (a decode step), not a prompt's (nn/decode_rows.h)
 };
 
 // What one forward is asked for (Transformers' forward arguments, explicit).
@@ -66,6 +67,11 @@ struct ForwardOptions {
   // once over the N tokens, so each weight is read once for every sequence of the
   // step. Rows not named are neither read nor written.
   std::vector<PackedSegment> segments;
+  // Unpacked: every token is a decode step, each row's newest generated token (generate's steps after the
+  // prompt). With it, and PackedSegment::decode, each token's products take the kernels of its kind however many
+  // tokens share them (nn/decode_rows.h), so a sequence's bits are the same alone and in any batch; logit rows
+  // picked by logit_positions count as decode rows in lm_head.
+  bool decode = false;
   // Vocab-parallel logits: lm_head keeps this rank's vocabulary slice instead
   // of all-gathering it (the loss-parallel loss, greedy argmax over shards).
   // Possible when lm_head is column-parallel (CausalLM::can_shard_logits).

@@ -1,6 +1,7 @@
 #include "tp/nn/layers.h"
 
 #include "tp/autograd/tape.h"
+#include "tp/nn/decode_rows.h"
 #include "tp/ops/embedding.h"
 #include "tp/ops/norm.h"
 
@@ -66,8 +67,10 @@ Tensor Linear::base_forward(const Tensor& x) {
              quantized_.bits());
     // Prefill (and the backward) compute as the model's other Linears do: in bf16 for a bf16 model or step.
     const bool bf16 = packed_dtype_ == DType::BF16 || compute_dtype == DType::BF16;
+    // Decode steps' rows take decode's kernels however many share the product (nn/decode_rows.h).
+    const int64_t rows = x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
     return ops::linear(x.dtype() == DType::BF16 ? x.to(DType::F32) : x, quantized_, b,
-                       bf16 ? DType::BF16 : DType::F32);
+                       bf16 ? DType::BF16 : DType::F32, DecodeRows::for_rows(rows));
   }
   TP_CHECK(!fused_ || weight.data.defined(),
            "{}: its packed weight lives in its parent's fused GEMM (nn::FusedLinears); "

@@ -1,5 +1,6 @@
 #include "tp/nn/moe.h"
 
+#include "tp/nn/decode_rows.h"
 #include "tp/ops/linear.h"
 #include "tp/ops/moe_experts.h"
 
@@ -79,6 +80,7 @@ Tensor MoeExperts::forward(const std::vector<Tensor>& inputs) {
     o.packed_gate_up = &packed_gate_up_;
     o.packed_up = packed_up_.empty() ? nullptr : &packed_up_;
     o.packed_down = &packed_down_;
+    o.decode_tokens = DecodeRows::for_rows(inputs[0].size(0));
   }
   if (!layout_.gpt_oss) return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data, o);
   o.gate_up_bias = gate_up_proj_bias->data;

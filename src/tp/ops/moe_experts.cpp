@@ -114,10 +114,15 @@ struct ExpertPass {
 
 // An expert's share of a prompt is a few rows: up to this many run decode's kernels a block of kDecodeRows at a
 // time, which stream the codes once a block, rather than prefill's, which dequantize the whole weight for them.
+// (So a prompt token's bits depend on how many share its expert in its step; decode steps' do not: their pairs
+// run decode's kernels however many, ExpertOptions::decode_tokens.)
 constexpr int64_t kFewRows = 16, kDecodeRows = 4;
 
-// rows [m, n] = a [m, k] . W^T (+ bias [n]) for a packed expert weight W [n, k] (QuantizedLinear's kernels).
-void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, float* rows, const float* bias) {
+// rows [m, n] = a [m, k] . W^T (+ bias [n]) for a packed expert weight W [n, k] (QuantizedLinear's kernels). The
+// first `decodes` rows are decode steps' (ExpertOptions::decode_tokens): decode's kernels whatever their number;
+// the others, a prompt's, by their count (above).
+void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, int64_t decodes, float* rows,
+                 const float* bias) {
   const int64_t n = w.out_features(), k = w.in_features();
   Tensor x = Tensor::empty({m, k}), b, y = Tensor::empty({m, n});
   std::memcpy(x.data<float>(), a, static_cast<size_t>(m * k) * sizeof(float));
@@ -125,16 +130,21 @@ void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, float* row
     b = Tensor::empty({n});
     std::memcpy(b.data<float>(), bias, static_cast<size_t>(n) * sizeof(float));
   }
-  const int64_t block = m <= kFewRows ? kDecodeRows : m;
-  for (int64_t r = 0; r < m; r += block) {
-    Tensor y_rows = y.narrow(0, r, std::min(block, m - r));
-    linear_into(y_rows, x.narrow(0, r, std::min(block, m - r)), w, b);
+  const int64_t prompt = m - decodes;
+  const int64_t prompt_block = prompt <= kFewRows ? kDecodeRows : prompt;
+  for (int64_t r = 0; r < m;) {
+    const int64_t block = std::min(r < decodes ? kDecodeRows : prompt_block, (r < decodes ? decodes : m) - r);
+    Tensor y_rows = y.narrow(0, r, block);
+    linear_into(y_rows, x.narrow(0, r, block), w, b);
+    r += block;
   }
   std::memcpy(rows, y.data<float>(), static_cast<size_t>(m * n) * sizeof(float));
 }
 
-void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, const Layout& l, const Tensor& gate_up,
-                const Tensor& down, const Tensor& gate_up_bias, const Tensor& down_bias, int64_t e) {
+// `decodes`: how many of the pairs, the first, are decode steps' (packed experts; packed_rows).
+void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, int64_t decodes, const Layout& l,
+                const Tensor& gate_up, const Tensor& down, const Tensor& gate_up_bias, const Tensor& down_bias,
+                int64_t e) {
   const int64_t K = l.d.K, H = l.d.H, I = l.d.I;
   const bool packed = l.o.packed_gate_up != nullptr;
   p.x.resize(static_cast<size_t>(c * H));
@@ -142,15 +152,15 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
   p.gu.resize(static_cast<size_t>(c * 2 * I));
   if (packed && l.o.packed_up != nullptr) {  // gate and up apart: each into its columns of gu
     p.a.resize(static_cast<size_t>(c * 2 * I));
-    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, p.a.data(), nullptr);
-    packed_rows(p.x.data(), (*l.o.packed_up)[e], c, p.a.data() + c * I, nullptr);
+    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, decodes, p.a.data(), nullptr);
+    packed_rows(p.x.data(), (*l.o.packed_up)[e], c, decodes, p.a.data() + c * I, nullptr);
     for (int64_t i = 0; i < c; ++i)
       for (int64_t j = 0; j < I; ++j) {
         p.gu[i * 2 * I + l.gate_col(j)] = p.a[i * I + j];
         p.gu[i * 2 * I + l.up_col(j)] = p.a[c * I + i * I + j];
       }
   } else if (packed) {
-    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, p.gu.data(), l.gate_up_bias(gate_up_bias, e));
+    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, decodes, p.gu.data(), l.gate_up_bias(gate_up_bias, e));
   } else {
     expert_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(),
                 l.gate_up_bias(gate_up_bias, e));
@@ -171,7 +181,7 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
   }
   p.y.resize(static_cast<size_t>(c * H));
   if (packed)
-    packed_rows(p.a.data(), (*l.o.packed_down)[e], c, p.y.data(), l.down_bias(down_bias, e));
+    packed_rows(p.a.data(), (*l.o.packed_down)[e], c, decodes, p.y.data(), l.down_bias(down_bias, e));
   else
     expert_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
 }
@@ -238,15 +248,21 @@ Dims check_shapes(const Tensor& x, const Tensor& ids, const Tensor& weights, con
 void experts_forward_cpu(const Dims& d, const Tensor& x, const Tensor& ids, const Tensor& weights,
                          const Tensor& gate_up, const Tensor& down, const ExpertOptions& opt, const Tensor& out) {
   const Layout layout{opt, d};
-  const Groups groups = group_by_expert(ids, d.E);
+  Groups groups = group_by_expert(ids, d.E);
   float* o = out.data<float>();
   const float* w = weights.data<float>();
+  const bool kinds = opt.packed_gate_up != nullptr && !opt.decode_tokens.empty();
   ExpertPass pass;
   for (int64_t e = 0; e < d.E; ++e) {
     const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
     if (c == 0) continue;
-    const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
-    run_expert(pass, x.data<float>(), pairs, c, layout, gate_up, down, opt.gate_up_bias, opt.down_bias, e);
+    int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
+    int64_t decodes = 0;
+    if (kinds)  // decode steps' pairs first (a token's sum adds its experts in expert order: the same bits)
+      decodes = std::stable_partition(pairs, pairs + c,
+                                      [&](int64_t pair) { return opt.decode_tokens[pair / d.K] != 0; }) - pairs;
+    run_expert(pass, x.data<float>(), pairs, c, decodes, layout, gate_up, down, opt.gate_up_bias, opt.down_bias,
+               e);
     for (int64_t i = 0; i < c; ++i) {
       float* row = o + (pairs[i] / d.K) * d.H;
       const float wi = w[pairs[i]];
@@ -272,7 +288,7 @@ void experts_backward_cpu(const Dims& d, const Tensor& x, const Tensor& ids, con
     const int64_t c = groups.offsets[e + 1] - groups.offsets[e];
     if (c == 0) continue;
     const int64_t* pairs = &groups.pairs[static_cast<size_t>(groups.offsets[e])];
-    run_expert(pass, x.data<float>(), pairs, c, l, gu32, dn32, saved.gate_up_bias, saved.down_bias, e);
+    run_expert(pass, x.data<float>(), pairs, c, 0, l, gu32, dn32, saved.gate_up_bias, saved.down_bias, e);
     // dweight = <dout[token], y>; dy = weight * dout[token]
     dy.resize(static_cast<size_t>(c * d.H));
     for (int64_t i = 0; i < c; ++i) {
@@ -345,6 +361,8 @@ ExpertOptions ExpertOptions::gpt_oss(float limit, float alpha) {
 Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
                    const Tensor& down, const ExpertOptions& opt) {
   const Dims d = check_shapes(x, ids, weights, gate_up, down, opt);
+  TP_CHECK(opt.decode_tokens.empty() || static_cast<int64_t>(opt.decode_tokens.size()) == d.N,
+           "moe_experts: decode_tokens flags {} tokens of {}", opt.decode_tokens.size(), d.N);
   ExpertOptions saved = opt;  // the biases in f32
   saved.gate_up_bias = f32_or_undefined(opt.gate_up_bias);
   saved.down_bias = f32_or_undefined(opt.down_bias);
@@ -352,6 +370,7 @@ Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, co
   moe_experts_kernels()
       .on(x, ids, weights, gate_up, down, saved.gate_up_bias, saved.down_bias, out)
       .forward(d, x, ids, weights, gate_up, down, saved, out);
+  saved.decode_tokens = {};  // the caller's flags, for this call alone
   std::vector<Tensor> inputs = {x, weights, gate_up, down};
   if (opt.gate_up_bias.defined()) inputs.push_back(opt.gate_up_bias);
   if (opt.down_bias.defined()) inputs.push_back(opt.down_bias);

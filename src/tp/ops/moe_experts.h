@@ -19,6 +19,7 @@
 //   biases   gate_up_bias [E, 2I], down_bias [E, H]
 //   act      gate = min(gate, limit), up = clamp(up, -limit, limit),
 //            (up + 1) * gate * sigmoid(alpha * gate)
+#include <span>
 #include <vector>
 
 #include "tp/ops/quantized_linear.h"
@@ -44,6 +45,10 @@ struct ExpertOptions {
   const std::vector<QuantizedLinear>* packed_gate_up = nullptr;
   const std::vector<QuantizedLinear>* packed_up = nullptr;
   const std::vector<QuantizedLinear>* packed_down = nullptr;
+  // Packed experts: which tokens (one flag per row of x, or empty) are decode steps; their pairs take decode's
+  // kernels however many an expert gets (ops::linear's decode_rows), so their bits do not depend on the tokens
+  // beside them. Empty: every expert's pair count picks.
+  std::span<const uint8_t> decode_tokens;
   static ExpertOptions gpt_oss(float limit, float alpha);
 };
 

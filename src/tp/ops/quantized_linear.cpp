@@ -890,10 +890,59 @@ void input_grad_cpu(const QuantizedLinear::State& s, const Tensor& g, DType comp
     for (int64_t p = 0; p < s.k; ++p) out[i * s.k + s.perm[static_cast<size_t>(p)]] = run_order[i * s.k + p];
 }
 
-// Decode's fused kernels for a few rows, prefill's dequantize-and-GEMM for more;
-// under act-order x's inputs are first put in run order.
+// Decode rows however many: the fused kernels a block of kFusedRows rows at a time, each block streaming W once
+// (one row's bits do not depend on the rows of its block).
+void decode_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
+  for (int64_t r = 0; r < m; r += kFusedRows)
+    fused_product(s, std::min<int64_t>(kFusedRows, m - r), a + r * s.k, bias, c + r * s.n);
+}
+
+// Prompt rows however many: prefill_product over at least kPromptRows rows (zeros below them), since oneDNN runs
+// fewer rows in another order (measured, f32 over 3072 to 14336 inputs: 1-15 rows differ from 16, and 16-80
+// agree): a row's bits would depend on how many prompt rows share its step.
+constexpr int64_t kPromptRows = 16;
+void prompt_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c,
+                    DType compute) {
+  if (m >= kPromptRows) return prefill_product(s, m, a, bias, c, compute);
+  thread_local std::vector<float> x_padded, y_padded;
+  x_padded.assign(static_cast<size_t>(kPromptRows * s.k), 0.f);
+  y_padded.resize(static_cast<size_t>(kPromptRows * s.n));
+  std::copy_n(a, m * s.k, x_padded.data());
+  prefill_product(s, kPromptRows, x_padded.data(), bias, y_padded.data(), compute);
+  std::copy_n(y_padded.data(), m * s.n, c);
+}
+
+// The rows `decode_rows` flags through decode_product, the others through prompt_product (gathered, computed,
+// scattered back; a product of one kind runs in place).
+void mixed_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c,
+                   DType compute, std::span<const uint8_t> decode_rows) {
+  const auto decodes = static_cast<int64_t>(std::count_if(decode_rows.begin(), decode_rows.end(),
+                                                          [](uint8_t d) { return d != 0; }));
+  if (decodes == m) return decode_product(s, m, a, bias, c);
+  if (decodes == 0) return prompt_product(s, m, a, bias, c, compute);
+  thread_local std::vector<float> x_kind, y_kind;
+  x_kind.resize(static_cast<size_t>(m * s.k));
+  y_kind.resize(static_cast<size_t>(m * s.n));
+  for (const bool decode : {true, false}) {
+    int64_t rows = 0;
+    for (int64_t i = 0; i < m; ++i)
+      if ((decode_rows[static_cast<size_t>(i)] != 0) == decode)
+        std::copy_n(a + i * s.k, s.k, x_kind.data() + (rows++) * s.k);
+    if (decode)
+      decode_product(s, rows, x_kind.data(), bias, y_kind.data());
+    else
+      prompt_product(s, rows, x_kind.data(), bias, y_kind.data(), compute);
+    rows = 0;
+    for (int64_t i = 0; i < m; ++i)
+      if ((decode_rows[static_cast<size_t>(i)] != 0) == decode)
+        std::copy_n(y_kind.data() + (rows++) * s.n, s.n, c + i * s.n);
+  }
+}
+
+// Decode's fused kernels for a few rows, prefill's dequantize-and-GEMM for more, or each row by its kind where
+// `decode_rows` says; under act-order x's inputs are first put in run order.
 void forward_cpu(const QuantizedLinear::State& s, const Tensor& x, const Tensor& bias, DType compute,
-                 const Tensor& out) {
+                 std::span<const uint8_t> decode_rows, const Tensor& out) {
   const int64_t m = s.k == 0 ? 0 : x.numel() / s.k;
   const float* a = x.data<float>();
   if (!s.perm.empty()) {  // act-order: x's inputs in run order
@@ -905,6 +954,7 @@ void forward_cpu(const QuantizedLinear::State& s, const Tensor& x, const Tensor&
   }
   if (m == 0 || s.n == 0) return;
   const float* bias_ptr = bias.defined() ? bias.data<float>() : nullptr;
+  if (!decode_rows.empty()) return mixed_product(s, m, a, bias_ptr, out.data<float>(), compute, decode_rows);
   if (m <= kFusedRows) {
     fused_product(s, m, a, bias_ptr, out.data<float>());
     return;
@@ -1138,13 +1188,14 @@ Tensor QuantizedLinear::dequantize() const {
   return out;
 }
 
-Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute) {
+Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
+              std::span<const uint8_t> decode_rows) {
   TP_CHECK(w.defined(), "linear: the quantized weight is not loaded");
   Shape shape = x.shape();
   TP_CHECK(!shape.empty(), "linear: input must have at least one dim");
   shape.back() = w.out_features();
   Tensor out = Tensor::empty(shape);
-  linear_into(out, x, w, b, compute);
+  linear_into(out, x, w, b, compute, decode_rows);
   if (autograd::needs_grad({x, b})) {
     TP_CHECK(!autograd::needs_grad({b}),
              "linear: the bias of a quantized weight takes no gradient (the quantized layer is frozen: train an "
@@ -1160,7 +1211,8 @@ Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType 
   return out;
 }
 
-void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute) {
+void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
+                 std::span<const uint8_t> decode_rows) {
   TP_CHECK(w.defined(), "linear: the quantized weight is not loaded");
   TP_CHECK(compute == DType::F32 || compute == DType::BF16, "linear: a quantized product computes in f32 or bf16, not {}",
            dtype_name(compute));
@@ -1174,7 +1226,9 @@ void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const T
   Tensor bias = b.defined() && b.dtype() != DType::F32 ? b.to(DType::F32) : b;
   TP_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == s.n), "linear: bias shape {} does not match [{}]",
            shape_str(bias.shape()), s.n);
-  quantized_linear_kernels().on(x, bias, out).forward(s, x, bias, compute, out);
+  TP_CHECK(decode_rows.empty() || static_cast<int64_t>(decode_rows.size()) == m,
+           "linear: decode_rows flags {} rows of an input of {}", decode_rows.size(), m);
+  quantized_linear_kernels().on(x, bias, out).forward(s, x, bias, compute, decode_rows, out);
 }
 
 }  // namespace tp::ops

@@ -16,11 +16,13 @@
 // with AVX512-VNNI they run an integer dot-product kernel instead (quantized_linear.cpp): x quantized per row to
 // 16 bits (scale sx = max |x| / 32767), the products exact, within sx / 2 * sum |w| of the exact product. Prefill's (more rows) dequantize W whole into a
 // reused buffer and run the GEMM over it (oneDNN; ordered_gemm where inference products run it), in f32 or
-// (a bf16 model) in bf16. Within each kind a row's output has the same bits whatever the rows around it.
+// (a bf16 model) in bf16. Within each kind a row's output has the same bits whatever the rows around it
+// (prefill's: given decode_rows, below, which runs it over at least 16 rows, where oneDNN's order is one).
 // Under act-order the inputs are permuted once at load so that each group's inputs are contiguous (runs),
 // and x is permuted the same way per call; the sums then run over K in that order.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tp/tensor/tensor.h"
@@ -60,8 +62,10 @@ class QuantizedLinear {
   struct State;
 
  private:
-  friend void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute);
-  friend Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute);
+  friend void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
+                          std::span<const uint8_t> decode_rows);
+  friend Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
+                       std::span<const uint8_t> decode_rows);
   std::shared_ptr<const State> state_;
 };
 
@@ -78,9 +82,16 @@ QuantizedKernel quantized_decode_kernel(int64_t rows);
 // bf16 model) over x and W's values rounded to bf16, as a bf16 Linear computes. W is frozen: where x needs a
 // gradient (LoRA over a quantized base) the backward gives x's alone, dx = dy · W over the same dequantized W in
 // the same arithmetic; a bias that needs one is an error.
-Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor(), DType compute = DType::F32);
+//
+// `decode_rows` (one flag per row of x, or empty): which rows are decode steps, each a sequence's newest token.
+// Empty, the row count picks the kernel (decode's up to 4 rows, prefill's above), so a row's bits depend on how
+// many rows share its product. Given, each row takes its own kind's kernel however many rows there are: decode's
+// (four rows a pass over W, a pass reading W once) for flagged rows, prefill's for the others. A server's step then
+// gives each sequence the bits it gets alone (a prompt's chunk beside 12 decodes, 12 decodes at once).
+Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor(), DType compute = DType::F32,
+              std::span<const uint8_t> decode_rows = {});
 // The same into a preallocated f32 out [..., N].
 void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor(),
-                 DType compute = DType::F32);
+                 DType compute = DType::F32, std::span<const uint8_t> decode_rows = {});
 
 }  // namespace tp::ops

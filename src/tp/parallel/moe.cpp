@@ -1,6 +1,7 @@
 #include "tp/parallel/moe.h"
 
 #include "tp/distributed/functional.h"
+#include "tp/nn/decode_rows.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/elementwise.h"
 #include "tp/ops/moe_dispatch.h"
@@ -199,6 +200,7 @@ Tensor EpDispatchExperts::run_forward(nn::Module& module, std::vector<Tensor> in
   nn::MoeExperts& experts = as_experts(module, "ep_dispatch_experts");
   DispatchState routes;
   const std::vector<Tensor> dispatched = dispatch_tokens(experts, inputs, mesh, routes);
+  const nn::DecodeRows unknown({});  // other ranks' tokens: their kinds are not known here
   return combine_tokens(forward(dispatched), experts, mesh, routes);
 }
 

@@ -75,7 +75,7 @@ void Engine::execute(const StepPlan& plan, std::vector<int64_t>& prefill_tokens,
   }
   for (const StepPlan::Decode& d : plan.decodes) {
     ids.push_back(d.token);
-    options.segments.push_back({.row = d.slot, .tokens = 1});
+    options.segments.push_back({.row = d.slot, .tokens = 1, .decode = true});
     options.logit_positions.push_back(static_cast<int64_t>(ids.size()) - 1);
   }
   const Tensor packed = Tensor::from_ints(ids, {1, static_cast<int64_t>(ids.size())});

@@ -10,9 +10,10 @@ namespace tp::ops {
 
 struct QuantizedLinearKernels {
   // out [M, N] = x [M, K] · W^T (+ bias [N] f32, or undefined): decode's kernels
-  // for a few rows, else W dequantized and a GEMM in `compute` (f32 or bf16).
+  // for a few rows, else W dequantized and a GEMM in `compute` (f32 or bf16); with
+  // decode_rows (M flags), each row by its kind (ops::linear).
   void (*forward)(const QuantizedLinear::State& w, const Tensor& x, const Tensor& bias, DType compute,
-                  const Tensor& out);
+                  std::span<const uint8_t> decode_rows, const Tensor& out);
   // dx [M, K] (zeroed by the caller) = dy [M, N] · W, in the forward's arithmetic.
   void (*input_grad)(const QuantizedLinear::State& w, const Tensor& dy, DType compute, const Tensor& dx);
   // out [N, K] f32 = W, in the checkpoint's input order.
