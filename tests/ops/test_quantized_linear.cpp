@@ -223,7 +223,7 @@ TEST_P(QuantizedShapes, DecodeRowsTakeDecodesKernelsWhateverTheirNumber) {
     const Quantized q = random_quantized(p.bits, p.n, p.k, p.group_size, act_order, 19);
     const ops::QuantizedLinear w = make(q);
     const Tensor bias = Tensor::randn({p.n}, 21);
-    for (int64_t m : {6, 13, 16}) {
+    for (int64_t m : {6, 13, 16, 21}) {  // 21: a sweep of 16 rows, then one of 5
       const Tensor x = Tensor::randn({m, p.k}, 23 + m);
       for (const int every : {1, 3, 0}) {  // every row a decode, two rows of three, none
         std::vector<uint8_t> flags(static_cast<size_t>(m));

@@ -119,8 +119,8 @@ struct ExpertPass {
 constexpr int64_t kFewRows = 16, kDecodeRows = 4;
 
 // rows [m, n] = a [m, k] . W^T (+ bias [n]) for a packed expert weight W [n, k] (QuantizedLinear's kernels). The
-// first `decodes` rows are decode steps' (ExpertOptions::decode_tokens): decode's kernels whatever their number;
-// the others, a prompt's, by their count (above).
+// first `decodes` rows are decode steps' (ExpertOptions::decode_tokens): flagged as such, decode's kernels
+// whatever their number; the others, a prompt's, by their count (above).
 void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, int64_t decodes, float* rows,
                  const float* bias) {
   const int64_t n = w.out_features(), k = w.in_features();
@@ -130,13 +130,16 @@ void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, int64_t de
     b = Tensor::empty({n});
     std::memcpy(b.data<float>(), bias, static_cast<size_t>(n) * sizeof(float));
   }
+  if (decodes > 0) {  // flagged decode rows: decode's kernels, each weight read once for them all
+    Tensor y_rows = y.narrow(0, 0, decodes);
+    linear_into(y_rows, x.narrow(0, 0, decodes), w, b, DType::F32,
+                std::vector<uint8_t>(static_cast<size_t>(decodes), 1));
+  }
   const int64_t prompt = m - decodes;
-  const int64_t prompt_block = prompt <= kFewRows ? kDecodeRows : prompt;
-  for (int64_t r = 0; r < m;) {
-    const int64_t block = std::min(r < decodes ? kDecodeRows : prompt_block, (r < decodes ? decodes : m) - r);
-    Tensor y_rows = y.narrow(0, r, block);
-    linear_into(y_rows, x.narrow(0, r, block), w, b);
-    r += block;
+  const int64_t block = prompt <= kFewRows ? kDecodeRows : prompt;
+  for (int64_t r = decodes; r < m; r += block) {
+    Tensor y_rows = y.narrow(0, r, std::min(block, m - r));
+    linear_into(y_rows, x.narrow(0, r, std::min(block, m - r)), w, b);
   }
   std::memcpy(rows, y.data<float>(), static_cast<size_t>(m * n) * sizeof(float));
 }

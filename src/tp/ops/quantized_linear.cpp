@@ -741,11 +741,31 @@ TP_AVX512_VNNI void split_rows(const int16_t* q, int64_t m, int64_t k, uint8_t* 
   }
 }
 
+// Rows r ..< r + rows of x as the kernels read them.
+Rows rows_from(const Rows& x, const QuantizedLinear::State& s, int64_t r) {
+  Rows part = x;
+  part.a += r * s.k;
+  if (x.q != nullptr) {
+    part.q += r * s.k;
+    part.q_scale += r;
+  }
+  if (x.low != nullptr) {
+    part.low += r * s.k;
+    part.high += r * s.k;
+    part.prefix += r * (s.chunks32 + 1);
+  }
+  return part;
+}
+
+// Decode's product of m rows (at most kMaxDecodeRows): the tiles take kFusedRows rows of x at a time, and each
+// block of W's rows meets every such block of x before the next W block is read, so W is read from memory once
+// (the later passes over a block find it in L2: 48 rows of 4096 4-bit inputs are 96 KiB).
+constexpr int64_t kMaxDecodeRows = 16;
 void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
-  const detail::QuantizedKernel kernel = detail::quantized_decode_kernel(m);
+  const detail::QuantizedKernel kernel = detail::quantized_decode_kernel(std::min<int64_t>(m, kFusedRows));
   Rows x{a, nullptr, nullptr};
   thread_local std::vector<int16_t> quantized;
-  float q_scale[kDotRows];
+  float q_scale[kMaxDecodeRows];
   if (kernel == detail::QuantizedKernel::Avx512Vnni) {
     quantized.resize(static_cast<size_t>(m * s.k));
     quantize_rows(a, m, s.k, quantized.data(), q_scale);
@@ -772,31 +792,34 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
 #pragma omp parallel for schedule(static) if (threaded)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j1 = std::min(s.n, (b + 1) * kBlock);
-    int64_t j = b * kBlock;
-    if (bytes) {
-      const int quads = kDotQuadCols[m - 1];
-      for (; j + 3 < j1; j += 4 * quads) {
-        const int here = static_cast<int>(std::min<int64_t>(quads, (j1 - j) / 4));
-        dot_quad_tile_for(static_cast<int>(m), here)(s, x, j, bias, c);
-        if (here < quads) j -= 4 * (quads - here);  // the last quads of the block
+    for (int64_t r = 0; r < m; r += kFusedRows) {
+      const int mr = static_cast<int>(std::min<int64_t>(kFusedRows, m - r));
+      const Rows xr = rows_from(x, s, r);
+      float* cr = c + r * s.n;
+      int64_t j = b * kBlock;
+      if (bytes) {
+        const int quads = kDotQuadCols[mr - 1];
+        for (; j + 3 < j1; j += 4 * quads) {
+          const int here = static_cast<int>(std::min<int64_t>(quads, (j1 - j) / 4));
+          dot_quad_tile_for(mr, here)(s, xr, j, bias, cr);
+          if (here < quads) j -= 4 * (quads - here);  // the last quads of the block
+        }
       }
-    }
-    if (kernel != detail::QuantizedKernel::Avx2) {
-      const bool dot = kernel == detail::QuantizedKernel::Avx512Vnni;
-      const int pairs = (dot ? kDotPairCols : kPairCols)[m - 1];
-      for (; j + 1 < j1; j += 2 * pairs) {
-        const int here = static_cast<int>(std::min<int64_t>(pairs, (j1 - j) / 2));
-        (dot ? dot_pair_tile_for(s.bits, static_cast<int>(m), here) : pair_tile_for(static_cast<int>(m), here))(
-            s, x, j, bias, c);
-        if (here < pairs) j -= 2 * (pairs - here);  // the last pairs of the block
+      if (kernel != detail::QuantizedKernel::Avx2) {
+        const bool dot = kernel == detail::QuantizedKernel::Avx512Vnni;
+        const int pairs = (dot ? kDotPairCols : kPairCols)[mr - 1];
+        for (; j + 1 < j1; j += 2 * pairs) {
+          const int here = static_cast<int>(std::min<int64_t>(pairs, (j1 - j) / 2));
+          (dot ? dot_pair_tile_for(s.bits, mr, here) : pair_tile_for(mr, here))(s, xr, j, bias, cr);
+          if (here < pairs) j -= 2 * (pairs - here);  // the last pairs of the block
+        }
       }
+      const int cols = kFusedCols[mr - 1];
+      for (; j < j1; j += cols)
+        fused_tile_for(mr, static_cast<int>(std::min<int64_t>(cols, j1 - j)))(s, xr, j, bias, cr);
     }
-    const int cols = kFusedCols[m - 1];
-    for (; j < j1; j += cols)
-      fused_tile_for(static_cast<int>(m), static_cast<int>(std::min<int64_t>(cols, j1 - j)))(s, x, j, bias, c);
   }
 }
-
 
 // Prefill (more rows than the decode kernels take): W dequantized by every thread into a reused buffer (the
 // largest layer's size in the compute dtype), then the GEMM a PackedLinear of the compute dtype runs (oneDNN's,
@@ -890,11 +913,11 @@ void input_grad_cpu(const QuantizedLinear::State& s, const Tensor& g, DType comp
     for (int64_t p = 0; p < s.k; ++p) out[i * s.k + s.perm[static_cast<size_t>(p)]] = run_order[i * s.k + p];
 }
 
-// Decode rows however many: the fused kernels a block of kFusedRows rows at a time, each block streaming W once
-// (one row's bits do not depend on the rows of its block).
+// Decode rows however many: fused_product kMaxDecodeRows at a time (one row's bits do not depend on the rows
+// beside it).
 void decode_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
-  for (int64_t r = 0; r < m; r += kFusedRows)
-    fused_product(s, std::min<int64_t>(kFusedRows, m - r), a + r * s.k, bias, c + r * s.n);
+  for (int64_t r = 0; r < m; r += kMaxDecodeRows)
+    fused_product(s, std::min<int64_t>(kMaxDecodeRows, m - r), a + r * s.k, bias, c + r * s.n);
 }
 
 // Prompt rows however many: prefill_product over at least kPromptRows rows (zeros below them), since oneDNN runs

@@ -86,8 +86,9 @@ QuantizedKernel quantized_decode_kernel(int64_t rows);
 // `decode_rows` (one flag per row of x, or empty): which rows are decode steps, each a sequence's newest token.
 // Empty, the row count picks the kernel (decode's up to 4 rows, prefill's above), so a row's bits depend on how
 // many rows share its product. Given, each row takes its own kind's kernel however many rows there are: decode's
-// (four rows a pass over W, a pass reading W once) for flagged rows, prefill's for the others. A server's step then
-// gives each sequence the bits it gets alone (a prompt's chunk beside 12 decodes, 12 decodes at once).
+// for flagged rows (up to 16 a sweep over W, whose blocks meet them four rows at a time while in L2, so W is
+// read from memory once), prefill's for the others. A server's step then gives each sequence the bits it gets
+// alone (a prompt's chunk beside 12 decodes, 12 decodes at once).
 Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b = Tensor(), DType compute = DType::F32,
               std::span<const uint8_t> decode_rows = {});
 // The same into a preallocated f32 out [..., N].
