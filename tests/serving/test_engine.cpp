@@ -121,6 +121,8 @@ TEST(Engine, QuantizedStepsGiveEachSequenceTheBitsItGetsAlone) {
         EXPECT_TRUE(equal(l.narrow(0, r, 1), forward_alone(r, parts[r], decode[r])))
             << name << " step " << step << " row " << r << (decode[r] ? " (decode)" : " (prompt)");
     }
+    ForwardOptions two{.cache = &batch, .segments = {{.row = 0, .tokens = 2, .decode = true}}};
+    EXPECT_THROW(lm.forward_hidden(Tensor::from_ints({5, 6}, {1, 2}), two), Error);  // a decode step is one token
   }
 }
 

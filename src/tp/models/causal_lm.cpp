@@ -43,6 +43,9 @@ Tensor batch_of_ids(const Tensor& ids_in, const ForwardOptions& options) {
              s.tokens, state->batch());
     TP_CHECK(!seen[static_cast<size_t>(s.row)], "packed segments name cache row {} twice (one segment per row)",
              s.row);
+    TP_CHECK(!s.decode || s.tokens == 1,
+             "packed segment (row {}, {} tokens) is marked a decode step, which is one generated token", s.row,
+             s.tokens);
     seen[static_cast<size_t>(s.row)] = true;
     tokens += s.tokens;
   }
