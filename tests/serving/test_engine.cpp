@@ -5,12 +5,14 @@
 // prefilled in chunks.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "distributed/dist_test_util.h"
 #include "models/model_test_util.h"
 #include "tp/distributed/process_group.h"
 #include "tp/generation/generate.h"
+#include "tp/ops/quantized_linear.h"
 #include "tp/serving/engine.h"
 
 using namespace tp;
@@ -123,6 +125,54 @@ TEST(Engine, QuantizedStepsGiveEachSequenceTheBitsItGetsAlone) {
     }
     ForwardOptions two{.cache = &batch, .segments = {{.row = 0, .tokens = 2, .decode = true}}};
     EXPECT_THROW(lm.forward_hidden(Tensor::from_ints({5, 6}, {1, 2}), two), Error);  // a decode step is one token
+  }
+}
+
+// generate's steps after the prompt, and the engine's decodes, are marked as
+// decode steps: on a quantized model, six sequences' three more tokens add
+// rows to decode's kernels and none to prefill's (unmarked, their 6-row
+// products would dequantize every weight for prefill's GEMM).
+TEST(Engine, QuantizedDecodeStepsRunDecodesKernels) {
+  PretrainedModel model = load_quiet(quantized_dir("gptq-v1-4b-g128-asym-act"));
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t r = 0; r < 6; ++r) {
+    prompts.emplace_back();
+    for (int64_t t = 0; t < 5 + r; ++t) prompts.back().push_back((r * 31 + t * 17 + 3) % 250 + 1);
+  }
+  using ops::detail::quantized_rows_so_far;
+  auto rows_of = [](const auto &run) {
+    const ops::detail::QuantizedRows before = quantized_rows_so_far();
+    run();
+    const ops::detail::QuantizedRows after = quantized_rows_so_far();
+    return ops::detail::QuantizedRows{after.decode - before.decode, after.prefill - before.prefill};
+  };
+  auto generated = [&](int64_t tokens) {
+    return rows_of([&] { generation::generate(model, prompts, {.max_new_tokens = tokens}); });
+  };
+  auto served = [&](int64_t tokens) {  // every prompt submitted before the engine starts: one step prefills them all
+    return rows_of([&] {
+      serving::Engine engine(model, {.max_num_seqs = 6, .max_num_batched_tokens = 128, .max_model_len = 32});
+      std::vector<std::shared_ptr<serving::TokenStream>> streams;
+      std::thread client;
+      if (dist::world_rank() == 0) {
+        for (const auto &p : prompts)
+          streams.push_back(engine.scheduler().submit({.prompt = p, .max_tokens = tokens}));
+        client = std::thread([&] {
+          for (auto &s : streams)
+            collect(*s);
+          engine.scheduler().stop();
+        });
+      }
+      engine.run();
+      if (client.joinable())
+        client.join();
+    });
+  };
+  for (const auto &[what, run] : {std::pair<std::string, std::function<ops::detail::QuantizedRows(int64_t)>>{"generate", generated},
+                                  {"engine", served}}) {
+    const ops::detail::QuantizedRows one = run(1), four = run(4);
+    EXPECT_EQ(four.prefill, one.prefill) << what;
+    EXPECT_GT(four.decode, one.decode) << what;
   }
 }
 

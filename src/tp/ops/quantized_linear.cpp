@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -761,7 +762,10 @@ Rows rows_from(const Rows& x, const QuantizedLinear::State& s, int64_t r) {
 // block of W's rows meets every such block of x before the next W block is read, so W is read from memory once
 // (the later passes over a block find it in L2: 48 rows of 4096 4-bit inputs are 96 KiB).
 constexpr int64_t kMaxDecodeRows = 16;
+std::atomic<int64_t> decode_rows_run{0}, prefill_rows_run{0};  // detail::quantized_rows_so_far
+
 void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c) {
+  decode_rows_run.fetch_add(m, std::memory_order_relaxed);
   const detail::QuantizedKernel kernel = detail::quantized_decode_kernel(std::min<int64_t>(m, kFusedRows));
   Rows x{a, nullptr, nullptr};
   thread_local std::vector<int16_t> quantized;
@@ -870,6 +874,7 @@ const void* gemm_operand(const float* a, int64_t count, DType compute) {
 // oneDNN's bits with the panel's size and were no faster.)
 void prefill_product(const QuantizedLinear::State& s, int64_t m, const float* a, const float* bias, float* c,
                      DType compute) {
+  prefill_rows_run.fetch_add(m, std::memory_order_relaxed);
   const DType dtype = compute == DType::BF16 ? DType::BF16 : DType::F32;
   int64_t ld = 0;
   const void* w = dequantized_weight(s, dtype, &ld);
@@ -1009,6 +1014,10 @@ KernelTable<QuantizedLinearKernels>& quantized_linear_kernels() {
 }
 
 namespace detail {
+
+QuantizedRows quantized_rows_so_far() {
+  return {decode_rows_run.load(std::memory_order_relaxed), prefill_rows_run.load(std::memory_order_relaxed)};
+}
 
 QuantizedKernel quantized_decode_kernel(int64_t rows) {
   static const QuantizedKernel kernel = [] {

@@ -75,6 +75,13 @@ namespace detail {
 // TP_GEMM=ordered, or no brgemm f32 matmul).
 enum class QuantizedKernel { Avx2, Avx512, Avx512Vnni };
 QuantizedKernel quantized_decode_kernel(int64_t rows);
+// Rows this process's quantized products have run through decode's kernels and through prefill's (padding
+// rows included), so far: how a caller's decode steps can be seen to take decode's kernels.
+struct QuantizedRows {
+  int64_t decode = 0;
+  int64_t prefill = 0;
+};
+QuantizedRows quantized_rows_so_far();
 }  // namespace detail
 
 // y [..., N] = x [..., K] · W^T (+ b [N]); x f32. `compute`: the arithmetic of more rows than decode's
