@@ -11,9 +11,12 @@
 // Counters are rates: GFLOP (shown as GFLOP=.../s) for every shape, and for decode
 // (M <= 16) GB of weights read per second. The
 // decode benchmarks rotate over enough weight matrices (>= 192 MiB) that every call
-// reads its weights from DRAM, as a real model's layers do.
+// reads its weights from DRAM, as a real model's layers do. TP_BENCH_CACHED=1 keeps
+// one quantized matrix instead, which stays in cache: the decode kernels' arithmetic
+// rate, apart from the memory's.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -141,7 +144,8 @@ void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits, DType compute,
   std::vector<ops::QuantizedLinear> ws{make_quantized(s, bits, 1)};
   const size_t bytes = ws[0].nbytes();
   // Decode streams from memory: enough distinct copies (>= 192 MiB) to defeat the caches.
-  const size_t copies = s.m <= kDecodeRows ? std::max<size_t>(2, (size_t{192} << 20) / bytes) : 1;
+  const bool cached = std::getenv("TP_BENCH_CACHED") != nullptr && std::string(std::getenv("TP_BENCH_CACHED")) == "1";
+  const size_t copies = s.m <= kDecodeRows && !cached ? std::max<size_t>(2, (size_t{192} << 20) / bytes) : 1;
   for (size_t c = 1; c < copies; ++c) ws.push_back(make_quantized(s, bits, 1 + c));
   Tensor x = Tensor::randn({s.m, s.k}, 1), y = Tensor::empty({s.m, s.n});
   const std::vector<uint8_t> flags(decode_steps ? static_cast<size_t>(s.m) : 0, 1);
