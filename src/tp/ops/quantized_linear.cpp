@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -601,8 +602,10 @@ FusedTileFn dot_pair_tile_for(int bits, int rows, int pairs) {
 constexpr int64_t kCodePrefetchBytes = 4096;
 constexpr int32_t kParamPrefetchGroups = 4;
 
+// The address may lie past the codes (the last chunks' prefetch): a prefetch never faults, and the address is
+// formed as an integer, not as a pointer past its array.
 inline void prefetch_codes(const uint8_t* chunk) {
-  _mm_prefetch(reinterpret_cast<const char*>(chunk + kCodePrefetchBytes), _MM_HINT_T1);
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(chunk) + kCodePrefetchBytes), _MM_HINT_T1);
 }
 
 // Row `row`'s panel's scales and zero points kParamPrefetchGroups after group g, when there is such a group.
