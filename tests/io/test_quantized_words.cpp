@@ -2,6 +2,8 @@
 // values where its format's readers look for them, and unpacks them back.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "tp/io/quantized_words.h"
 #include "tp/io/round_to_nearest.h"
 
@@ -15,22 +17,24 @@ Tensor pattern(int64_t rows, int64_t cols, int bits) {
   return Tensor::from_ints(v, {rows, cols}, DType::U8);
 }
 
+// Whole words, and (13 x 21) a last word along the packed dim that is partly empty.
 TEST(QuantizedWords, EveryLayoutUnpacksWhatItPacks) {
-  for (int bits : {4, 8})
-    for (int packed_dim : {0, 1})
-      for (bool transposed : {false, true})
-        for (bool awq : {false, true}) {
-          if (awq && bits != 4) continue;
-          const io::WordLayout layout{bits, packed_dim, transposed, awq};
-          const Tensor values = pattern(16, 24, bits);
-          const Tensor words = io::pack_words(values, layout);
-          const int64_t pf = 32 / bits, packed_rows = packed_dim == 0 ? 16 / pf : 16,
-                        packed_cols = packed_dim == 1 ? 24 / pf : 24;
-          EXPECT_EQ(words.shape(), transposed ? (Shape{packed_cols, packed_rows}) : (Shape{packed_rows, packed_cols}));
-          EXPECT_EQ(io::unpack_words(words, layout, 16, 24).to_vector(), values.to_vector())
-              << bits << " bits, packed along " << packed_dim << (transposed ? ", transposed" : "")
-              << (awq ? ", AWQ order" : "");
-        }
+  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 24}, {13, 21}})
+    for (int bits : {4, 8})
+      for (int packed_dim : {0, 1})
+        for (bool transposed : {false, true})
+          for (bool awq : {false, true}) {
+            if (awq && bits != 4) continue;
+            const io::WordLayout layout{bits, packed_dim, transposed, awq};
+            const Tensor values = pattern(rows, cols, bits);
+            const Tensor words = io::pack_words(values, layout);
+            const int64_t pf = 32 / bits, packed_rows = packed_dim == 0 ? (rows + pf - 1) / pf : rows,
+                          packed_cols = packed_dim == 1 ? (cols + pf - 1) / pf : cols;
+            EXPECT_EQ(words.shape(), transposed ? (Shape{packed_cols, packed_rows}) : (Shape{packed_rows, packed_cols}));
+            EXPECT_EQ(io::unpack_words(words, layout, rows, cols).to_vector(), values.to_vector())
+                << rows << " x " << cols << ", " << bits << " bits, packed along " << packed_dim
+                << (transposed ? ", transposed" : "") << (awq ? ", AWQ order" : "");
+          }
 }
 
 TEST(QuantizedWords, SlotsAreTheFormatsBitPositions) {

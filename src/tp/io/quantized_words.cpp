@@ -1,5 +1,6 @@
 #include "tp/io/quantized_words.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -41,15 +42,38 @@ void check_words(const Tensor& words, const char* what) {
 
 }  // namespace
 
+// Word by word: each word is read once and its per_word values written out. (Value by value, with a word's
+// index and shift computed for each, unpacking took more time at load than reading the file.)
 Tensor unpack_words(const Tensor& words, const WordLayout& layout, int64_t rows, int64_t cols) {
   check_words(words, "unpack_words");
   const WordAt at{layout, words.size(1)};
+  const int pf = layout.per_word();
   const uint32_t mask = (1u << layout.bits) - 1;
+  const bool along_rows = layout.packed_dim == 0;
+  int shift[8] = {};
+  for (int j = 0; j < pf; ++j) shift[j] = at.shift(along_rows ? j : 0, along_rows ? 0 : j);
+  const int64_t packed_rows = along_rows ? (rows + pf - 1) / pf : rows;
+  const int64_t packed_cols = along_rows ? cols : (cols + pf - 1) / pf;
+  const char* stored = static_cast<const char*>(words.raw_data());
   Tensor out = Tensor::empty({rows, cols}, DType::U8);
   uint8_t* v = out.data<uint8_t>();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      v[r * cols + c] = static_cast<uint8_t>((word(words, at.index(r, c)) >> at.shift(r, c)) & mask);
+  // The word of packed position (pr, pc): its values go down a column (along rows) or along a row.
+  const auto unpack = [&](int64_t pr, int64_t pc) {
+    const int64_t r = along_rows ? pr * pf : pr, c = along_rows ? pc : pc * pf;
+    uint32_t w;
+    std::memcpy(&w, stored + at.index(r, c) * 4, 4);
+    const int64_t count = std::min<int64_t>(pf, along_rows ? rows - r : cols - c);
+    const int64_t step = along_rows ? cols : 1;
+    for (int64_t j = 0; j < count; ++j) v[(r * cols + c) + j * step] = static_cast<uint8_t>((w >> shift[j]) & mask);
+  };
+  // The stored words in their memory order.
+  if (layout.transposed) {
+    for (int64_t pc = 0; pc < packed_cols; ++pc)
+      for (int64_t pr = 0; pr < packed_rows; ++pr) unpack(pr, pc);
+  } else {
+    for (int64_t pr = 0; pr < packed_rows; ++pr)
+      for (int64_t pc = 0; pc < packed_cols; ++pc) unpack(pr, pc);
+  }
   return out;
 }
 

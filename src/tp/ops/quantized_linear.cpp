@@ -1165,13 +1165,32 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
 
   st->lay_out_codes();
   st->codes.assign_zeros(st->code_bytes());
+  // Each row's codes in run order, then its whole chunks written as the kernels read them (the panel layout
+  // above) and its last K % 32 one by one.
   const uint8_t* c = codes.data<uint8_t>();
-  for (int64_t r = 0; r < n; ++r)
+  std::vector<uint8_t> run_codes(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* row = c + r * k;
+    int largest = 0;
     for (int64_t p = 0; p < k; ++p) {
-      const int v = c[r * k + order[static_cast<size_t>(p)]];
-      TP_CHECK(v < limit, "QuantizedLinear: code [{}, {}] = {} does not fit in {} bits", r, order[p], v, bits);
-      st->set_code(r, p, v);
+      run_codes[static_cast<size_t>(p)] = row[order[static_cast<size_t>(p)]];
+      largest = std::max<int>(largest, run_codes[static_cast<size_t>(p)]);
     }
+    if (largest >= limit)
+      for (int64_t p = 0; p < k; ++p)
+        TP_CHECK(run_codes[static_cast<size_t>(p)] < limit, "QuantizedLinear: code [{}, {}] = {} does not fit in {} bits",
+                 r, order[static_cast<size_t>(p)], run_codes[static_cast<size_t>(p)], bits);
+    for (int64_t ch = 0; ch < st->chunks32; ++ch) {
+      const uint8_t* v = run_codes.data() + 32 * ch;
+      uint8_t* dst = st->codes.data() + (st->chunk(r, ch) - st->codes.data());
+      if (bits == 8) {
+        std::memcpy(dst, v, 32);
+      } else {
+        for (int j = 0; j < 16; ++j) dst[j] = static_cast<uint8_t>(v[j] | (v[j + 16] << 4));
+      }
+    }
+    for (int64_t p = 32 * st->chunks32; p < k; ++p) st->set_code(r, p, run_codes[static_cast<size_t>(p)]);
+  }
 
   const float* s = scales.data<float>();
   bool f16_exact = true;
