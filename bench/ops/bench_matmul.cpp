@@ -13,12 +13,18 @@
 // decode benchmarks rotate over enough weight matrices (>= 192 MiB) that every call
 // reads its weights from DRAM, as a real model's layers do. TP_BENCH_CACHED=1 keeps
 // one quantized matrix instead, which stays in cache: the decode kernels' arithmetic
-// rate, apart from the memory's.
+// rate, apart from the memory's. BM_decode_token_linears_* run one decode token's linears of qwen3-0.6b
+// (28 layers, and lm_head where the name says), bf16 and quantized, weights streamed from DRAM:
+//
+//   OMP_NUM_THREADS=1 taskset -c 1 ./build/bench/ops/bench_matmul --benchmark_filter=decode_token
+//       --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tp/autograd/tape.h"
@@ -160,6 +166,52 @@ void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits, DType compute,
     state.counters["GB"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One decode token's linears at tp = 1, in the model's order: qwen3-0.6b's 28 layers of q|k|v (fused), o_proj,
+// gate|up (fused) and down_proj, one row each, then (with_head) lm_head. Each weight is its own memory, so the
+// token streams every byte from DRAM as a model's decode does, without attention, norms or sampling: the
+// kernels' share of a token, bf16 against the quantized forms in the same run. The GB counter counts the
+// bytes held (bf16: 2 a weight; quantized: codes, scales and zeros).
+constexpr int64_t kQwen3Hidden = 1024, kQwen3Layers = 28, kQwen3Vocab = 151936;
+const Shape3 kQwen3LayerLinears[] = {{1, kQwen3Hidden, 4096}, {1, 2048, kQwen3Hidden}, {1, kQwen3Hidden, 6144},
+                                     {1, 3072, kQwen3Hidden}};
+
+void bm_decode_token_linears(benchmark::State& state, int bits, bool with_head) {
+  autograd::NoGradGuard no_grad;
+  std::vector<Shape3> shapes;
+  for (int64_t l = 0; l < kQwen3Layers; ++l) shapes.insert(shapes.end(), std::begin(kQwen3LayerLinears), std::end(kQwen3LayerLinears));
+  if (with_head) shapes.push_back({1, kQwen3Hidden, kQwen3Vocab});
+  std::vector<ops::PackedLinear> dense;  // each packs its own copy: one random weight a shape will do
+  std::map<std::pair<int64_t, int64_t>, Tensor> dense_weights;
+  std::vector<ops::QuantizedLinear> quantized;
+  std::vector<Tensor> xs, ys;
+  double bytes = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape3& s = shapes[i];
+    if (bits == 16) {
+      Tensor& w = dense_weights[{s.n, s.k}];
+      if (!w.defined()) w = Tensor::randn({s.n, s.k}, 100 + i, 0.f, 0.02f, DType::BF16);
+      dense.emplace_back(w, false);
+      bytes += 2.0 * static_cast<double>(s.n * s.k);
+    } else {
+      quantized.push_back(make_quantized(s, bits, 100 + i));
+      bytes += static_cast<double>(quantized.back().nbytes());
+    }
+    xs.push_back(Tensor::randn({1, s.k}, 1 + i));
+    ys.push_back(Tensor::empty({1, s.n}));
+  }
+  for (auto _ : state) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (bits == 16)
+        ops::linear_into(ys[i], xs[i], dense[i]);
+      else
+        ops::linear_into(ys[i], xs[i], quantized[i]);
+    }
+    benchmark::DoNotOptimize(ys.back().raw_data());
+  }
+  state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MB_token"] = bytes * 1e-6;
+}
+
 std::string shape_name(const Shape3& s) {
   return "/M:" + std::to_string(s.m) + "/K:" + std::to_string(s.k) + "/N:" + std::to_string(s.n);
 }
@@ -201,6 +253,14 @@ int main(int argc, char** argv) {
             bm_tp_quantized(st, s, bits, compute, true);
           })->UseRealTime();
       }
+  for (const bool head : {false, true})
+    for (const int bits : {16, 8, 4}) {
+      const std::string name = std::string("BM_decode_token_linears_qwen3_0.6b_") +
+                               (bits == 16 ? "bf16" : bits == 8 ? "int8_g128" : "int4_g128") + (head ? "_lm_head" : "");
+      benchmark::RegisterBenchmark(name.c_str(), [bits, head](benchmark::State& st) {
+        bm_decode_token_linears(st, bits, head);
+      })->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
