@@ -82,10 +82,11 @@ struct QuantizedLinear::State {
     const size_t i = param_at(row, group);
     return scales16.empty() ? scales32[i] : _cvtsh_ss(scales16[i]);
   }
-  // Row `row`'s codes of chunk ch (< chunks32).
-  const uint8_t* chunk(int64_t row, int64_t ch) const {
-    return codes.data() + ((row / kPanel * chunks32 + ch) * kPanel + row % kPanel) * chunk_bytes;
+  // Where row `row`'s codes of chunk ch (< chunks32) start in `codes`, and a pointer there.
+  size_t chunk_offset(int64_t row, int64_t ch) const {
+    return static_cast<size_t>(((row / kPanel * chunks32 + ch) * kPanel + row % kPanel) * chunk_bytes);
   }
+  const uint8_t* chunk(int64_t row, int64_t ch) const { return codes.data() + chunk_offset(row, ch); }
   // The codes' layout for `bits` and k (n set): whole chunks of 32 inputs in panels, then each row's tail.
   void lay_out_codes() {
     chunks32 = k / 32;
@@ -98,7 +99,7 @@ struct QuantizedLinear::State {
   std::pair<size_t, int> code_at(int64_t row, int64_t p) const {
     const int64_t k32 = chunks32 * 32;
     if (p < k32) {
-      const size_t base = static_cast<size_t>(chunk(row, p / 32) - codes.data());
+      const size_t base = chunk_offset(row, p / 32);
       const int64_t j = p % 32;
       if (bits == 8) return {base + j, 0};
       return {base + j % 16, j < 16 ? 0 : 4};
@@ -1182,7 +1183,7 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
                  r, order[static_cast<size_t>(p)], run_codes[static_cast<size_t>(p)], bits);
     for (int64_t ch = 0; ch < st->chunks32; ++ch) {
       const uint8_t* v = run_codes.data() + 32 * ch;
-      uint8_t* dst = st->codes.data() + (st->chunk(r, ch) - st->codes.data());
+      uint8_t* dst = st->codes.data() + st->chunk_offset(r, ch);
       if (bits == 8) {
         std::memcpy(dst, v, 32);
       } else {
