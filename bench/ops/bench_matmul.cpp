@@ -150,7 +150,8 @@ void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits, DType compute,
   std::vector<ops::QuantizedLinear> ws{make_quantized(s, bits, 1)};
   const size_t bytes = ws[0].nbytes();
   // Decode streams from memory: enough distinct copies (>= 192 MiB) to defeat the caches.
-  const bool cached = std::getenv("TP_BENCH_CACHED") != nullptr && std::string(std::getenv("TP_BENCH_CACHED")) == "1";
+  const char* cached_env = std::getenv("TP_BENCH_CACHED");
+  const bool cached = cached_env != nullptr && std::string(cached_env) == "1";
   const size_t copies = s.m <= kDecodeRows && !cached ? std::max<size_t>(2, (size_t{192} << 20) / bytes) : 1;
   for (size_t c = 1; c < copies; ++c) ws.push_back(make_quantized(s, bits, 1 + c));
   Tensor x = Tensor::randn({s.m, s.k}, 1), y = Tensor::empty({s.m, s.n});
