@@ -12,12 +12,13 @@ namespace {
 // column j therefore sits at slot kAwqSlot[j].
 constexpr int kAwqSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
-// A little-endian int32 word of a (possibly unaligned: a view of the file's mapping) tensor.
-uint32_t word(const Tensor& t, int64_t i) {
+// Little-endian int32 word i of bytes that may be unaligned (a view of the file's mapping).
+uint32_t word(const char* bytes, int64_t i) {
   uint32_t w;
-  std::memcpy(&w, static_cast<const char*>(t.raw_data()) + i * 4, 4);
+  std::memcpy(&w, bytes + i * 4, 4);
   return w;
 }
+uint32_t word(const Tensor& t, int64_t i) { return word(static_cast<const char*>(t.raw_data()), i); }
 
 // Where value [r, c] of V sits: its word's index in the stored words and its bit shift.
 struct WordAt {
@@ -60,8 +61,7 @@ Tensor unpack_words(const Tensor& words, const WordLayout& layout, int64_t rows,
   // The word of packed position (pr, pc): its values go down a column (along rows) or along a row.
   const auto unpack = [&](int64_t pr, int64_t pc) {
     const int64_t r = along_rows ? pr * pf : pr, c = along_rows ? pc : pc * pf;
-    uint32_t w;
-    std::memcpy(&w, stored + at.index(r, c) * 4, 4);
+    const uint32_t w = word(stored, at.index(r, c));
     const int64_t count = std::min<int64_t>(pf, along_rows ? rows - r : cols - c);
     const int64_t step = along_rows ? cols : 1;
     for (int64_t j = 0; j < count; ++j) v[(r * cols + c) + j * step] = static_cast<uint8_t>((w >> shift[j]) & mask);

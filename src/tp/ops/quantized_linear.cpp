@@ -113,6 +113,15 @@ struct QuantizedLinear::State {
     const auto [byte, shift] = code_at(row, p);
     return (codes[byte] >> shift) & ((1 << bits) - 1);
   }
+  // Row `row`'s whole chunk ch from its 32 codes in run order (the codes' bytes there still zero).
+  void set_chunk(int64_t row, int64_t ch, const uint8_t* values) {
+    uint8_t* dst = codes.data() + chunk_offset(row, ch);
+    if (bits == 8) {
+      std::memcpy(dst, values, 32);
+    } else {
+      for (int j = 0; j < 16; ++j) dst[j] = static_cast<uint8_t>(values[j] | (values[j + 16] << 4));
+    }
+  }
   void set_code(int64_t row, int64_t p, int value) {
     const auto [byte, shift] = code_at(row, p);
     codes[byte] = static_cast<uint8_t>(codes[byte] | (value << shift));
@@ -1166,8 +1175,7 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
 
   st->lay_out_codes();
   st->codes.assign_zeros(st->code_bytes());
-  // Each row's codes in run order, then its whole chunks written as the kernels read them (the panel layout
-  // above) and its last K % 32 one by one.
+  // Each row's codes in run order, then its whole chunks written at once and its last K % 32 one by one.
   const uint8_t* c = codes.data<uint8_t>();
   std::vector<uint8_t> run_codes(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
@@ -1181,15 +1189,7 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
       for (int64_t p = 0; p < k; ++p)
         TP_CHECK(run_codes[static_cast<size_t>(p)] < limit, "QuantizedLinear: code [{}, {}] = {} does not fit in {} bits",
                  r, order[static_cast<size_t>(p)], run_codes[static_cast<size_t>(p)], bits);
-    for (int64_t ch = 0; ch < st->chunks32; ++ch) {
-      const uint8_t* v = run_codes.data() + 32 * ch;
-      uint8_t* dst = st->codes.data() + st->chunk_offset(r, ch);
-      if (bits == 8) {
-        std::memcpy(dst, v, 32);
-      } else {
-        for (int j = 0; j < 16; ++j) dst[j] = static_cast<uint8_t>(v[j] | (v[j + 16] << 4));
-      }
-    }
+    for (int64_t ch = 0; ch < st->chunks32; ++ch) st->set_chunk(r, ch, run_codes.data() + 32 * ch);
     for (int64_t p = 32 * st->chunks32; p < k; ++p) st->set_code(r, p, run_codes[static_cast<size_t>(p)]);
   }
 
