@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/activation_kernels.h"
 #include "tp/ops/util.h"
 #include "tp/ops/vec.h"
@@ -66,8 +67,10 @@ void swiglu_cpu(const Tensor& a, const Tensor& b, const Tensor& out) {
   float* o = out.data<float>();
   const auto& vk = detail::vec_kernels();
   const int64_t n = a.numel(), chunk = 16384;
-#pragma omp parallel for schedule(static) if (n > 4 * chunk)
-  for (int64_t i = 0; i < n; i += chunk) vk.swiglu(x + i, y + i, o + i, std::min(chunk, n - i));
+  parallel_region(n > 4 * chunk, [&] {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i += chunk) vk.swiglu(x + i, y + i, o + i, std::min(chunk, n - i));
+  });
 }
 
 // One vectorized pass for both gradients (three scalar-exp passes before: ~2% of a training step).
@@ -79,9 +82,11 @@ void swiglu_backward_cpu(const Tensor& a, const Tensor& b, const Tensor& g, cons
   float* pb = db.defined() ? db.data<float>() : nullptr;
   const auto& vk = detail::vec_kernels();
   const int64_t n = a.numel(), chunk = 16384;
-#pragma omp parallel for schedule(static) if (n > 4 * chunk)
-  for (int64_t i = 0; i < n; i += chunk)
-    vk.swiglu_backward(u + i, v + i, gv + i, pa ? pa + i : nullptr, pb ? pb + i : nullptr, std::min(chunk, n - i));
+  parallel_region(n > 4 * chunk, [&] {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i += chunk)
+      vk.swiglu_backward(u + i, v + i, gv + i, pa ? pa + i : nullptr, pb ? pb + i : nullptr, std::min(chunk, n - i));
+  });
 }
 
 void softcap_cpu(const Tensor& x, float c, const Tensor& out) {
@@ -100,23 +105,25 @@ void softmax_cpu(const Tensor& x, int64_t dim, const Tensor& out) {
   DimSplit ax = split_at(x.shape(), dim);
   const float* s = x.data<float>();
   float* o = out.data<float>();
-#pragma omp parallel for collapse(2) schedule(static) if (x.numel() > 16384)
-  for (int64_t a = 0; a < ax.outer; ++a) {
-    for (int64_t c = 0; c < ax.inner; ++c) {
-      const float* row = s + a * ax.n * ax.inner + c;
-      float* orow = o + a * ax.n * ax.inner + c;
-      float mx = -INFINITY;
-      for (int64_t i = 0; i < ax.n; ++i) mx = std::max(mx, row[i * ax.inner]);
-      float total = 0;
-      for (int64_t i = 0; i < ax.n; ++i) {
-        float e = std::exp(row[i * ax.inner] - mx);
-        orow[i * ax.inner] = e;
-        total += e;
+  parallel_region(x.numel() > 16384, [&] {
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t a = 0; a < ax.outer; ++a) {
+      for (int64_t c = 0; c < ax.inner; ++c) {
+        const float* row = s + a * ax.n * ax.inner + c;
+        float* orow = o + a * ax.n * ax.inner + c;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < ax.n; ++i) mx = std::max(mx, row[i * ax.inner]);
+        float total = 0;
+        for (int64_t i = 0; i < ax.n; ++i) {
+          float e = std::exp(row[i * ax.inner] - mx);
+          orow[i * ax.inner] = e;
+          total += e;
+        }
+        float inv = 1.f / total;
+        for (int64_t i = 0; i < ax.n; ++i) orow[i * ax.inner] *= inv;
       }
-      float inv = 1.f / total;
-      for (int64_t i = 0; i < ax.n; ++i) orow[i * ax.inner] *= inv;
     }
-  }
+  });
 }
 
 // dx = y * (g - sum(g * y)) along the axis.
@@ -125,16 +132,18 @@ void softmax_backward_cpu(const Tensor& out, const Tensor& g, int64_t dim, const
   const float* y = out.data<float>();
   const float* gg = g.data<float>();
   float* d = dx.data<float>();
-#pragma omp parallel for collapse(2) schedule(static) if (out.numel() > 16384)
-  for (int64_t a = 0; a < ax.outer; ++a) {
-    for (int64_t c = 0; c < ax.inner; ++c) {
-      int64_t base = a * ax.n * ax.inner + c;
-      float dot = 0;
-      for (int64_t i = 0; i < ax.n; ++i) dot += gg[base + i * ax.inner] * y[base + i * ax.inner];
-      for (int64_t i = 0; i < ax.n; ++i)
-        d[base + i * ax.inner] = y[base + i * ax.inner] * (gg[base + i * ax.inner] - dot);
+  parallel_region(out.numel() > 16384, [&] {
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t a = 0; a < ax.outer; ++a) {
+      for (int64_t c = 0; c < ax.inner; ++c) {
+        int64_t base = a * ax.n * ax.inner + c;
+        float dot = 0;
+        for (int64_t i = 0; i < ax.n; ++i) dot += gg[base + i * ax.inner] * y[base + i * ax.inner];
+        for (int64_t i = 0; i < ax.n; ++i)
+          d[base + i * ax.inner] = y[base + i * ax.inner] * (gg[base + i * ax.inner] - dot);
+      }
     }
-  }
+  });
 }
 
 constexpr ActivationKernels kCpuActivationKernels{silu_cpu,    silu_backward_cpu,    gelu_cpu,    gelu_backward_cpu,

@@ -9,6 +9,7 @@
 
 #include "tp/autograd/checkpoint.h"
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/attention_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
@@ -143,8 +144,7 @@ template <typename T>
 void attention_forward_gemm(const Geometry& g, const T* q, const T* k, const T* v, float* out) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
   int64_t blocks = (g.tq + kQueryBlock - 1) / kQueryBlock;
-#pragma omp parallel
-  {
+  parallel_region(true, [&] {
     float* p = probability_scratch(static_cast<size_t>(kQueryBlock * g.tk));
     T* p_operand = nullptr;
     if constexpr (std::is_same_v<T, float>)
@@ -187,7 +187,7 @@ void attention_forward_gemm(const Geometry& g, const T* q, const T* k, const T* 
         }
       }
     }
-  }
+  });
 }
 
 // Decode-sized work with a row per thread: for each query row, walk the keys in
@@ -198,8 +198,7 @@ constexpr int64_t kKeyBlock = 16;
 
 template <typename T>
 void attention_forward_rows(const Geometry& g, const float* q, const T* k, const T* v, float* out) {
-#pragma omp parallel
-  {
+  parallel_region(true, [&] {
     float* p = probability_scratch(static_cast<size_t>(g.hq * g.tk));
     const auto& vk = detail::vec_kernels();
     const int64_t stride = g.hkv * g.d;
@@ -231,15 +230,14 @@ void attention_forward_rows(const Geometry& g, const float* q, const T* k, const
         }
       }
     }
-  }
+  });
 }
 
 // Fewer query rows than threads (decode at batch 1 on several threads): split
 // the kv heads across threads instead, each walking its keys once per group.
 template <typename T>
 void attention_forward_heads(const Geometry& g, const float* q, const T* k, const T* v, float* out) {
-#pragma omp parallel
-  {
+  parallel_region(true, [&] {
     float* p = probability_scratch(static_cast<size_t>(g.group * g.tk));
     const auto& vk = detail::vec_kernels();
 #pragma omp for collapse(3) schedule(static)
@@ -255,7 +253,7 @@ void attention_forward_heads(const Geometry& g, const float* q, const T* k, cons
         }
       }
     }
-  }
+  });
 }
 
 // The rows of `src` (f32) that the GEMM path reads, rounded to bf16 into this

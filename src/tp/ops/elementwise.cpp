@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/elementwise_kernels.h"
 #include "tp/ops/util.h"
 
@@ -37,12 +38,14 @@ void sum_rows_cpu(const Tensor& g, const Tensor& out) {
   std::fill(d, d + p, 0.f);
   const float* s = g.data<float>();
   int64_t rows = p == 0 ? 0 : g.numel() / p;
-#pragma omp parallel for schedule(static) if (g.numel() > 65536)
-  for (int64_t j0 = 0; j0 < p; j0 += 256) {
-    int64_t j1 = std::min(p, j0 + 256);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = j0; j < j1; ++j) d[j] += s[i * p + j];
-  }
+  parallel_region(g.numel() > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t j0 = 0; j0 < p; j0 += 256) {
+      int64_t j1 = std::min(p, j0 + 256);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = j0; j < j1; ++j) d[j] += s[i * p + j];
+    }
+  });
 }
 
 // out[r, j] = f(big[r, j], small[j]) over the rows of `small.numel()` elements.
@@ -54,11 +57,10 @@ void binary(const Tensor& big_t, const Tensor& small_t, const Tensor& out, F f) 
   int64_t n = out.numel(), p = small_t.numel();
   if (p == 0) return;
   int64_t rows = n / p;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, n > 65536, [&](int64_t r) {
 #pragma omp simd
     for (int64_t j = 0; j < p; ++j) o[r * p + j] = f(big[r * p + j], small[j]);
-  }
+  });
 }
 
 constexpr auto plus = [](float x, float y) { return x + y; };
@@ -97,11 +99,10 @@ void add_into_cpu(const Tensor& a, const Tensor& small) {
   const float* s = small.data<float>();
   int64_t n = a.numel(), p = small.numel();
   if (p == 0) return;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t r = 0; r < n / p; ++r) {
+  parallel_for(n / p, n > 65536, [&](int64_t r) {
 #pragma omp simd
     for (int64_t j = 0; j < p; ++j) o[r * p + j] += s[j];
-  }
+  });
 }
 
 constexpr ElementwiseKernels kCpuElementwiseKernels{add_cpu,   mul_cpu, mul_backward_cpu, sum_rows_cpu,

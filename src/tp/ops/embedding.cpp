@@ -1,6 +1,7 @@
 #include "tp/ops/embedding.h"
 
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/embedding_kernels.h"
 #include "tp/ops/util.h"
 #include "tp/tensor/convert.h"
@@ -18,11 +19,10 @@ void gather_cpu(const Tensor& ids, const Tensor& rows_t, int64_t first_id, const
   const DType dtype = rows_t.dtype();
   const size_t esize = dtype_size(dtype);
   float* o = out.data<float>();
-#pragma omp parallel for schedule(static) if (n * h > 65536)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n * h > 65536, [&](int64_t i) {
     const int64_t r = id[i] - first_id;
     if (r >= 0 && r < count) convert(rows + r * h * esize, dtype, o + i * h, DType::F32, static_cast<size_t>(h));
-  }
+  });
 }
 
 void scatter_add_cpu(const Tensor& ids, const Tensor& g, int64_t first_id, const Tensor& d_t) {
@@ -31,15 +31,17 @@ void scatter_add_cpu(const Tensor& ids, const Tensor& g, int64_t first_id, const
   const float* gs = g.data<float>();
   float* d = d_t.data<float>();
   // Columns split over threads, so rows hit by repeated ids never race.
-#pragma omp parallel for schedule(static) if (n * h > 65536)
-  for (int64_t c0 = 0; c0 < h; c0 += 64) {
-    const int64_t c1 = std::min(h, c0 + 64);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t r = id[i] - first_id;
-      if (r < 0 || r >= rows) continue;
-      for (int64_t c = c0; c < c1; ++c) d[r * h + c] += gs[i * h + c];
+  parallel_region(n * h > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t c0 = 0; c0 < h; c0 += 64) {
+      const int64_t c1 = std::min(h, c0 + 64);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = id[i] - first_id;
+        if (r < 0 || r >= rows) continue;
+        for (int64_t c = c0; c < c1; ++c) d[r * h + c] += gs[i * h + c];
+      }
     }
-  }
+  });
 }
 
 constexpr EmbeddingKernels kCpuEmbeddingKernels{gather_cpu, scatter_add_cpu};

@@ -13,6 +13,7 @@
 #include "tp/autograd/checkpoint.h"
 #include "tp/autograd/grad_state.h"
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/bf16_rounding.h"
 #include "tp/ops/detail/bf16_gemv.h"
 #include "tp/ops/detail/bf16_pairs.h"
@@ -96,12 +97,14 @@ void bias_grad_cpu(const Tensor& dy, const Tensor& db) {
   float* d = db.data<float>();
   const float* g = dy.data<float>();
   // Columns split over threads; each thread sums its columns over all rows.
-#pragma omp parallel for schedule(static) if (m * n > 65536)
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    int64_t j1 = std::min(n, j0 + 64);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = j0; j < j1; ++j) d[j] += g[i * n + j];
-  }
+  parallel_region(m * n > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t j0 = 0; j0 < n; j0 += 64) {
+      int64_t j1 = std::min(n, j0 + 64);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = j0; j < j1; ++j) d[j] += g[i * n + j];
+    }
+  });
 }
 
 void matmul_cpu(const Tensor& a, const Tensor& b, const Tensor& y) {
@@ -536,9 +539,11 @@ void paired_linear_into(const Tensor& out, const Tensor& x, PackedLinear::State&
     p.prim.execute(detail::dnnl_stream(), args);
     detail::dnnl_stream().wait();
     if (!whole) {
-#pragma omp parallel for schedule(static) if (m * cols > 65536)
-      for (int64_t i = 0; i < m; ++i)
-        std::memcpy(y + i * n + n0, cols_buf + i * cols, static_cast<size_t>(cols) * sizeof(float));
+      parallel_region(m * cols > 65536, [&] {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < m; ++i)
+          std::memcpy(y + i * n + n0, cols_buf + i * cols, static_cast<size_t>(cols) * sizeof(float));
+      });
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/loss_kernels.h"
 #include "tp/ops/util.h"
 
@@ -44,12 +45,14 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, int
   const float* x = logits.data<float>();
   const float* lse = lse_t.data<float>();
   float* d = dx.data<float>();
-#pragma omp parallel for schedule(static) if (n * v > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    if (t[i] == ignore_index) continue;
-    for (int64_t j = 0; j < v; ++j) d[i * v + j] = k * std::exp(x[i * v + j] - lse[i]);
-    d[i * v + t[i]] -= k;
-  }
+  parallel_region(n * v > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      if (t[i] == ignore_index) continue;
+      for (int64_t j = 0; j < v; ++j) d[i * v + j] = k * std::exp(x[i * v + j] - lse[i]);
+      d[i * v + t[i]] -= k;
+    }
+  });
 }
 
 constexpr LossKernels kCpuLossKernels{cross_entropy_cpu, cross_entropy_backward_cpu};

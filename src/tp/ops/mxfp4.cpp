@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/mxfp4_kernels.h"
 
 namespace tp::ops {
@@ -18,18 +19,20 @@ void dequantise_cpu(const Tensor& blocks, const Tensor& scales, int64_t lo, cons
   const uint8_t* b = blocks.data<uint8_t>();
   const uint8_t* s = scales.data<uint8_t>();
   float* o = out.data<float>();
-#pragma omp parallel for collapse(2) if (E * O * G > 65536)
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r = 0; r < O; ++r) {
-      const int64_t row = e * O + r;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t k = lo + i, g = k / kMxfp4Block, j = k % kMxfp4Block;
-        const uint8_t byte = b[(row * G + g) * 16 + j / 2];
-        const uint8_t nib = j % 2 == 0 ? byte & 0x0F : byte >> 4;
-        const float v = kE2M1[nib & 7] * std::ldexp(1.f, static_cast<int>(s[row * G + g]) - 127);
-        o[(e * n + i) * O + r] = nib & 8 ? -v : v;
+  parallel_region(E * O * G > 65536, [&] {
+#pragma omp for collapse(2)
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < O; ++r) {
+        const int64_t row = e * O + r;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t k = lo + i, g = k / kMxfp4Block, j = k % kMxfp4Block;
+          const uint8_t byte = b[(row * G + g) * 16 + j / 2];
+          const uint8_t nib = j % 2 == 0 ? byte & 0x0F : byte >> 4;
+          const float v = kE2M1[nib & 7] * std::ldexp(1.f, static_cast<int>(s[row * G + g]) - 127);
+          o[(e * n + i) * O + r] = nib & 8 ? -v : v;
+        }
       }
-    }
+  });
 }
 
 void codes_cpu(const Tensor& packed, const Tensor& codes) {
@@ -47,28 +50,30 @@ void quantise_cpu(const Tensor& w, const Tensor& blocks, const Tensor& scales) {
   const float* src = w.data<float>();
   uint8_t* b = blocks.data<uint8_t>();
   uint8_t* s = scales.data<uint8_t>();
-#pragma omp parallel for collapse(2) if (E * O * G > 65536)
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r = 0; r < O; ++r)
-      for (int64_t g = 0; g < G; ++g) {
-        auto at = [&](int64_t j) { return src[(e * I + g * kMxfp4Block + j) * O + r]; };
-        float mx = 0.f;
-        for (int64_t j = 0; j < kMxfp4Block; ++j) mx = std::max(mx, std::fabs(at(j)));
-        // The smallest power of two 2^x with mx / 2^x <= 6 (E2M1's largest value).
-        int x = mx > 0.f ? static_cast<int>(std::ceil(std::log2(mx / 6.f))) : -127;
-        x = std::clamp(x, -127, 127);
-        const int64_t row = e * O + r;
-        s[row * G + g] = static_cast<uint8_t>(x + 127);
-        const float inv = std::ldexp(1.f, -x);
-        for (int64_t j = 0; j < kMxfp4Block; ++j) {
-          const float v = at(j) * inv, a = std::fabs(v);
-          int best = 0;
-          for (int k = 1; k < 8; ++k)
-            if (std::fabs(kE2M1[k] - a) < std::fabs(kE2M1[best] - a)) best = k;
-          const uint8_t nib = static_cast<uint8_t>(best | (v < 0.f && best != 0 ? 8 : 0));
-          b[(row * G + g) * 16 + j / 2] |= j % 2 == 0 ? nib : static_cast<uint8_t>(nib << 4);
+  parallel_region(E * O * G > 65536, [&] {
+#pragma omp for collapse(2)
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < O; ++r)
+        for (int64_t g = 0; g < G; ++g) {
+          auto at = [&](int64_t j) { return src[(e * I + g * kMxfp4Block + j) * O + r]; };
+          float mx = 0.f;
+          for (int64_t j = 0; j < kMxfp4Block; ++j) mx = std::max(mx, std::fabs(at(j)));
+          // The smallest power of two 2^x with mx / 2^x <= 6 (E2M1's largest value).
+          int x = mx > 0.f ? static_cast<int>(std::ceil(std::log2(mx / 6.f))) : -127;
+          x = std::clamp(x, -127, 127);
+          const int64_t row = e * O + r;
+          s[row * G + g] = static_cast<uint8_t>(x + 127);
+          const float inv = std::ldexp(1.f, -x);
+          for (int64_t j = 0; j < kMxfp4Block; ++j) {
+            const float v = at(j) * inv, a = std::fabs(v);
+            int best = 0;
+            for (int k = 1; k < 8; ++k)
+              if (std::fabs(kE2M1[k] - a) < std::fabs(kE2M1[best] - a)) best = k;
+            const uint8_t nib = static_cast<uint8_t>(best | (v < 0.f && best != 0 ? 8 : 0));
+            b[(row * G + g) * 16 + j / 2] |= j % 2 == 0 ? nib : static_cast<uint8_t>(nib << 4);
+          }
         }
-      }
+  });
 }
 
 constexpr Mxfp4Kernels kCpuMxfp4Kernels{dequantise_cpu, codes_cpu, quantise_cpu};

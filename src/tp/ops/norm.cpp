@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/norm_kernels.h"
 #include "tp/ops/util.h"
 #include "tp/tensor/convert.h"
@@ -25,8 +26,7 @@ float rstd_of(const float* row, int64_t h, double eps) {
 // rstd [R] of x [R, H].
 std::vector<float> row_rstd(const float* x, int64_t rows, int64_t h, double eps) {
   std::vector<float> rstd(static_cast<size_t>(rows));
-#pragma omp parallel for schedule(static) if (rows * h > 65536)
-  for (int64_t r = 0; r < rows; ++r) rstd[r] = rstd_of(x + r * h, h, eps);
+  parallel_for(rows, rows * h > 65536, [&](int64_t r) { rstd[r] = rstd_of(x + r * h, h, eps); });
   return rstd;
 }
 
@@ -40,8 +40,7 @@ void normalize_rows_cpu(const Tensor& x_t, const Tensor& delta_t, const Tensor& 
   const float* delta = delta_t.defined() ? delta_t.data<float>() : nullptr;
   float* sum = sum_t.defined() ? sum_t.data<float>() : nullptr;
   const bool to_bf16 = out.dtype() == DType::BF16;
-#pragma omp parallel if (rows * h > 65536)
-  {
+  parallel_region(rows * h > 65536, [&] {
     std::vector<float> row(to_bf16 ? static_cast<size_t>(h) : 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -58,7 +57,7 @@ void normalize_rows_cpu(const Tensor& x_t, const Tensor& delta_t, const Tensor& 
       for (int64_t i = 0; i < h; ++i) o[i] = w[i] * (in[i] * rstd);
       if (to_bf16) convert_f32_to_bf16(o, out.data<bf16>() + r * h, static_cast<size_t>(h));
     }
-  }
+  });
 }
 
 void offset_weight_cpu(const Tensor& w, double offset, const Tensor& out) {
@@ -78,25 +77,23 @@ void norm_backward_cpu(const Tensor& x, const Tensor& w, const Tensor& g, double
   std::vector<float> rstd = row_rstd(xs, rows, h, eps);
   if (dx.defined()) {
     float* d = dx.data<float>();
-#pragma omp parallel for schedule(static) if (rows * h > 65536)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * h > 65536, [&](int64_t r) {
       const float* xr = xs + r * h;
       const float* gr = gs + r * h;
       float dot = 0;
       for (int64_t i = 0; i < h; ++i) dot += ws[i] * gr[i] * xr[i] * rstd[r];
       float mean = dot / static_cast<float>(h);
       for (int64_t i = 0; i < h; ++i) d[r * h + i] = rstd[r] * (ws[i] * gr[i] - xr[i] * rstd[r] * mean);
-    }
+    });
   }
   if (dw.defined()) {
     float* d = dw.data<float>();
     std::fill(d, d + h, 0.f);
-#pragma omp parallel for schedule(static) if (rows * h > 65536)
-    for (int64_t i0 = 0; i0 < h; i0 += 64) {
-      int64_t i1 = std::min(h, i0 + 64);
+    parallel_for((h + 63) / 64, rows * h > 65536, [&](int64_t block) {
+      const int64_t i0 = block * 64, i1 = std::min(h, i0 + 64);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t i = i0; i < i1; ++i) d[i] += gs[r * h + i] * xs[r * h + i] * rstd[r];
-    }
+    });
   }
 }
 

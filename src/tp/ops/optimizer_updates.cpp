@@ -6,6 +6,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/optimizer_update_kernels.h"
 #include "tp/ops/util.h"
 #include "tp/tensor/convert.h"
@@ -75,16 +76,18 @@ template <class Update>
 void by_blocks(const Tensor& w_t, const Tensor& compute, Update update) {
   const float* w = w_t.data<float>();
   const int64_t n = w_t.numel(), blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 16)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t at = b * kBlock, len = std::min(kBlock, n - at);
-    update(at, len);
-    if (!compute.defined()) continue;
-    if (compute.dtype() == DType::BF16)
-      convert_f32_to_bf16(w + at, compute.data<bf16>() + at, static_cast<size_t>(len));
-    else
-      round_f32_to_bf16(w + at, compute.data<float>() + at, static_cast<size_t>(len));
-  }
+  parallel_region(blocks > 16, [&] {
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = b * kBlock, len = std::min(kBlock, n - at);
+      update(at, len);
+      if (!compute.defined()) continue;
+      if (compute.dtype() == DType::BF16)
+        convert_f32_to_bf16(w + at, compute.data<bf16>() + at, static_cast<size_t>(len));
+      else
+        round_f32_to_bf16(w + at, compute.data<float>() + at, static_cast<size_t>(len));
+    }
+  });
 }
 
 void adamw_cpu(const AdamWScalars& c, const Tensor& w_t, const Tensor& g_t, const Tensor& m_t, const Tensor& v_t,

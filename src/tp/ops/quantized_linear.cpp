@@ -2,8 +2,6 @@
 
 #include <immintrin.h>
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -17,6 +15,7 @@
 #include <utility>
 
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/quantized_linear_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/ordered_gemm.h"
@@ -831,9 +830,7 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
   // Blocks of W's rows split over the threads; each streams its rows once.
   constexpr int64_t kBlock = 48;
   const int64_t blocks = (s.n + kBlock - 1) / kBlock;
-  const bool threaded = blocks > 1 && s.n * s.k >= (int64_t{1} << 16) && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (threaded)
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallel_for(blocks, blocks > 1 && s.n * s.k >= (int64_t{1} << 16), [&](int64_t b) {
     const int64_t j1 = std::min(s.n, (b + 1) * kBlock);
     for (int64_t r = 0; r < m; r += kFusedRows) {
       const int mr = static_cast<int>(std::min<int64_t>(kFusedRows, m - r));
@@ -861,7 +858,7 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
       for (; j < j1; j += cols)
         fused_tile_for(mr, static_cast<int>(std::min<int64_t>(cols, j1 - j)))(s, xr, j, bias, cr);
     }
-  }
+  });
 }
 
 // Prefill (more rows than the decode kernels take): W dequantized by every thread into a reused buffer (the
@@ -885,14 +882,13 @@ const void* dequantized_weight(const QuantizedLinear::State& s, DType compute, i
   void* const w = buffer->data();  // (the threads below see their own thread_local, not this one)
   constexpr int64_t kRows = 8;
   const int64_t blocks = (s.n + kRows - 1) / kRows;
-#pragma omp parallel for schedule(static) if (blocks > 1 && !omp_in_parallel())
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallel_for(blocks, blocks > 1, [&](int64_t b) {
     const int64_t r0 = b * kRows, r1 = std::min(s.n, r0 + kRows);
     if (bf16_math)
       s.dequantize_rows_bf16(r0, r1, static_cast<bf16*>(w) + r0 * stride, stride);
     else
       s.dequantize_rows(r0, r1, static_cast<float*>(w) + r0 * stride, stride);
-  }
+  });
   return w;
 }
 

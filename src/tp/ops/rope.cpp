@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tp/autograd/tape.h"
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/rope_kernels.h"
 #include "tp/ops/util.h"
 
@@ -109,8 +110,7 @@ void rotate_cpu(const Tensor& x_t, const Tensor& positions, const std::vector<fl
   // Interleaved: pair i is (2i, 2i + 1); rotate-half: (i, i + R/2).
   const bool interleaved = opt.layout == RopeLayout::Interleaved;
   const int64_t stride = interleaved ? 2 : 1, partner = interleaved ? 1 : half;
-#pragma omp parallel for schedule(static) if (bt * h * d > 65536)
-  for (int64_t r = 0; r < bt; ++r) {
+  parallel_for(bt, bt * h * d > 65536, [&](int64_t r) {
     std::vector<float> c(half), s(half);
     float p = static_cast<float>(pos[r]);
     for (int64_t i = 0; i < half; ++i) {
@@ -129,7 +129,7 @@ void rotate_cpu(const Tensor& x_t, const Tensor& positions, const std::vector<fl
       }
       for (int64_t i = 2 * half; i < d; ++i) yr[i] = xr[i];
     }
-  }
+  });
 }
 
 constexpr RopeKernels kCpuRopeKernels{rotate_cpu};

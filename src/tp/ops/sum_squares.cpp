@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/sum_squares_kernels.h"
 #include "tp/ops/util.h"
 
@@ -44,8 +45,10 @@ void accumulate_cpu(const Tensor& x, double& total) {
   const float* g = x.data<float>();
   const int64_t n = x.numel(), block = 1 << 16, blocks = (n + block - 1) / block;
   std::vector<double> part(static_cast<size_t>(blocks));
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) part[b] = sum_squares(g + b * block, std::min(block, n - b * block));
+  parallel_region(blocks > 1, [&] {
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) part[b] = sum_squares(g + b * block, std::min(block, n - b * block));
+  });
   for (double s : part) total += s;
 }
 

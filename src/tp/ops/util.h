@@ -1,5 +1,6 @@
 #pragma once
 // Small helpers shared by the op implementations (not part of the public API).
+#include "tp/core/parallel_for.h"
 #include "tp/tensor/tensor.h"
 
 namespace tp::ops {
@@ -26,8 +27,10 @@ void map_f32(const Tensor& x, const Tensor& out, F f) {
   const float* s = x.data<float>();
   float* d = out.data<float>();
   int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) d[i] = f(s[i]);
+  parallel_region(n > 65536, [&] {
+#pragma omp for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = f(s[i]);
+  });
 }
 
 // out[i] = f(a[i], b[i]) over f32 tensors of the same numel.
@@ -37,8 +40,10 @@ void zip_f32(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const float* y = b.data<float>();
   float* d = out.data<float>();
   int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) d[i] = f(x[i], y[i]);
+  parallel_region(n > 65536, [&] {
+#pragma omp for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = f(x[i], y[i]);
+  });
 }
 
 // A new handle on the same data, so that an op's output never shares autograd

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/vocab_parallel_loss_kernels.h"
 #include "tp/ops/gemm.h"
 #include "tp/ops/util.h"
@@ -20,8 +21,10 @@ void row_max_cpu(const Tensor& logits, const Tensor& row_max) {
   const int64_t rows = logits.size(0), v = logits.size(1);
   const float* x = logits.data<float>();
   float* m = row_max.data<float>();
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) m[r] = vk.max(x + r * v, v);
+  parallel_region(rows * v > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) m[r] = vk.max(x + r * v, v);
+  });
 }
 
 void exp_sums_cpu(const Tensor& logits, const Tensor& row_max, const Tensor& target_t, int64_t start,
@@ -33,12 +36,14 @@ void exp_sums_cpu(const Tensor& logits, const Tensor& row_max, const Tensor& tar
   const int64_t* target = target_t.data<int64_t>();
   float* se = sums.data<float>();
   float* tl = se + rows;
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    se[r] = vk.exp_sum(x + r * v, v, m[r]);
-    const int64_t local = target[r] - start;
-    if (target[r] != ignore_index && local >= 0 && local < v) tl[r] = x[r * v + local];
-  }
+  parallel_region(rows * v > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      se[r] = vk.exp_sum(x + r * v, v, m[r]);
+      const int64_t local = target[r] - start;
+      if (target[r] != ignore_index && local >= 0 && local < v) tl[r] = x[r * v + local];
+    }
+  });
 }
 
 void online_stats_cpu(const Tensor& logits, const Tensor& target_t, int64_t start, int64_t ignore_index,
@@ -50,17 +55,19 @@ void online_stats_cpu(const Tensor& logits, const Tensor& target_t, int64_t star
   float* mx = row_max.data<float>();
   float* se = sum_exp.data<float>();
   float* tl = target_logit.data<float>();
-#pragma omp parallel for schedule(static) if (n * nb > 65536)
-  for (int64_t r = 0; r < n; ++r) {
-    const float m = vk.max(x + r * nb, nb);
-    if (m > mx[r]) {
-      se[r] *= std::exp(mx[r] - m);
-      mx[r] = m;
+  parallel_region(n * nb > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) {
+      const float m = vk.max(x + r * nb, nb);
+      if (m > mx[r]) {
+        se[r] *= std::exp(mx[r] - m);
+        mx[r] = m;
+      }
+      se[r] += vk.exp_sum(x + r * nb, nb, mx[r]);
+      const int64_t local = target[r] - start;
+      if (target[r] != ignore_index && local >= 0 && local < nb) tl[r] = x[r * nb + local];
     }
-    se[r] += vk.exp_sum(x + r * nb, nb, mx[r]);
-    const int64_t local = target[r] - start;
-    if (target[r] != ignore_index && local >= 0 && local < nb) tl[r] = x[r * nb + local];
-  }
+  });
 }
 
 void rescale_to_max_cpu(const Tensor& global_max, const Tensor& row_max, const Tensor& sum_exp) {
@@ -95,17 +102,19 @@ void softmax_grad_cpu(const Tensor& logits, const Tensor& target_t, int64_t star
   const int64_t* target = target_t.data<int64_t>();
   const float* mx = row_max.data<float>();
   const float* se = sum_exp.data<float>();
-#pragma omp parallel for schedule(static) if (rows * v > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* dr = x + r * v;
-    if (target[r] == ignore_index) {
-      std::fill(dr, dr + v, 0.f);
-      continue;
+  parallel_region(rows * v > 65536, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* dr = x + r * v;
+      if (target[r] == ignore_index) {
+        std::fill(dr, dr + v, 0.f);
+        continue;
+      }
+      vk.exp_scale(dr, v, mx[r], k / se[r], dr);
+      const int64_t local = target[r] - start;
+      if (local >= 0 && local < v) dr[local] -= k;
     }
-    vk.exp_scale(dr, v, mx[r], k / se[r], dr);
-    const int64_t local = target[r] - start;
-    if (local >= 0 && local < v) dr[local] -= k;
-  }
+  });
 }
 
 void to_bf16_cpu(const Tensor& hidden, const Tensor& out) {

@@ -1,5 +1,7 @@
 #include "tp/tensor/accumulate.h"
 
+#include "tp/core/parallel_for.h"
+
 namespace tp {
 
 void add_into(Tensor& dst, const Tensor& src) {
@@ -8,8 +10,10 @@ void add_into(Tensor& dst, const Tensor& src) {
   if (dst.dtype() == DType::F32 && src.dtype() == DType::F32) {
     float* d = dst.data<float>();
     const float* s = src.data<float>();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    parallel_region(n > 65536, [&] {
+#pragma omp for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    });
     return;
   }
   Tensor a = dst.to(DType::F32).clone(), b = src.to(DType::F32);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tp/core/parallel_for.h"
 #include "tp/tensor/convert.h"
 #include "tp/tensor/random.h"
 
@@ -74,16 +75,14 @@ Tensor Tensor::wrap(std::shared_ptr<Storage> storage, size_t offset, const Shape
 Tensor Tensor::randn(const Shape& shape, uint64_t seed, float mean, float std, DType dtype) {
   int64_t n = tp::numel(shape);
   std::vector<float> v(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) v[i] = mean + std * static_cast<float>(standard_normal(seed, i));
+  parallel_for(n, n > 65536, [&](int64_t i) { v[i] = mean + std * static_cast<float>(standard_normal(seed, i)); });
   return from_vector(v, shape, dtype);
 }
 
 Tensor Tensor::rand(const Shape& shape, uint64_t seed, float low, float high, DType dtype) {
   int64_t n = tp::numel(shape);
   std::vector<float> v(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) v[i] = low + (high - low) * static_cast<float>(uniform01(seed, i));
+  parallel_for(n, n > 65536, [&](int64_t i) { v[i] = low + (high - low) * static_cast<float>(uniform01(seed, i)); });
   return from_vector(v, shape, dtype);
 }
 
@@ -168,8 +167,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   char* dst = static_cast<char*>(out.raw_data());
   size_t row = static_cast<size_t>(length * inner) * esize, src_row = static_cast<size_t>(n * inner) * esize;
   size_t skip = static_cast<size_t>(start * inner) * esize;
-#pragma omp parallel for schedule(static) if (outer * length * inner > 65536)
-  for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * row, src + o * src_row + skip, row);
+  parallel_for(outer, outer * length * inner > 65536,
+               [&](int64_t o) { std::memcpy(dst + o * row, src + o * src_row + skip, row); });
   return out;
 }
 
@@ -219,11 +218,13 @@ Tensor Tensor::to(DType target) const {
   size_t si = dtype_size(dtype()), so = dtype_size(target);
   const char* src = static_cast<const char*>(raw_data());
   char* dst = static_cast<char*>(out.raw_data());
-#pragma omp parallel for schedule(static) if (n > kBlock)
-  for (int64_t b = 0; b < n; b += kBlock) {
-    size_t len = static_cast<size_t>(std::min(kBlock, n - b));
-    convert(src + b * si, dtype(), dst + b * so, target, len);
-  }
+  parallel_region(n > kBlock, [&] {
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < n; b += kBlock) {
+      size_t len = static_cast<size_t>(std::min(kBlock, n - b));
+      convert(src + b * si, dtype(), dst + b * so, target, len);
+    }
+  });
   return out;
 }
 
@@ -243,15 +244,17 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   size_t run = static_cast<size_t>(inner) * es;
   const char* src = static_cast<const char*>(raw_data());
   char* dst = static_cast<char*>(out.raw_data());
-#pragma omp parallel for collapse(2) schedule(static) if (numel() > 65536)
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < A; ++i)
-      for (int64_t m = 0; m < mid; ++m)
-        for (int64_t j = 0; j < B; ++j) {
-          int64_t s = (((o * A + i) * mid + m) * B + j) * inner;
-          int64_t t = (((o * B + j) * mid + m) * A + i) * inner;
-          std::memcpy(dst + t * es, src + s * es, run);
-        }
+  parallel_region(numel() > 65536, [&] {
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < A; ++i)
+        for (int64_t m = 0; m < mid; ++m)
+          for (int64_t j = 0; j < B; ++j) {
+            int64_t s = (((o * A + i) * mid + m) * B + j) * inner;
+            int64_t t = (((o * B + j) * mid + m) * A + i) * inner;
+            std::memcpy(dst + t * es, src + s * es, run);
+          }
+  });
   return out;
 }
 

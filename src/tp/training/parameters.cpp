@@ -8,6 +8,7 @@
 #include <regex>
 #include <tuple>
 
+#include "tp/core/parallel_for.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/bf16_rounding.h"
@@ -236,8 +237,10 @@ void round_into_compute_copy(const TrainableParam& p, const Tensor& masters, int
 void round_whole_compute_copy(const TrainableParam& p) {
   const Tensor masters = p.master.flatten();
   const int64_t n = masters.numel(), block = 1 << 16;
-#pragma omp parallel for schedule(static) if (n > block)
-  for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, masters.narrow(0, b, std::min(block, n - b)), b);
+  parallel_region(n > block, [&] {
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < n; b += block) round_into_compute_copy(p, masters.narrow(0, b, std::min(block, n - b)), b);
+  });
 }
 
 }  // namespace

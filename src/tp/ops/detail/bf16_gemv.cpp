@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "tp/core/parallel_for.h"
 #include "tp/ops/detail/bf16_pairs.h"
 #include "tp/tensor/convert.h"
 
@@ -190,8 +191,7 @@ void run_panels(const bf16* x, int64_t m, const bf16* packed, int64_t k, int64_t
                 int64_t chunk, const float* bias, float* y) {
   const int64_t panels = (n + kPanelColumns - 1) / kPanelColumns;
   const uint32_t* x_pairs = reinterpret_cast<const uint32_t*>(x);
-#pragma omp parallel for schedule(static) if (panels > 1 && k * n > (1 << 18))
-  for (int64_t p = 0; p < panels; ++p) {
+  parallel_for(panels, panels > 1 && k * n > (1 << 18), [&](int64_t p) {
     alignas(64) float out[kBf16GemvMaxRows * kPanelColumns];
     if (m == 1)
       panel_gemv<kPrefetch>(x_pairs, packed + p * panel_stride, k, chunk, out);
@@ -203,7 +203,7 @@ void run_panels(const bf16* x, int64_t m, const bf16* packed, int64_t k, int64_t
       float* yi = y + i * n + n0;
       for (int64_t j = 0; j < cols; ++j) yi[j] = bias ? o[j] + bias[n0 + j] : o[j];
     }
-  }
+  });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "tp/core/parallel_for.h"
 #include "tp/tensor/storage.h"
 
 namespace tp::ops::detail {
@@ -32,8 +33,7 @@ bool is_bf16_panel_layout(const dnnl::memory::desc& md) {
 }
 
 void pair_swapped_rows(const void* x, DType x_dtype, int64_t m, int64_t k, float* out) {
-#pragma omp parallel for schedule(static) if (m * k > 65536)
-  for (int64_t i = 0; i < m; ++i) {
+  parallel_for(m, m * k > 65536, [&](int64_t i) {
     uint32_t* dst = reinterpret_cast<uint32_t*>(out + i * k);
     if (x_dtype == DType::BF16) {
       const uint16_t* src = reinterpret_cast<const uint16_t*>(x) + i * k;
@@ -48,14 +48,13 @@ void pair_swapped_rows(const void* x, DType x_dtype, int64_t m, int64_t k, float
         dst[j + 1] = flushed(static_cast<uint32_t>(to_bf16(src[j]).bits) << 16);
       }
     }
-  }
+  });
 }
 
 void pair_swapped_panels(const bf16* packed, const dnnl::memory::desc& md, int64_t first, int64_t count, float* out) {
   const int64_t k = md.data.dims[0], rows = paired_k_rows(k);
   const int64_t panel_stride = md.data.format_desc.blocking.strides[1];
-#pragma omp parallel for schedule(static) if (count > 1 && k * count > 4096)
-  for (int64_t p = 0; p < count; ++p) {
+  parallel_for(count, count > 1 && k * count > 4096, [&](int64_t p) {
     // One dword holds a pair: the even row's element in the low half, the odd row's in the high half.
     const uint32_t* src = reinterpret_cast<const uint32_t*>(packed + (first + p) * panel_stride);
     uint32_t* dst = reinterpret_cast<uint32_t*>(out + p * rows * kPanelColumns);
@@ -70,7 +69,7 @@ void pair_swapped_panels(const bf16* packed, const dnnl::memory::desc& md, int64
       }
     }
     std::memset(dst + k * kPanelColumns, 0, static_cast<size_t>((rows - k) * kPanelColumns) * sizeof(float));
-  }
+  });
 }
 
 float* paired_scratch(int slot, size_t n) {
