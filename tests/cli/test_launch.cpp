@@ -112,6 +112,18 @@ TEST(Launch, EachJobHasItsOwnMpiSessionDirectory) {
   EXPECT_EQ(p.env.count("OMPI_MCA_btl_vader_backing_directory"), 0u);  // one node: the default is private enough
 }
 
+// A decode step's all-reduces (a hidden state in f32, 4-16 KiB) go through shared memory's eager path rather than
+// a system call each; a limit the caller set wins.
+TEST(Launch, SmallMessagesTakeSharedMemorysEagerPath) {
+  auto o = parse_launch_args({"--nproc-per-node", "2", "prog"});
+  LaunchPlan p = plan_launch(o, host(2));
+  EXPECT_EQ(p.env["OMPI_MCA_btl_vader_eager_limit"], "32768");
+  EXPECT_TRUE(contains(p.argv, "OMPI_MCA_btl_vader_eager_limit"));
+  LaunchHost mine = host(2);
+  mine.eager_limit_env = "8192";
+  EXPECT_EQ(plan_launch(o, mine).env["OMPI_MCA_btl_vader_eager_limit"], "8192");
+}
+
 TEST(Launch, MultiNodeRunsFromNodeZeroWithAHostfile) {
   auto o = parse_launch_args({"--nproc-per-node", "2", "--nnodes", "3", "--hostfile", "hosts", "prog"});
   LaunchPlan p = plan_launch(o, host(8));

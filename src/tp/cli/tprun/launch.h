@@ -47,6 +47,7 @@ struct LaunchHost {
   int busy_cores = 0;
   bool root = false;
   std::string omp_threads_env;  // the caller's OMP_NUM_THREADS, or empty
+  std::string eager_limit_env;  // the caller's OMPI_MCA_btl_vader_eager_limit, or empty
   std::string rundir;           // the job's private directory on this node: MPI's session files (and, in a
                                 // rendezvous, the hostfile and sockets); removed when the job ends
 };

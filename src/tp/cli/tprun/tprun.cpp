@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
     if (args[0] == "--rsh-agent") return tp::launcher::run_rsh_agent({args.begin() + 1, args.end()});
     tp::launcher::LaunchOptions options = tp::launcher::parse_launch_args(args);
     const char* omp = std::getenv("OMP_NUM_THREADS");
+    const char* eager_limit = std::getenv("OMPI_MCA_btl_vader_eager_limit");
     const char* mpirun = std::getenv("TP_MPIRUN");
     const int cores = cpu_count();
     tp::launcher::LaunchHost host{.mpirun = mpirun ? mpirun : "mpirun",
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
                               .cores = cores,
                               .busy_cores = tp::busy_cores(cores),
                               .root = geteuid() == 0,
-                              .omp_threads_env = omp ? omp : ""};
+                              .omp_threads_env = omp ? omp : "",
+                              .eager_limit_env = eager_limit ? eager_limit : ""};
     const tp::launcher::RunDir rundir;
     host.rundir = rundir.path();
     tp::launcher::LaunchPlan plan = tp::launcher::plan_launch(options, host);
