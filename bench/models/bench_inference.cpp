@@ -15,6 +15,9 @@
 // group spent in collectives (ProcessGroup::collective_seconds, waiting for the
 // slower rank included: "ep" the token dispatch's all-to-alls and the all-reduce
 // of its token chunks, "tp" the all-reduces and lm_head's gather) is given per token.
+// Decode picks its greedy token as tp generate does: at tp > 1 with a column-parallel
+// lm_head, from each rank's slice of the logits (generation::vocab_parallel_argmax),
+// not from the whole row gathered on every rank.
 //
 // Rank 0's JSON also carries the greedy tokens of the last repetition (the prefill's
 // argmax, then each decode step's) and the prefill's top-8 logits, which
@@ -39,6 +42,7 @@
 #include "bench_util.h"
 #include "tp/autograd/tape.h"
 #include "tp/distributed/process_group.h"
+#include "tp/generation/sampling.h"
 #include "tp/models/auto.h"
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
@@ -152,6 +156,7 @@ int main(int argc, char** argv) {
   dist::ProcessGroup& tp_group = model.mesh().group("tp");
   dist::ProcessGroup* ep_group = model.mesh().has_dim("ep") ? &model.mesh().group("ep") : nullptr;
   auto comm = [&] { return std::pair{tp_group.collective_seconds(), ep_group ? ep_group->collective_seconds() : 0.0}; };
+  const bool on_shards = model.tp_size() > 1 && ep_group == nullptr && model.can_shard_logits();
   double prefill_tp_comm = 0, prefill_ep_comm = 0, decode_tp_comm = 0, decode_ep_comm = 0;
 
   std::vector<double> prefill_s, decode_s;
@@ -189,9 +194,15 @@ int main(int argc, char** argv) {
       auto d0 = comm();
       auto t1 = Clock::now();
       for (int64_t s = s0; s < std::min(d_len, s0 + kChunk); ++s) {
-        logits = lm.forward_ids(Tensor::from_ints({next}, {1, 1}), {.cache = &state, .logit_positions = {0}, .decode = true}).logits;
-        l = logits.data<float>();
-        next = std::max_element(l, l + V) - l;
+        const CausalLMOutput out = lm.forward_ids(
+            Tensor::from_ints({next}, {1, 1}),
+            {.cache = &state, .logit_positions = {0}, .decode = true, .sharded_logits = on_shards});
+        if (on_shards) {
+          next = generation::vocab_parallel_argmax(out.logits, out.vocab_start, tp_group)[0];
+        } else {
+          l = out.logits.data<float>();
+          next = std::max_element(l, l + V) - l;
+        }
         tokens.push_back(next);
       }
       double tc = seconds(t1);
