@@ -162,12 +162,9 @@ template <class From, class To, class Convert>
 void convert_parallel(const From* src, To* dst, size_t n, Convert convert) {
   constexpr size_t kBlock = size_t{1} << 16;
   int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-  parallel_region(blocks > 1, [&] {
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      size_t start = static_cast<size_t>(b) * kBlock;
-      convert(src + start, dst + start, std::min(kBlock, n - start));
-    }
+  parallel_for(blocks, blocks > 1, [&](int64_t b) {
+    size_t start = static_cast<size_t>(b) * kBlock;
+    convert(src + start, dst + start, std::min(kBlock, n - start));
   });
 }
 
@@ -207,11 +204,9 @@ const void* padded_copy(const void* b, int64_t rows, int64_t cols, int64_t ld, s
   char* dst = static_cast<char*>(buffer->data());
   const char* src = static_cast<const char*>(b);
   const int64_t out_ld = *new_ld;
-  parallel_region(rows * cols > 65536, [&] {
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(dst + static_cast<size_t>(r * out_ld) * esize, src + static_cast<size_t>(r * ld) * esize,
-                  static_cast<size_t>(cols) * esize);
+  parallel_for(rows, rows * cols > 65536, [&](int64_t r) {
+    std::memcpy(dst + static_cast<size_t>(r * out_ld) * esize, src + static_cast<size_t>(r * ld) * esize,
+                static_cast<size_t>(cols) * esize);
   });
   return dst;
 }

@@ -539,10 +539,8 @@ void paired_linear_into(const Tensor& out, const Tensor& x, PackedLinear::State&
     p.prim.execute(detail::dnnl_stream(), args);
     detail::dnnl_stream().wait();
     if (!whole) {
-      parallel_region(m * cols > 65536, [&] {
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < m; ++i)
-          std::memcpy(y + i * n + n0, cols_buf + i * cols, static_cast<size_t>(cols) * sizeof(float));
+      parallel_for(m, m * cols > 65536, [&](int64_t i) {
+        std::memcpy(y + i * n + n0, cols_buf + i * cols, static_cast<size_t>(cols) * sizeof(float));
       });
     }
   }

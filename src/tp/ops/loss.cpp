@@ -45,13 +45,10 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, int
   const float* x = logits.data<float>();
   const float* lse = lse_t.data<float>();
   float* d = dx.data<float>();
-  parallel_region(n * v > 65536, [&] {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      if (t[i] == ignore_index) continue;
-      for (int64_t j = 0; j < v; ++j) d[i * v + j] = k * std::exp(x[i * v + j] - lse[i]);
-      d[i * v + t[i]] -= k;
-    }
+  parallel_for(n, n * v > 65536, [&](int64_t i) {
+    if (t[i] == ignore_index) return;
+    for (int64_t j = 0; j < v; ++j) d[i * v + j] = k * std::exp(x[i * v + j] - lse[i]);
+    d[i * v + t[i]] -= k;
   });
 }
 

@@ -464,58 +464,55 @@ void route_top_k_cpu(const Tensor& logits, const Tensor& bias, const RouterScori
   float* p = probs.data<float>();
   float* w = weights.data<float>();
   int64_t* id = ids.data<int64_t>();
-  parallel_region(N * E > 65536, [&] {
-#pragma omp for
-    for (int64_t n = 0; n < N; ++n) {
-      const float* row = l + n * E;
-      float* pr = p + n * E;
-      if (sc.sigmoid) {
-        for (int64_t e = 0; e < E; ++e) pr[e] = 1.f / (1.f + std::exp(-row[e]));
-      } else {
-        softmax_row(row, E, pr);
-      }
-      std::vector<float> choice(pr, pr + E);
-      if (bs != nullptr)
-        for (int64_t e = 0; e < E; ++e) choice[e] += bs[e];
-      // taken: chosen already, or in a group that is not kept.
-      std::vector<bool> taken(static_cast<size_t>(E), false);
-      if (G > 1) {
-        std::vector<float> score(static_cast<size_t>(G));
-        for (int64_t g = 0; g < G; ++g) {
-          const float* c = choice.data() + g * per_group;
-          float first = -INFINITY, second = -INFINITY;
-          for (int64_t j = 0; j < per_group; ++j)
-            if (c[j] > first)
-              second = first, first = c[j];
-            else if (c[j] > second)
-              second = c[j];
-          score[g] = sc.group_sum_top2 ? first + (per_group > 1 ? second : 0.f) : first;
-        }
-        std::vector<bool> kept(static_cast<size_t>(G), false);
-        for (int64_t j = 0; j < sc.topk_group; ++j) {
-          int64_t best = -1;
-          for (int64_t g = 0; g < G; ++g)
-            if (!kept[g] && (best < 0 || score[g] > score[best])) best = g;
-          kept[best] = true;
-        }
-        for (int64_t e = 0; e < E; ++e) taken[e] = !kept[e / per_group];
-      }
-      // k passes of a max over E (k is small: 2 for Mixtral, 8 for Qwen3-30B-A3B and DeepSeek-V3).
-      double s = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < E; ++e)
-          if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
-        taken[best] = true;
-        id[n * k + j] = best;
-        w[n * k + j] = pr[best];
-        s += pr[best];
-      }
-      // DeepSeek-V3 adds 1e-20 to the sum (sigmoid scores need not sum to anything); a no-op in f32 otherwise.
-      sums[n] = static_cast<float>(s + (sc.sigmoid ? 1e-20 : 0.0));
-      for (int64_t j = 0; j < k; ++j)
-        w[n * k + j] = static_cast<float>((sc.renormalize ? w[n * k + j] / sums[n] : w[n * k + j]) * sc.scaling);
+  parallel_for(N, N * E > 65536, [&](int64_t n) {
+    const float* row = l + n * E;
+    float* pr = p + n * E;
+    if (sc.sigmoid) {
+      for (int64_t e = 0; e < E; ++e) pr[e] = 1.f / (1.f + std::exp(-row[e]));
+    } else {
+      softmax_row(row, E, pr);
     }
+    std::vector<float> choice(pr, pr + E);
+    if (bs != nullptr)
+      for (int64_t e = 0; e < E; ++e) choice[e] += bs[e];
+    // taken: chosen already, or in a group that is not kept.
+    std::vector<bool> taken(static_cast<size_t>(E), false);
+    if (G > 1) {
+      std::vector<float> score(static_cast<size_t>(G));
+      for (int64_t g = 0; g < G; ++g) {
+        const float* c = choice.data() + g * per_group;
+        float first = -INFINITY, second = -INFINITY;
+        for (int64_t j = 0; j < per_group; ++j)
+          if (c[j] > first)
+            second = first, first = c[j];
+          else if (c[j] > second)
+            second = c[j];
+        score[g] = sc.group_sum_top2 ? first + (per_group > 1 ? second : 0.f) : first;
+      }
+      std::vector<bool> kept(static_cast<size_t>(G), false);
+      for (int64_t j = 0; j < sc.topk_group; ++j) {
+        int64_t best = -1;
+        for (int64_t g = 0; g < G; ++g)
+          if (!kept[g] && (best < 0 || score[g] > score[best])) best = g;
+        kept[best] = true;
+      }
+      for (int64_t e = 0; e < E; ++e) taken[e] = !kept[e / per_group];
+    }
+    // k passes of a max over E (k is small: 2 for Mixtral, 8 for Qwen3-30B-A3B and DeepSeek-V3).
+    double s = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e)
+        if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
+      taken[best] = true;
+      id[n * k + j] = best;
+      w[n * k + j] = pr[best];
+      s += pr[best];
+    }
+    // DeepSeek-V3 adds 1e-20 to the sum (sigmoid scores need not sum to anything); a no-op in f32 otherwise.
+    sums[n] = static_cast<float>(s + (sc.sigmoid ? 1e-20 : 0.0));
+    for (int64_t j = 0; j < k; ++j)
+      w[n * k + j] = static_cast<float>((sc.renormalize ? w[n * k + j] / sums[n] : w[n * k + j]) * sc.scaling);
   });
 }
 
@@ -570,23 +567,20 @@ void top_k_softmax_cpu(const Tensor& logits, const Tensor& weights, const Tensor
   const float* l = logits.data<float>();
   float* w = weights.data<float>();
   int64_t* id = ids.data<int64_t>();
-  parallel_region(N * E > 65536, [&] {
-#pragma omp for
-    for (int64_t n = 0; n < N; ++n) {
-      const float* row = l + n * E;
-      std::vector<bool> taken(static_cast<size_t>(E), false);
-      for (int64_t j = 0; j < k; ++j) {  // in descending order, as torch.topk: the first is the largest
-        int64_t best = -1;
-        for (int64_t e = 0; e < E; ++e)
-          if (!taken[e] && (best < 0 || row[e] > row[best])) best = e;
-        taken[best] = true;
-        id[n * k + j] = best;
-      }
-      const float mx = row[id[n * k]];
-      double z = 0;
-      for (int64_t j = 0; j < k; ++j) z += w[n * k + j] = std::exp(row[id[n * k + j]] - mx);
-      for (int64_t j = 0; j < k; ++j) w[n * k + j] = static_cast<float>(w[n * k + j] / z);
+  parallel_for(N, N * E > 65536, [&](int64_t n) {
+    const float* row = l + n * E;
+    std::vector<bool> taken(static_cast<size_t>(E), false);
+    for (int64_t j = 0; j < k; ++j) {  // in descending order, as torch.topk: the first is the largest
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e)
+        if (!taken[e] && (best < 0 || row[e] > row[best])) best = e;
+      taken[best] = true;
+      id[n * k + j] = best;
     }
+    const float mx = row[id[n * k]];
+    double z = 0;
+    for (int64_t j = 0; j < k; ++j) z += w[n * k + j] = std::exp(row[id[n * k + j]] - mx);
+    for (int64_t j = 0; j < k; ++j) w[n * k + j] = static_cast<float>(w[n * k + j] / z);
   });
 }
 

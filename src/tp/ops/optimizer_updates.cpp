@@ -76,17 +76,14 @@ template <class Update>
 void by_blocks(const Tensor& w_t, const Tensor& compute, Update update) {
   const float* w = w_t.data<float>();
   const int64_t n = w_t.numel(), blocks = (n + kBlock - 1) / kBlock;
-  parallel_region(blocks > 16, [&] {
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t at = b * kBlock, len = std::min(kBlock, n - at);
-      update(at, len);
-      if (!compute.defined()) continue;
-      if (compute.dtype() == DType::BF16)
-        convert_f32_to_bf16(w + at, compute.data<bf16>() + at, static_cast<size_t>(len));
-      else
-        round_f32_to_bf16(w + at, compute.data<float>() + at, static_cast<size_t>(len));
-    }
+  parallel_for(blocks, blocks > 16, [&](int64_t b) {
+    const int64_t at = b * kBlock, len = std::min(kBlock, n - at);
+    update(at, len);
+    if (!compute.defined()) return;
+    if (compute.dtype() == DType::BF16)
+      convert_f32_to_bf16(w + at, compute.data<bf16>() + at, static_cast<size_t>(len));
+    else
+      round_f32_to_bf16(w + at, compute.data<float>() + at, static_cast<size_t>(len));
   });
 }
 

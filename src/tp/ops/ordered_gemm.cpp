@@ -144,20 +144,17 @@ void run(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const cha
   const bool widen = Bf16 && m > kMaxRows;
   const int64_t block = block_columns(k, Bf16 && !widen ? 2 : 4);
   const int64_t blocks = (n + block - 1) / block;
-  parallel_region(threaded_blocks(blocks, m, n, k), [&] {
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
-      const char* wb = w + j0 * ldw_bytes;
-      int64_t wb_ld = ldw_bytes;
-      if (widen) {
-        float* widened = block_buffer(block * k);
-        widen_block(wb, ldw_bytes, j1 - j0, k, widened);
-        wb = reinterpret_cast<const char*>(widened);
-        wb_ld = k * 4;
-      }
-      tiles_over_block(m, j0, j1, k, a, lda, wb, wb_ld, Bf16 && !widen, bias, c, ldc);
+  parallel_for(blocks, threaded_blocks(blocks, m, n, k), [&](int64_t b) {
+    const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
+    const char* wb = w + j0 * ldw_bytes;
+    int64_t wb_ld = ldw_bytes;
+    if (widen) {
+      float* widened = block_buffer(block * k);
+      widen_block(wb, ldw_bytes, j1 - j0, k, widened);
+      wb = reinterpret_cast<const char*>(widened);
+      wb_ld = k * 4;
     }
+    tiles_over_block(m, j0, j1, k, a, lda, wb, wb_ld, Bf16 && !widen, bias, c, ldc);
   });
 }
 

@@ -45,10 +45,8 @@ void accumulate_cpu(const Tensor& x, double& total) {
   const float* g = x.data<float>();
   const int64_t n = x.numel(), block = 1 << 16, blocks = (n + block - 1) / block;
   std::vector<double> part(static_cast<size_t>(blocks));
-  parallel_region(blocks > 1, [&] {
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) part[b] = sum_squares(g + b * block, std::min(block, n - b * block));
-  });
+  parallel_for(blocks, blocks > 1,
+               [&](int64_t b) { part[b] = sum_squares(g + b * block, std::min(block, n - b * block)); });
   for (double s : part) total += s;
 }
 

@@ -21,10 +21,7 @@ void row_max_cpu(const Tensor& logits, const Tensor& row_max) {
   const int64_t rows = logits.size(0), v = logits.size(1);
   const float* x = logits.data<float>();
   float* m = row_max.data<float>();
-  parallel_region(rows * v > 65536, [&] {
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) m[r] = vk.max(x + r * v, v);
-  });
+  parallel_for(rows, rows * v > 65536, [&](int64_t r) { m[r] = vk.max(x + r * v, v); });
 }
 
 void exp_sums_cpu(const Tensor& logits, const Tensor& row_max, const Tensor& target_t, int64_t start,
@@ -36,13 +33,10 @@ void exp_sums_cpu(const Tensor& logits, const Tensor& row_max, const Tensor& tar
   const int64_t* target = target_t.data<int64_t>();
   float* se = sums.data<float>();
   float* tl = se + rows;
-  parallel_region(rows * v > 65536, [&] {
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      se[r] = vk.exp_sum(x + r * v, v, m[r]);
-      const int64_t local = target[r] - start;
-      if (target[r] != ignore_index && local >= 0 && local < v) tl[r] = x[r * v + local];
-    }
+  parallel_for(rows, rows * v > 65536, [&](int64_t r) {
+    se[r] = vk.exp_sum(x + r * v, v, m[r]);
+    const int64_t local = target[r] - start;
+    if (target[r] != ignore_index && local >= 0 && local < v) tl[r] = x[r * v + local];
   });
 }
 
@@ -55,18 +49,15 @@ void online_stats_cpu(const Tensor& logits, const Tensor& target_t, int64_t star
   float* mx = row_max.data<float>();
   float* se = sum_exp.data<float>();
   float* tl = target_logit.data<float>();
-  parallel_region(n * nb > 65536, [&] {
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < n; ++r) {
-      const float m = vk.max(x + r * nb, nb);
-      if (m > mx[r]) {
-        se[r] *= std::exp(mx[r] - m);
-        mx[r] = m;
-      }
-      se[r] += vk.exp_sum(x + r * nb, nb, mx[r]);
-      const int64_t local = target[r] - start;
-      if (target[r] != ignore_index && local >= 0 && local < nb) tl[r] = x[r * nb + local];
+  parallel_for(n, n * nb > 65536, [&](int64_t r) {
+    const float m = vk.max(x + r * nb, nb);
+    if (m > mx[r]) {
+      se[r] *= std::exp(mx[r] - m);
+      mx[r] = m;
     }
+    se[r] += vk.exp_sum(x + r * nb, nb, mx[r]);
+    const int64_t local = target[r] - start;
+    if (target[r] != ignore_index && local >= 0 && local < nb) tl[r] = x[r * nb + local];
   });
 }
 
@@ -102,18 +93,15 @@ void softmax_grad_cpu(const Tensor& logits, const Tensor& target_t, int64_t star
   const int64_t* target = target_t.data<int64_t>();
   const float* mx = row_max.data<float>();
   const float* se = sum_exp.data<float>();
-  parallel_region(rows * v > 65536, [&] {
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      float* dr = x + r * v;
-      if (target[r] == ignore_index) {
-        std::fill(dr, dr + v, 0.f);
-        continue;
-      }
-      vk.exp_scale(dr, v, mx[r], k / se[r], dr);
-      const int64_t local = target[r] - start;
-      if (local >= 0 && local < v) dr[local] -= k;
+  parallel_for(rows, rows * v > 65536, [&](int64_t r) {
+    float* dr = x + r * v;
+    if (target[r] == ignore_index) {
+      std::fill(dr, dr + v, 0.f);
+      return;
     }
+    vk.exp_scale(dr, v, mx[r], k / se[r], dr);
+    const int64_t local = target[r] - start;
+    if (local >= 0 && local < v) dr[local] -= k;
   });
 }
 

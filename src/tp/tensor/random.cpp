@@ -52,14 +52,11 @@ void write_normal(void* dst, DType dtype, int64_t n, uint64_t seed, float std) {
   // Blocks of f32 converted straight into dst: no full-size f32 temporary.
   constexpr int64_t kBlock = 4096;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  parallel_region(n > 65536, [&] {
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      float buf[kBlock];
-      const int64_t begin = b * kBlock, len = std::min(kBlock, n - begin);
-      fill_normal(buf, seed, begin, len, std);
-      convert(buf, DType::F32, static_cast<char*>(dst) + begin * es, dtype, static_cast<size_t>(len));
-    }
+  parallel_for(blocks, n > 65536, [&](int64_t b) {
+    float buf[kBlock];
+    const int64_t begin = b * kBlock, len = std::min(kBlock, n - begin);
+    fill_normal(buf, seed, begin, len, std);
+    convert(buf, DType::F32, static_cast<char*>(dst) + begin * es, dtype, static_cast<size_t>(len));
   });
 }
 
