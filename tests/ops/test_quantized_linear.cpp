@@ -254,7 +254,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantizedShapes,
                                            // rows padded for the GEMM (6144 inputs)
                                            Shape3{4, 150, 6144, 128}, Shape3{8, 150, 6144, 64},
                                            // one group longer than the integer kernel's 16-chunk runs
-                                           Shape3{8, 24, 2048, 2048}, Shape3{4, 20, 1088, 1088}));
+                                           Shape3{8, 24, 2048, 2048}, Shape3{4, 20, 1088, 1088},
+                                           // rows a multiple of 64: the 4-bit kernel's lane panels
+                                           Shape3{4, 128, 256, 32}, Shape3{4, 64, 1088, 1088}));
 
 // Where the CPU has AVX512-VNNI, decode's products (1-4 rows) run the integer kernel (so the tests above check
 // it), unless TP_GEMM=ordered or TP_QUANTIZED_ISA asks for an exact one; prefill's never do.
@@ -295,6 +297,22 @@ TEST(QuantizedLinear, HoldsOnlyCodesScalesAndZeros) {
   EXPECT_EQ(make(q4).nbytes(), size_t{64 * 512 + 64 * 8 * 2 + 64 * 8});
   const Quantized q8 = random_quantized(8, 64, 1024, 128, false, 1, /*f16_scales=*/false);
   EXPECT_EQ(make(q8).nbytes(), size_t{64 * 1024 + 64 * 8 * 4 + 64 * 8});  // scales not f16: kept f32
+  const Quantized q4f = random_quantized(4, 64, 1024, 128, false, 1, /*f16_scales=*/false);
+  EXPECT_EQ(make(q4f).nbytes(), size_t{64 * 512 + 64 * 8 * 4 + 64 * 8});
+}
+
+// Scales that are not f16 values kept as f32, in the 4-bit kernel's lane panels too (64 rows): dequantize() is
+// the definition and one and two rows of x within the integer kernel's bound, act-order included.
+TEST(QuantizedLinear, F32ScalesKeepTheirValues) {
+  for (bool act_order : {false, true}) {
+    const Quantized q = random_quantized(4, 64, 256, 64, act_order, 9, /*f16_scales=*/false);
+    const ops::QuantizedLinear w = make(q);
+    const Tensor dense = w.dequantize();
+    for (int64_t r = 0; r < q.n; ++r)
+      for (int64_t c = 0; c < q.k; ++c) ASSERT_EQ(dense.data<float>()[r * q.k + c], reference_weight(q, r, c));
+    const Tensor x = Tensor::randn({2, q.k}, 4);
+    expect_near_double(q, x, ops::linear(x, w), dot_kernel(2) ? kRowQuantized : 1e-6, "f32 scales", dot_kernel(2));
+  }
 }
 
 // What tp plan reports per rank before reading a weight is what loading holds (f16 scales), for the shapes with

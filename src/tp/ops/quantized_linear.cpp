@@ -71,13 +71,63 @@ struct QuantizedLinear::State {
   std::vector<int32_t> chunk_group;
   bool chunks_whole = false;  // every chunk is whole (no -1 above): K % 32 == 0 and no run edge inside a chunk
 
+  // Lane panels, the layout of the 4-bit integer kernel (lane_tile), held instead of the panels above where
+  // that kernel runs (plain 4-bit codes, whole chunks, rows a multiple of 64): 64 rows a panel, and in a panel
+  // each run as its parameters (the 64 rows' scales, f16 or f32, then their 64 zero points) followed by its
+  // steps of 8 inputs, a step 64 32-bit words, word r row r's 8 codes (byte b: input 8t + b in its low nibble,
+  // 8t + 4 + b in its high one). A token's product then reads one run of memory, its scales in it. (As a
+  // stream of their own the scales cost a stand-alone loop with the kernel's arithmetic 12% of its rate,
+  // bench_decode_stream.) `codes` holds it all; scales16, scales32 and zeros stay empty.
+  static constexpr int64_t kLanePanel = 64;
+  static constexpr int64_t kLaneStepBytes = kLanePanel * 4;  // 8 inputs of 64 rows
+  bool lanes = false;
+  int64_t lane_scale_bytes = 2;  // 2 (f16) or 4 (f32)
+  int64_t lane_param_bytes = 0;  // a run's parameters in a panel
+  int64_t lane_panel_bytes = 0;
+  std::vector<int64_t> lane_run_offset;  // each run's parameters within a panel; its codes follow them
+  std::vector<int32_t> group_run;        // each group's run, -1 for a group without inputs
+  size_t lane_run_at(int64_t row, size_t run) const {
+    return static_cast<size_t>(row / kLanePanel * lane_panel_bytes + lane_run_offset[run]);
+  }
+  void lay_out_lanes(bool f16_scales) {
+    lanes = true;
+    lane_scale_bytes = f16_scales ? 2 : 4;
+    lane_param_bytes = kLanePanel * (lane_scale_bytes + 1);
+    group_run.assign(static_cast<size_t>(groups), -1);
+    lane_run_offset.clear();
+    int64_t at = 0;
+    for (size_t r = 0; r + 1 < run_start.size(); ++r) {
+      group_run[static_cast<size_t>(run_group[r])] = static_cast<int32_t>(r);
+      lane_run_offset.push_back(at);
+      at += lane_param_bytes + (run_start[r + 1] - run_start[r]) / 8 * kLaneStepBytes;
+    }
+    lane_panel_bytes = at;
+  }
+
   // Where row `row`'s scale and zero point of `group` are kept; param_count() entries in all.
   size_t param_at(int64_t row, int64_t group) const {
     return static_cast<size_t>((row / kPanel * groups + group) * kPanel + row % kPanel);
   }
   size_t param_count() const { return static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel * groups); }
-  int zero(int64_t row, int64_t group) const { return zeros.empty() ? 0 : zeros[param_at(row, group)]; }
+  int zero(int64_t row, int64_t group) const {
+    if (lanes)
+      return codes[lane_run_at(row, static_cast<size_t>(group_run[static_cast<size_t>(group)])) +
+                   static_cast<size_t>(kLanePanel * lane_scale_bytes + row % kLanePanel)];
+    return zeros.empty() ? 0 : zeros[param_at(row, group)];
+  }
   float scale(int64_t row, int64_t group) const {
+    if (lanes) {
+      const uint8_t* at = codes.data() + lane_run_at(row, static_cast<size_t>(group_run[static_cast<size_t>(group)])) +
+                          row % kLanePanel * lane_scale_bytes;
+      if (lane_scale_bytes == 2) {
+        uint16_t half;
+        std::memcpy(&half, at, 2);
+        return _cvtsh_ss(half);
+      }
+      float single;
+      std::memcpy(&single, at, 4);
+      return single;
+    }
     const size_t i = param_at(row, group);
     return scales16.empty() ? scales32[i] : _cvtsh_ss(scales16[i]);
   }
@@ -96,6 +146,13 @@ struct QuantizedLinear::State {
   size_t panel_bytes() const { return static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel * chunks32 * chunk_bytes); }
   // The byte holding input p of a row and the shift of its bits there.
   std::pair<size_t, int> code_at(int64_t row, int64_t p) const {
+    if (lanes) {
+      const size_t run = run_of(p);
+      const int64_t t = p - run_start[run];
+      return {lane_run_at(row, run) +
+                  static_cast<size_t>(lane_param_bytes + t / 8 * kLaneStepBytes + row % kLanePanel * 4 + t % 4),
+              t % 8 < 4 ? 0 : 4};
+    }
     const int64_t k32 = chunks32 * 32;
     if (p < k32) {
       const size_t base = chunk_offset(row, p / 32);
@@ -125,14 +182,36 @@ struct QuantizedLinear::State {
     const auto [byte, shift] = code_at(row, p);
     codes[byte] = static_cast<uint8_t>(codes[byte] | (value << shift));
   }
-
-  int64_t group_at(int64_t p) const {
-    return run_group[std::upper_bound(run_start.begin(), run_start.end(), p) - run_start.begin() - 1];
+  // Lane panels: row `row`'s words from its k codes in run order, and its scale and zero point of `group`.
+  void set_lane_words(int64_t row, const uint8_t* values) {
+    for (size_t run = 0; run + 1 < run_start.size(); ++run) {
+      uint8_t* word = codes.data() + lane_run_at(row, run) + lane_param_bytes + row % kLanePanel * 4;
+      for (int64_t p = run_start[run]; p < run_start[run + 1]; p += 8, word += kLaneStepBytes)
+        for (int b = 0; b < 4; ++b) word[b] = static_cast<uint8_t>(values[p + b] | (values[p + 4 + b] << 4));
+    }
   }
+  void set_lane_params(int64_t row, int64_t group, float scale, uint8_t zero) {
+    const int32_t run = group_run[static_cast<size_t>(group)];
+    if (run < 0) return;  // no input in the group
+    uint8_t* at = codes.data() + lane_run_at(row, static_cast<size_t>(run));
+    if (lane_scale_bytes == 2) {
+      const uint16_t half = to_f16(scale).bits;
+      std::memcpy(at + row % kLanePanel * 2, &half, 2);
+    } else {
+      std::memcpy(at + row % kLanePanel * 4, &scale, 4);
+    }
+    at[kLanePanel * lane_scale_bytes + row % kLanePanel] = zero;
+  }
+
+  size_t run_of(int64_t p) const {
+    return static_cast<size_t>(std::upper_bound(run_start.begin(), run_start.end(), p) - run_start.begin() - 1);
+  }
+  int64_t group_at(int64_t p) const { return run_group[run_of(p)]; }
   // W[row, input at run-order position p] as f32.
   float value(int64_t row, int64_t p) const;
   // W's rows [j0, j1) as f32 [j1 - j0, k] (row stride ld, 0: k), inputs in run order.
   void dequantize_rows(int64_t j0, int64_t j1, float* out, int64_t ld = 0) const;
+  void dequantize_lane_rows(int64_t j0, int64_t j1, float* out, int64_t ld) const;
   // The same values rounded to bf16 (round to nearest even).
   void dequantize_rows_bf16(int64_t j0, int64_t j1, bf16* out, int64_t ld) const;
 };
@@ -664,6 +743,26 @@ TP_AVX512_VNNI inline void dot_quad_groups(const QuantizedLinear::State& s, int6
   }
 }
 
+// 64 bytes of 4-bit codes as two vectors of bytes, the low nibbles and the high ones (which inputs each holds is
+// the layout's), the codes 4 KiB ahead prefetched.
+TP_AVX512_VNNI inline void load_codes(const uint8_t* at, __m512i code[2]) {
+  prefetch_codes(at);
+  const __m512i bytes = _mm512_loadu_si512(at);
+  const __m512i nibble = _mm512_set1_epi8(15);
+  code[0] = _mm512_and_si512(bytes, nibble);
+  code[1] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+}
+
+// Both code vectors' byte products with x's split bytes for them: code . high into high_sum, low . code into
+// low_sum.
+TP_AVX512_VNNI inline void byte_products(const __m512i code[2], const __m512i high[2], const __m512i low[2],
+                                         __m512i& high_sum, __m512i& low_sum) {
+  for (int h = 0; h < 2; ++h) {
+    high_sum = _mm512_dpbusd_epi32(high_sum, code[h], high[h]);
+    low_sum = _mm512_dpbusd_epi32(low_sum, low[h], code[h]);
+  }
+}
+
 // 16 bytes of x's split row (inputs p ..< p + 16) in every 128-bit lane.
 TP_AVX512_VNNI inline __m512i every_lane(const void* bytes) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(bytes)));
@@ -676,7 +775,6 @@ TP_AVX512_VNNI void dot_quad_tile(const QuantizedLinear::State& s, const Rows& x
   const uint8_t* codes[NQ];  // each quad's codes of chunk 0 (j is a multiple of 4: its rows are one run of bytes)
   for (int q = 0; q < NQ; ++q) codes[q] = s.chunk(j + 4 * q, 0);
   const int64_t chunk_stride = QuantizedLinear::State::kPanel * s.chunk_bytes;
-  const __m512i nibble = _mm512_set1_epi8(15);
   __m512 total[MR][NQ];
   for (int i = 0; i < MR; ++i)
     for (int q = 0; q < NQ; ++q) total[i][q] = _mm512_setzero_ps();
@@ -707,16 +805,10 @@ TP_AVX512_VNNI void dot_quad_tile(const QuantizedLinear::State& s, const Rows& x
         }
 #pragma GCC unroll 4
       for (int q = 0; q < NQ; ++q) {
-        prefetch_codes(codes[q] + ch * chunk_stride);
-        const __m512i bytes = _mm512_loadu_si512(codes[q] + ch * chunk_stride);
-        const __m512i code[2] = {_mm512_and_si512(bytes, nibble),  // inputs p ..< p + 16 of each row
-                                 _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble)};  // p + 16 ..< p + 32
+        __m512i code[2];  // inputs p ..< p + 16 of each row, then p + 16 ..< p + 32
+        load_codes(codes[q] + ch * chunk_stride, code);
 #pragma GCC unroll 4
-        for (int i = 0; i < MR; ++i)
-          for (int h = 0; h < 2; ++h) {
-            high_sum[i][q] = _mm512_dpbusd_epi32(high_sum[i][q], code[h], xh[i][h]);
-            low_sum[i][q] = _mm512_dpbusd_epi32(low_sum[i][q], xl[i][h], code[h]);
-          }
+        for (int i = 0; i < MR; ++i) byte_products(code, xh[i], xl[i], high_sum[i][q], low_sum[i][q]);
       }
     }
     // Lanes stay under 2^31: 16 chunks of 8 products a lane, 256 * 15 * 128 + 15 * 255 each, and
@@ -761,6 +853,79 @@ FusedTileFn dot_quad_tile_for(int rows, int quads) {
 }
 
 bool byte_kernel_fits(const QuantizedLinear::State& s) { return s.bits == 4 && !s.mapped && s.chunks_whole; }
+
+// The byte kernel's products on lane panels (State::lanes): MR rows of x (1 or 2) against one panel of 64 rows
+// of W, a row of W in each 32-bit lane, so a register holds 16 rows' 8 codes and x arrives as 4 bytes broadcast:
+// a step of 8 inputs is four loads, three bit operations and (a row of x) four VPDPBUSD a load, and a run's
+// scales and zero points are read once per 512 inputs from just ahead of its codes. Like the quad kernel it
+// prefetches the codes 4 KiB ahead into L2; with both the stream is no longer capped near 23 GB/s (one decode
+// token's int4 linears, bench_matmul --benchmark_filter=decode_token: 32-39 GB/s, bf16's 29-36 in the same
+// runs, where the quad kernel read 20-24). The integer sums are the quad kernel's, exactly (acc = 256 *
+// code.high + low.code - zero * sum q over at most 512 inputs), and each lane's sum is its row's whole, so the
+// f32 steps are one multiply-add a row and flush (fewer roundings than the quad kernel's four lanes a row,
+// summed at the end); within the same bound (kRowQuantized in the tests).
+constexpr int kLaneRows = 2;
+
+template <int MR>
+TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias, float* c) {
+  constexpr int64_t kPanel = QuantizedLinear::State::kLanePanel, kStepBytes = QuantizedLinear::State::kLaneStepBytes;
+  constexpr int64_t kFlushInputs = 32 * kFlushChunks;
+  const int64_t k = s.k, chunks = s.chunks32;
+  const uint8_t* panel = s.codes.data() + j / kPanel * s.lane_panel_bytes;
+  __m512 total[MR][4];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < 4; ++q) total[i][q] = _mm512_setzero_ps();
+  const size_t runs = s.run_group.size();
+  for (size_t run = 0; run < runs; ++run) {
+    const uint8_t* params = panel + s.lane_run_offset[run];
+    const int64_t p0 = s.run_start[run], p1 = s.run_start[run + 1];
+    for (int64_t f0 = p0; f0 < p1; f0 += kFlushInputs) {
+      const int64_t f1 = std::min(p1, f0 + kFlushInputs);
+      __m512i high_sum[MR][4], low_sum[MR][4];
+      for (int i = 0; i < MR; ++i)
+        for (int q = 0; q < 4; ++q) high_sum[i][q] = low_sum[i][q] = _mm512_setzero_si512();
+      const uint8_t* step = params + s.lane_param_bytes + (f0 - p0) / 8 * kStepBytes;
+      for (int64_t p = f0; p < f1; p += 8, step += kStepBytes) {
+        __m512i high[MR][2], low[MR][2];  // x's split bytes of inputs p ..< p + 4 and p + 4 ..< p + 8
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; ++i)
+          for (int h = 0; h < 2; ++h) {  // broadcasts from memory, not through general registers
+            high[i][h] = _mm512_broadcastd_epi32(_mm_loadu_si32(x.high + i * k + p + 4 * h));
+            low[i][h] = _mm512_broadcastd_epi32(_mm_loadu_si32(x.low + i * k + p + 4 * h));
+          }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          __m512i code[2];  // inputs p ..< p + 4 of rows 16q ..< 16q + 16, then p + 4 ..< p + 8
+          load_codes(step + 64 * q, code);
+#pragma GCC unroll 2
+          for (int i = 0; i < MR; ++i) byte_products(code, high[i], low[i], high_sum[i][q], low_sum[i][q]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const __m512 scale = s.lane_scale_bytes == 2
+                                 ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(params + 32 * q)))
+                                 : _mm512_load_ps(reinterpret_cast<const float*>(params) + 16 * q);
+        const __m512i zero = _mm512_cvtepu8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(params + kPanel * s.lane_scale_bytes + 16 * q)));
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; ++i) {
+          const int64_t* prefix = x.prefix + i * (chunks + 1);
+          const __m512i run_sum = _mm512_set1_epi32(static_cast<int32_t>(prefix[f1 / 32] - prefix[f0 / 32]));
+          const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(high_sum[i][q], 8), low_sum[i][q]),
+                                               _mm512_mullo_epi32(zero, run_sum));
+          total[i][q] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(x.q_scale[i])), total[i][q]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < 4; ++q) {
+      const __m512 out = bias != nullptr ? _mm512_add_ps(total[i][q], _mm512_loadu_ps(bias + j + 16 * q)) : total[i][q];
+      _mm512_storeu_ps(c + i * s.n + j + 16 * q, out);
+    }
+}
 
 // x's 16-bit rows as the byte kernel reads them (Rows::low, high, prefix).
 TP_AVX512_VNNI void split_rows(const int16_t* q, int64_t m, int64_t k, uint8_t* low, int8_t* high,
@@ -826,6 +991,20 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
     x.low = low.data();
     x.high = high.data();
     x.prefix = prefix.data();
+  }
+  if (bytes && s.lanes) {  // panels of 64 rows split over the threads; each streams its panel once
+    const int64_t panels = s.n / QuantizedLinear::State::kLanePanel;
+    parallel_for(panels, panels > 1 && s.n * s.k >= (int64_t{1} << 16), [&](int64_t b) {
+      for (int64_t r = 0; r < m; r += kLaneRows) {
+        const Rows xr = rows_from(x, s, r);
+        const int64_t j = b * QuantizedLinear::State::kLanePanel;
+        if (m - r >= 2)
+          lane_tile<2>(s, xr, j, bias, c + r * s.n);
+        else
+          lane_tile<1>(s, xr, j, bias, c + r * s.n);
+      }
+    });
+    return;
   }
   // Blocks of W's rows split over the threads; each streams its rows once.
   constexpr int64_t kBlock = 48;
@@ -1083,6 +1262,7 @@ float QuantizedLinear::State::value(int64_t row, int64_t p) const {
 }
 
 void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out, int64_t ld) const {
+  if (lanes) return dequantize_lane_rows(j0, j1, out, ld ? ld : k);
   const int64_t chunks = static_cast<int64_t>(chunk_group.size());
   for (int64_t j = j0; j < j1; ++j) {
     float* dst = out + (j - j0) * (ld ? ld : k);
@@ -1099,6 +1279,27 @@ void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out,
   }
 }
 
+// Each row's word of a step holds its 8 codes: inputs 8t ..< 8t + 4 in the bytes' low nibbles, the next 4 in
+// their high ones; the values are chunk_values' (scale * (code - zero)).
+void QuantizedLinear::State::dequantize_lane_rows(int64_t j0, int64_t j1, float* out, int64_t ld) const {
+  const __m256i shifts = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28), mask = _mm256_set1_epi32(15);
+  for (int64_t j = j0; j < j1; ++j) {
+    float* dst = out + (j - j0) * ld;
+    for (size_t run = 0; run + 1 < run_start.size(); ++run) {
+      const int32_t g = run_group[run];
+      const __m256i zero_point = _mm256_set1_epi32(zero(j, g));
+      const __m256 group_scale = _mm256_set1_ps(scale(j, g));
+      const uint8_t* word = codes.data() + lane_run_at(j, run) + lane_param_bytes + j % kLanePanel * 4;
+      for (int64_t p = run_start[run]; p < run_start[run + 1]; p += 8, word += kLaneStepBytes) {
+        int32_t w;
+        std::memcpy(&w, word, 4);
+        const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), shifts), mask);
+        _mm256_storeu_ps(dst + p, _mm256_mul_ps(group_scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(code, zero_point))));
+      }
+    }
+  }
+}
+
 void QuantizedLinear::State::dequantize_rows_bf16(int64_t j0, int64_t j1, bf16* out, int64_t ld) const {
   thread_local std::vector<float> row;
   row.resize(static_cast<size_t>(k));
@@ -1109,7 +1310,11 @@ void QuantizedLinear::State::dequantize_rows_bf16(int64_t j0, int64_t j1, bf16* 
 }
 
 QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales,
-                                 const Tensor& zeros, const Tensor& g_idx) {
+                                 const Tensor& zeros, const Tensor& g_idx)
+    : QuantizedLinear(bits, group_size, codes, scales, zeros, g_idx, true) {}
+
+QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales,
+                                 const Tensor& zeros, const Tensor& g_idx, bool lane_panels) {
   TP_CHECK(bits == 4 || bits == 8, "QuantizedLinear: bits must be 4 or 8, got {}", bits);
   TP_CHECK(codes.defined() && codes.dim() == 2 && codes.dtype() == DType::U8,
            "QuantizedLinear: codes must be u8 [out, in], got {} {}", codes.defined() ? dtype_name(codes.dtype()) : "",
@@ -1169,9 +1374,28 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
   }
   st->chunks_whole = std::find(st->chunk_group.begin(), st->chunk_group.end(), -1) == st->chunk_group.end();
 
-  st->lay_out_codes();
-  st->codes.assign_zeros(st->code_bytes());
-  // Each row's codes in run order, then its whole chunks written at once and its last K % 32 one by one.
+  const float* s = scales.data<float>();
+  bool f16_exact = true;
+  for (int64_t i = 0; i < n * groups; ++i) {
+    TP_CHECK(std::isfinite(s[i]), "QuantizedLinear: scale [{}, {}] is {}", i / groups, i % groups, s[i]);
+    f16_exact = f16_exact && to_f32(to_f16(s[i])) == s[i];
+  }
+  const uint8_t* z = zeros.data<uint8_t>();
+  for (int64_t i = 0; i < n * groups; ++i)
+    TP_CHECK(z[i] < limit, "QuantizedLinear: zero point [{}, {}] = {} does not fit in {} bits", i / groups, i % groups,
+             z[i], bits);
+
+  // Lane panels where the 4-bit integer kernel will run them (quantized_decode_kernel is fixed per process).
+  st->lay_out_codes();  // chunks32 and the panels' sizes, which x's split rows are counted in either way
+  if (lane_panels && bits == 4 && st->chunks_whole && n > 0 && n % State::kLanePanel == 0 &&
+      detail::quantized_decode_kernel(1) == detail::QuantizedKernel::Avx512Vnni) {
+    st->lay_out_lanes(f16_exact);
+    st->codes.assign_zeros(static_cast<size_t>(n / State::kLanePanel * st->lane_panel_bytes));
+  } else {
+    st->codes.assign_zeros(st->code_bytes());
+  }
+  // Each row's codes in run order, then its whole chunks written at once and its last K % 32 one by one (lane
+  // panels: each step's word).
   const uint8_t* c = codes.data<uint8_t>();
   std::vector<uint8_t> run_codes(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
@@ -1185,26 +1409,26 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
       for (int64_t p = 0; p < k; ++p)
         TP_CHECK(run_codes[static_cast<size_t>(p)] < limit, "QuantizedLinear: code [{}, {}] = {} does not fit in {} bits",
                  r, order[static_cast<size_t>(p)], run_codes[static_cast<size_t>(p)], bits);
+    if (st->lanes) {
+      st->set_lane_words(r, run_codes.data());
+      continue;
+    }
     for (int64_t ch = 0; ch < st->chunks32; ++ch) st->set_chunk(r, ch, run_codes.data() + 32 * ch);
     for (int64_t p = 32 * st->chunks32; p < k; ++p) st->set_code(r, p, run_codes[static_cast<size_t>(p)]);
   }
 
-  const float* s = scales.data<float>();
-  bool f16_exact = true;
-  for (int64_t i = 0; i < n * groups; ++i) {
-    TP_CHECK(std::isfinite(s[i]), "QuantizedLinear: scale [{}, {}] is {}", i / groups, i % groups, s[i]);
-    f16_exact = f16_exact && to_f32(to_f16(s[i])) == s[i];
+  if (st->lanes) {
+    for (int64_t i = 0; i < n * groups; ++i) st->set_lane_params(i / groups, i % groups, s[i], z[i]);
+    state_ = std::move(st);
+    return;
   }
   if (f16_exact) {
     st->scales16.assign(st->param_count(), 0);
   } else {
     st->scales32.assign(st->param_count(), 0.f);
   }
-  const uint8_t* z = zeros.data<uint8_t>();
   st->zeros.assign(st->param_count(), 0);
   for (int64_t i = 0; i < n * groups; ++i) {
-    TP_CHECK(z[i] < limit, "QuantizedLinear: zero point [{}, {}] = {} does not fit in {} bits", i / groups,
-             i % groups, z[i], bits);
     const size_t at = st->param_at(i / groups, i % groups);
     if (f16_exact)
       st->scales16[at] = to_f16(s[i]).bits;
@@ -1238,7 +1462,7 @@ QuantizedLinear QuantizedLinear::e2m1(const Tensor& codes, const Tensor& exponen
   Tensor scales = Tensor::empty({n, groups});
   const uint8_t* e = exponents.data<uint8_t>();
   for (int64_t i = 0; i < n * groups; ++i) scales.data<float>()[i] = std::ldexp(1.f, static_cast<int>(e[i]) - 128);
-  QuantizedLinear q(4, 32, codes, scales, Tensor::zeros({n, groups}, DType::U8));
+  QuantizedLinear q(4, 32, codes, scales, Tensor::zeros({n, groups}, DType::U8), Tensor(), /*lane_panels=*/false);
   auto st = std::const_pointer_cast<State>(q.state_);  // just built: nothing shares it yet
   st->mapped = true;
   st->code_value = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};

@@ -62,6 +62,10 @@ class QuantizedLinear {
   struct State;
 
  private:
+  // lane_panels: whether the codes may take the 4-bit integer kernel's layout (not e2m1's, whose codes are
+  // mapped once built).
+  QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales, const Tensor& zeros,
+                  const Tensor& g_idx, bool lane_panels);
   friend void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
                           std::span<const uint8_t> decode_rows);
   friend Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
