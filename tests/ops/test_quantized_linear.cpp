@@ -255,8 +255,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantizedShapes,
                                            Shape3{4, 150, 6144, 128}, Shape3{8, 150, 6144, 64},
                                            // one group longer than the integer kernel's 16-chunk runs
                                            Shape3{8, 24, 2048, 2048}, Shape3{4, 20, 1088, 1088},
-                                           // rows a multiple of 64: the 4-bit kernel's lane panels
-                                           Shape3{4, 128, 256, 32}, Shape3{4, 64, 1088, 1088}));
+                                           // rows a multiple of 64: the integer kernels' lane panels
+                                           Shape3{4, 128, 256, 32}, Shape3{4, 64, 1088, 1088}, Shape3{8, 128, 256, 64},
+                                           Shape3{8, 64, 1088, 1088}));
 
 // Where the CPU has AVX512-VNNI, decode's products (1-4 rows) run the integer kernel (so the tests above check
 // it), unless TP_GEMM=ordered or TP_QUANTIZED_ISA asks for an exact one; prefill's never do.
@@ -272,23 +273,24 @@ TEST(QuantizedLinear, DecodeRunsTheIntegerKernelWhereAvx512VnniIs) {
 }
 
 // A row of zeros (scale 0) and rows with one large value (most of the row a few steps of 16 bits) in the
-// integer kernels (8-bit codes: word products; 4-bit: byte products, x split into bytes, 24 rows: three quads):
+// integer kernels (24 rows: 8-bit codes by word products, 4-bit ones by byte products in three quads; 64 rows:
+// both by byte products in lane panels, x split into bytes):
 // still within their bound, and zeros give the bias alone.
 TEST(QuantizedLinear, IntegerKernelKeepsItsBoundOnOutliersAndZeros) {
-  for (int bits : {8, 4}) {
-    const Quantized q = random_quantized(bits, 24, 256, 64, false, 21);
-    const ops::QuantizedLinear w = make(q);
-    Tensor x = Tensor::randn({3, 256}, 23);
-    for (int64_t c = 0; c < 256; ++c) x.data<float>()[c] = 0.f;
-    x.data<float>()[256 + 7] = 1000.f;
-    x.data<float>()[512 + 255] = -3e4f;
-    const Tensor bias = Tensor::randn({24}, 3);
-    const Tensor y = ops::linear(x, w, bias);
-    for (int64_t j = 0; j < 24; ++j) EXPECT_EQ(y.data<float>()[j], bias.data<float>()[j]) << bits << " bits, " << j;
-    expect_near_double(q, x.narrow(0, 1, 2), ops::linear(x.narrow(0, 1, 2), w),
-                       dot_kernel(2) ? kRowQuantized : 1e-6, bits == 8 ? "outliers, 8 bits" : "outliers, 4 bits",
-                       dot_kernel(2));
-  }
+  for (int bits : {8, 4})
+    for (int64_t n : {24, 64}) {  // 64: lane panels
+      const Quantized q = random_quantized(bits, n, 256, 64, false, 21);
+      const ops::QuantizedLinear w = make(q);
+      Tensor x = Tensor::randn({3, 256}, 23);
+      for (int64_t c = 0; c < 256; ++c) x.data<float>()[c] = 0.f;
+      x.data<float>()[256 + 7] = 1000.f;
+      x.data<float>()[512 + 255] = -3e4f;
+      const Tensor bias = Tensor::randn({n}, 3);
+      const Tensor y = ops::linear(x, w, bias);
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(y.data<float>()[j], bias.data<float>()[j]) << bits << " bits, " << j;
+      expect_near_double(q, x.narrow(0, 1, 2), ops::linear(x.narrow(0, 1, 2), w), dot_kernel(2) ? kRowQuantized : 1e-6,
+                         bits == 8 ? "outliers, 8 bits" : "outliers, 4 bits", dot_kernel(2));
+    }
 }
 
 TEST(QuantizedLinear, HoldsOnlyCodesScalesAndZeros) {
@@ -301,18 +303,19 @@ TEST(QuantizedLinear, HoldsOnlyCodesScalesAndZeros) {
   EXPECT_EQ(make(q4f).nbytes(), size_t{64 * 512 + 64 * 8 * 4 + 64 * 8});
 }
 
-// Scales that are not f16 values kept as f32, in the 4-bit kernel's lane panels too (64 rows): dequantize() is
-// the definition and one and two rows of x within the integer kernel's bound, act-order included.
+// Scales that are not f16 values kept as f32, in the integer kernels' lane panels too (64 rows, 4- and 8-bit codes):
+// dequantize() is the definition and one and two rows of x within the integer kernel's bound, act-order included.
 TEST(QuantizedLinear, F32ScalesKeepTheirValues) {
-  for (bool act_order : {false, true}) {
-    const Quantized q = random_quantized(4, 64, 256, 64, act_order, 9, /*f16_scales=*/false);
-    const ops::QuantizedLinear w = make(q);
-    const Tensor dense = w.dequantize();
-    for (int64_t r = 0; r < q.n; ++r)
-      for (int64_t c = 0; c < q.k; ++c) ASSERT_EQ(dense.data<float>()[r * q.k + c], reference_weight(q, r, c));
-    const Tensor x = Tensor::randn({2, q.k}, 4);
-    expect_near_double(q, x, ops::linear(x, w), dot_kernel(2) ? kRowQuantized : 1e-6, "f32 scales", dot_kernel(2));
-  }
+  for (bool act_order : {false, true})
+    for (int bits : {4, 8}) {
+      const Quantized q = random_quantized(bits, 64, 256, 64, act_order, 9, /*f16_scales=*/false);
+      const ops::QuantizedLinear w = make(q);
+      const Tensor dense = w.dequantize();
+      for (int64_t r = 0; r < q.n; ++r)
+        for (int64_t c = 0; c < q.k; ++c) ASSERT_EQ(dense.data<float>()[r * q.k + c], reference_weight(q, r, c));
+      const Tensor x = Tensor::randn({2, q.k}, 4);
+      expect_near_double(q, x, ops::linear(x, w), dot_kernel(2) ? kRowQuantized : 1e-6, "f32 scales", dot_kernel(2));
+    }
 }
 
 // What tp plan reports per rank before reading a weight is what loading holds (f16 scales), for the shapes with

@@ -71,15 +71,16 @@ struct QuantizedLinear::State {
   std::vector<int32_t> chunk_group;
   bool chunks_whole = false;  // every chunk is whole (no -1 above): K % 32 == 0 and no run edge inside a chunk
 
-  // Lane panels, the layout of the 4-bit integer kernel (lane_tile), held instead of the panels above where
-  // that kernel runs (plain 4-bit codes, whole chunks, rows a multiple of 64): 64 rows a panel, and in a panel
-  // each run as its parameters (the 64 rows' scales, f16 or f32, then their 64 zero points) followed by its
-  // steps of 8 inputs, a step 64 32-bit words, word r row r's 8 codes (byte b: input 8t + b in its low nibble,
-  // 8t + 4 + b in its high one). A token's product then reads one run of memory, its scales in it. (As a
-  // stream of their own the scales cost a stand-alone loop with the kernel's arithmetic 12% of its rate,
-  // bench_decode_stream.) `codes` holds it all; scales16, scales32 and zeros stay empty.
+  // Lane panels, the layout of the integer kernels' lane_tile, held instead of the panels above where it runs
+  // (plain 4- and 8-bit codes, whole chunks, rows a multiple of 64): 64 rows a panel, and in a panel each run as
+  // its parameters (the 64 rows' scales, f16 or f32, then their 64 zero points) followed by its steps, a step 64
+  // 32-bit words, word r row r's codes of the step's inputs: 8 of them for 4-bit codes (byte b: input 8t + b in
+  // its low nibble, 8t + 4 + b in its high one), 4 for 8-bit ones (byte b: input 4t + b). A token's product then reads
+  // one run of memory, its scales in it. (As a stream of their own the scales cost a stand-alone loop with the kernel's
+  // arithmetic 12% of its rate, bench_decode_stream.) `codes` holds it all; scales16, scales32 and zeros stay empty.
   static constexpr int64_t kLanePanel = 64;
-  static constexpr int64_t kLaneStepBytes = kLanePanel * 4;  // 8 inputs of 64 rows
+  static constexpr int64_t kLaneStepBytes = kLanePanel * 4;  // a step's 64 words
+  int64_t lane_step_inputs() const { return 32 / bits; }
   bool lanes = false;
   int64_t lane_scale_bytes = 2;  // 2 (f16) or 4 (f32)
   int64_t lane_param_bytes = 0;  // a run's parameters in a panel
@@ -99,7 +100,7 @@ struct QuantizedLinear::State {
     for (size_t r = 0; r + 1 < run_start.size(); ++r) {
       group_run[static_cast<size_t>(run_group[r])] = static_cast<int32_t>(r);
       lane_run_offset.push_back(at);
-      at += lane_param_bytes + (run_start[r + 1] - run_start[r]) / 8 * kLaneStepBytes;
+      at += lane_param_bytes + (run_start[r + 1] - run_start[r]) / lane_step_inputs() * kLaneStepBytes;
     }
     lane_panel_bytes = at;
   }
@@ -148,10 +149,10 @@ struct QuantizedLinear::State {
   std::pair<size_t, int> code_at(int64_t row, int64_t p) const {
     if (lanes) {
       const size_t run = run_of(p);
-      const int64_t t = p - run_start[run];
+      const int64_t t = p - run_start[run], step = t / lane_step_inputs(), in_step = t % lane_step_inputs();
       return {lane_run_at(row, run) +
-                  static_cast<size_t>(lane_param_bytes + t / 8 * kLaneStepBytes + row % kLanePanel * 4 + t % 4),
-              t % 8 < 4 ? 0 : 4};
+                  static_cast<size_t>(lane_param_bytes + step * kLaneStepBytes + row % kLanePanel * 4 + in_step % 4),
+              in_step < 4 ? 0 : 4};
     }
     const int64_t k32 = chunks32 * 32;
     if (p < k32) {
@@ -186,8 +187,9 @@ struct QuantizedLinear::State {
   void set_lane_words(int64_t row, const uint8_t* values) {
     for (size_t run = 0; run + 1 < run_start.size(); ++run) {
       uint8_t* word = codes.data() + lane_run_at(row, run) + lane_param_bytes + row % kLanePanel * 4;
-      for (int64_t p = run_start[run]; p < run_start[run + 1]; p += 8, word += kLaneStepBytes)
-        for (int b = 0; b < 4; ++b) word[b] = static_cast<uint8_t>(values[p + b] | (values[p + 4 + b] << 4));
+      for (int64_t p = run_start[run]; p < run_start[run + 1]; p += lane_step_inputs(), word += kLaneStepBytes)
+        for (int b = 0; b < 4; ++b)
+          word[b] = bits == 8 ? values[p + b] : static_cast<uint8_t>(values[p + b] | (values[p + 4 + b] << 4));
     }
   }
   void set_lane_params(int64_t row, int64_t group, float scale, uint8_t zero) {
@@ -258,6 +260,7 @@ struct Rows {
   const uint8_t* low = nullptr;
   const int8_t* high = nullptr;
   const int64_t* prefix = nullptr;
+  const int64_t* low_prefix = nullptr;  // the same sums of the low bytes (the 8-bit lane kernel's)
 };
 
 // Few rows (decode): MR rows of x against NR rows of W, W's values made in
@@ -854,24 +857,27 @@ FusedTileFn dot_quad_tile_for(int rows, int quads) {
 
 bool byte_kernel_fits(const QuantizedLinear::State& s) { return s.bits == 4 && !s.mapped && s.chunks_whole; }
 
-// The byte kernel's products on lane panels (State::lanes): MR rows of x (1 or 2) against one panel of 64 rows
-// of W, a row of W in each 32-bit lane, so a register holds 16 rows' 8 codes and x arrives as 4 bytes broadcast:
-// a step of 8 inputs is four loads, three bit operations and (a row of x) four VPDPBUSD a load, and a run's
-// scales and zero points are read once per 512 inputs from just ahead of its codes. Like the quad kernel it
-// prefetches the codes 4 KiB ahead into L2; with both the stream is no longer capped near 23 GB/s (one decode
-// token's int4 linears, bench_matmul --benchmark_filter=decode_token: 32-39 GB/s, bf16's 29-36 in the same
-// runs, where the quad kernel read 20-24). The integer sums are the quad kernel's, exactly (acc = 256 *
-// code.high + low.code - zero * sum q over at most 512 inputs), and each lane's sum is its row's whole, so the
-// f32 steps are one multiply-add a row and flush (fewer roundings than the quad kernel's four lanes a row,
-// summed at the end); within the same bound (kRowQuantized in the tests).
+// The byte kernels' products on lane panels (State::lanes): MR rows of x (1 or 2) against one panel of 64 rows
+// of W, a row of W in each 32-bit lane, so that x arrives as 4 bytes broadcast and a run's scales and zero
+// points are read once per flush from just ahead of its codes. A step (8 inputs of 4-bit codes, 4 of 8-bit ones)
+// is four loads and (a row of x) four VPDPBUSD a load for 4-bit codes (three bit operations split the nibbles),
+// two for 8-bit ones (one XOR makes the codes signed bytes, c - 128, for the low bytes' product, 128 * sum low
+// added back at the flush). The codes are prefetched 4 KiB ahead into L2, as the quad kernel's; with both the
+// stream is no longer capped near 23 GB/s (one decode token's int4 linears, bench_matmul
+// --benchmark_filter=decode_token: 32-39 GB/s, bf16's 29-36 in the same runs, where the quad kernel read
+// 20-24). The integer sums are exact, acc = 256 * code.high + low.code - zero * sum q = q . (code - zero) over at
+// most 512 inputs (4-bit) or 256 (8-bit: |acc| <= 256 * 32767 * 255 < 2^31; the partial sums wrap and come
+// back), and each lane's sum is its row's whole, so the f32 steps are one multiply-add a row and flush (the quad
+// kernel's four lanes a row are summed at the end); within the same bound (kRowQuantized in the tests).
 constexpr int kLaneRows = 2;
 
-template <int MR>
+template <int MR, int BITS>
 TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias, float* c) {
   constexpr int64_t kPanel = QuantizedLinear::State::kLanePanel, kStepBytes = QuantizedLinear::State::kLaneStepBytes;
-  constexpr int64_t kFlushInputs = 32 * kFlushChunks;
+  constexpr int64_t kStepInputs = 32 / BITS, kFlushInputs = BITS == 4 ? 512 : 256;
   const int64_t k = s.k, chunks = s.chunks32;
   const uint8_t* panel = s.codes.data() + j / kPanel * s.lane_panel_bytes;
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 total[MR][4];
   for (int i = 0; i < MR; ++i)
     for (int q = 0; q < 4; ++q) total[i][q] = _mm512_setzero_ps();
@@ -884,21 +890,32 @@ TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, in
       __m512i high_sum[MR][4], low_sum[MR][4];
       for (int i = 0; i < MR; ++i)
         for (int q = 0; q < 4; ++q) high_sum[i][q] = low_sum[i][q] = _mm512_setzero_si512();
-      const uint8_t* step = params + s.lane_param_bytes + (f0 - p0) / 8 * kStepBytes;
-      for (int64_t p = f0; p < f1; p += 8, step += kStepBytes) {
-        __m512i high[MR][2], low[MR][2];  // x's split bytes of inputs p ..< p + 4 and p + 4 ..< p + 8
+      const uint8_t* step = params + s.lane_param_bytes + (f0 - p0) / kStepInputs * kStepBytes;
+      for (int64_t p = f0; p < f1; p += kStepInputs, step += kStepBytes) {
+        constexpr int kHalves = BITS == 4 ? 2 : 1;  // x's split bytes of each 4 inputs of the step
+        __m512i high[MR][kHalves], low[MR][kHalves];
 #pragma GCC unroll 2
         for (int i = 0; i < MR; ++i)
-          for (int h = 0; h < 2; ++h) {  // broadcasts from memory, not through general registers
+          for (int h = 0; h < kHalves; ++h) {  // broadcasts from memory, not through general registers
             high[i][h] = _mm512_broadcastd_epi32(_mm_loadu_si32(x.high + i * k + p + 4 * h));
             low[i][h] = _mm512_broadcastd_epi32(_mm_loadu_si32(x.low + i * k + p + 4 * h));
           }
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-          __m512i code[2];  // inputs p ..< p + 4 of rows 16q ..< 16q + 16, then p + 4 ..< p + 8
-          load_codes(step + 64 * q, code);
+        for (int q = 0; q < 4; ++q) {  // rows 16q ..< 16q + 16
+          if constexpr (BITS == 4) {
+            __m512i code[2];  // inputs p ..< p + 4, then p + 4 ..< p + 8
+            load_codes(step + 64 * q, code);
 #pragma GCC unroll 2
-          for (int i = 0; i < MR; ++i) byte_products(code, high[i], low[i], high_sum[i][q], low_sum[i][q]);
+            for (int i = 0; i < MR; ++i) byte_products(code, high[i], low[i], high_sum[i][q], low_sum[i][q]);
+          } else {
+            prefetch_codes(step + 64 * q);
+            const __m512i code = _mm512_load_si512(step + 64 * q), signed_code = _mm512_xor_si512(code, sign);
+#pragma GCC unroll 2
+            for (int i = 0; i < MR; ++i) {
+              high_sum[i][q] = _mm512_dpbusd_epi32(high_sum[i][q], code, high[i][0]);
+              low_sum[i][q] = _mm512_dpbusd_epi32(low_sum[i][q], low[i][0], signed_code);
+            }
+          }
         }
       }
 #pragma GCC unroll 4
@@ -912,8 +929,13 @@ TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, in
         for (int i = 0; i < MR; ++i) {
           const int64_t* prefix = x.prefix + i * (chunks + 1);
           const __m512i run_sum = _mm512_set1_epi32(static_cast<int32_t>(prefix[f1 / 32] - prefix[f0 / 32]));
-          const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(high_sum[i][q], 8), low_sum[i][q]),
-                                               _mm512_mullo_epi32(zero, run_sum));
+          __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(high_sum[i][q], 8), low_sum[i][q]),
+                                         _mm512_mullo_epi32(zero, run_sum));
+          if constexpr (BITS == 8) {
+            const int64_t* low_prefix = x.low_prefix + i * (chunks + 1);
+            sum = _mm512_add_epi32(
+                sum, _mm512_set1_epi32(static_cast<int32_t>(128 * (low_prefix[f1 / 32] - low_prefix[f0 / 32]))));
+          }
           total[i][q] =
               _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(x.q_scale[i])), total[i][q]);
         }
@@ -928,19 +950,22 @@ TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, in
 }
 
 // x's 16-bit rows as the byte kernel reads them (Rows::low, high, prefix).
-TP_AVX512_VNNI void split_rows(const int16_t* q, int64_t m, int64_t k, uint8_t* low, int8_t* high,
-                               int64_t* prefix) {
+TP_AVX512_VNNI void split_rows(const int16_t* q, int64_t m, int64_t k, uint8_t* low, int8_t* high, int64_t* prefix,
+                               int64_t* low_prefix) {
   const int64_t chunks = k / 32;
+  const __m512i ones = _mm512_set1_epi16(1), low_byte = _mm512_set1_epi16(0xFF);
   for (int64_t i = 0; i < m; ++i) {
-    int64_t sum = 0;
-    prefix[i * (chunks + 1)] = 0;
+    int64_t sum = 0, low_sum = 0;
+    prefix[i * (chunks + 1)] = low_prefix[i * (chunks + 1)] = 0;
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t p = i * k + 32 * ch;
       const __m512i v = _mm512_loadu_si512(q + p);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(low + p), _mm512_cvtepi16_epi8(v));  // the low bytes
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(high + p), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
-      sum += _mm512_reduce_add_epi32(_mm512_madd_epi16(v, _mm512_set1_epi16(1)));
+      sum += _mm512_reduce_add_epi32(_mm512_madd_epi16(v, ones));
+      low_sum += _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_and_si512(v, low_byte), ones));
       prefix[i * (chunks + 1) + ch + 1] = sum;
+      low_prefix[i * (chunks + 1) + ch + 1] = low_sum;
     }
   }
 }
@@ -957,6 +982,7 @@ Rows rows_from(const Rows& x, const QuantizedLinear::State& s, int64_t r) {
     part.low += r * s.k;
     part.high += r * s.k;
     part.prefix += r * (s.chunks32 + 1);
+    part.low_prefix += r * (s.chunks32 + 1);
   }
   return part;
 }
@@ -979,18 +1005,20 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
     x.q = quantized.data();
     x.q_scale = q_scale;
   }
-  const bool bytes = kernel == detail::QuantizedKernel::Avx512Vnni && byte_kernel_fits(s);
+  const bool bytes = kernel == detail::QuantizedKernel::Avx512Vnni && (byte_kernel_fits(s) || s.lanes);
   if (bytes) {
     thread_local std::vector<uint8_t> low;
     thread_local std::vector<int8_t> high;
-    thread_local std::vector<int64_t> prefix;
+    thread_local std::vector<int64_t> prefix, low_prefix;
     low.resize(static_cast<size_t>(m * s.k));
     high.resize(static_cast<size_t>(m * s.k));
     prefix.resize(static_cast<size_t>(m * (s.chunks32 + 1)));
-    split_rows(x.q, m, s.k, low.data(), high.data(), prefix.data());
+    low_prefix.resize(prefix.size());
+    split_rows(x.q, m, s.k, low.data(), high.data(), prefix.data(), low_prefix.data());
     x.low = low.data();
     x.high = high.data();
     x.prefix = prefix.data();
+    x.low_prefix = low_prefix.data();
   }
   if (bytes && s.lanes) {  // panels of 64 rows split over the threads; each streams its panel once
     const int64_t panels = s.n / QuantizedLinear::State::kLanePanel;
@@ -998,10 +1026,11 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
       for (int64_t r = 0; r < m; r += kLaneRows) {
         const Rows xr = rows_from(x, s, r);
         const int64_t j = b * QuantizedLinear::State::kLanePanel;
-        if (m - r >= 2)
-          lane_tile<2>(s, xr, j, bias, c + r * s.n);
+        const bool pair = m - r >= 2;
+        if (s.bits == 4)
+          (pair ? lane_tile<2, 4> : lane_tile<1, 4>)(s, xr, j, bias, c + r * s.n);
         else
-          lane_tile<1>(s, xr, j, bias, c + r * s.n);
+          (pair ? lane_tile<2, 8> : lane_tile<1, 8>)(s, xr, j, bias, c + r * s.n);
       }
     });
     return;
@@ -1282,7 +1311,10 @@ void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out,
 // Each row's word of a step holds its 8 codes: inputs 8t ..< 8t + 4 in the bytes' low nibbles, the next 4 in
 // their high ones; the values are chunk_values' (scale * (code - zero)).
 void QuantizedLinear::State::dequantize_lane_rows(int64_t j0, int64_t j1, float* out, int64_t ld) const {
-  const __m256i shifts = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28), mask = _mm256_set1_epi32(15);
+  // Two steps' words at once for 8-bit codes (8 inputs, a word each); one for 4-bit ones.
+  const __m256i shifts =
+      bits == 8 ? _mm256_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24) : _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28);
+  const __m256i mask = _mm256_set1_epi32(bits == 8 ? 255 : 15);
   for (int64_t j = j0; j < j1; ++j) {
     float* dst = out + (j - j0) * ld;
     for (size_t run = 0; run + 1 < run_start.size(); ++run) {
@@ -1290,10 +1322,14 @@ void QuantizedLinear::State::dequantize_lane_rows(int64_t j0, int64_t j1, float*
       const __m256i zero_point = _mm256_set1_epi32(zero(j, g));
       const __m256 group_scale = _mm256_set1_ps(scale(j, g));
       const uint8_t* word = codes.data() + lane_run_at(j, run) + lane_param_bytes + j % kLanePanel * 4;
-      for (int64_t p = run_start[run]; p < run_start[run + 1]; p += 8, word += kLaneStepBytes) {
-        int32_t w;
-        std::memcpy(&w, word, 4);
-        const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), shifts), mask);
+      const int64_t words_apart = bits == 8 ? kLaneStepBytes : 0;
+      for (int64_t p = run_start[run]; p < run_start[run + 1];
+           p += 8, word += 8 / lane_step_inputs() * kLaneStepBytes) {
+        int32_t first, second;
+        std::memcpy(&first, word, 4);
+        std::memcpy(&second, word + words_apart, 4);
+        const __m256i both = _mm256_setr_epi32(first, first, first, first, second, second, second, second);
+        const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(both, shifts), mask);
         _mm256_storeu_ps(dst + p, _mm256_mul_ps(group_scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(code, zero_point))));
       }
     }
@@ -1385,9 +1421,9 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
     TP_CHECK(z[i] < limit, "QuantizedLinear: zero point [{}, {}] = {} does not fit in {} bits", i / groups, i % groups,
              z[i], bits);
 
-  // Lane panels where the 4-bit integer kernel will run them (quantized_decode_kernel is fixed per process).
+  // Lane panels where the integer kernels will run them (quantized_decode_kernel is fixed per process).
   st->lay_out_codes();  // chunks32 and the panels' sizes, which x's split rows are counted in either way
-  if (lane_panels && bits == 4 && st->chunks_whole && n > 0 && n % State::kLanePanel == 0 &&
+  if (lane_panels && st->chunks_whole && n > 0 && n % State::kLanePanel == 0 &&
       detail::quantized_decode_kernel(1) == detail::QuantizedKernel::Avx512Vnni) {
     st->lay_out_lanes(f16_exact);
     st->codes.assign_zeros(static_cast<size_t>(n / State::kLanePanel * st->lane_panel_bytes));
