@@ -863,12 +863,13 @@ bool byte_kernel_fits(const QuantizedLinear::State& s) { return s.bits == 4 && !
 // is four loads and (a row of x) four VPDPBUSD a load for 4-bit codes (three bit operations split the nibbles),
 // two for 8-bit ones (one XOR makes the codes signed bytes, c - 128, for the low bytes' product, 128 * sum low
 // added back at the flush). The codes are prefetched 4 KiB ahead into L2, as the quad kernel's; with both the
-// stream is no longer capped near 23 GB/s (one decode token's int4 linears, bench_matmul
-// --benchmark_filter=decode_token: 32-39 GB/s, bf16's 29-36 in the same runs, where the quad kernel read
-// 20-24). The integer sums are exact, acc = 256 * code.high + low.code - zero * sum q = q . (code - zero) over at
-// most 512 inputs (4-bit) or 256 (8-bit: |acc| <= 256 * 32767 * 255 < 2^31; the partial sums wrap and come
-// back), and each lane's sum is its row's whole, so the f32 steps are one multiply-add a row and flush (the quad
-// kernel's four lanes a row are summed at the end); within the same bound (kRowQuantized in the tests).
+// stream is no longer capped near 23 GB/s (one decode token's int4 linears with lm_head, bench_matmul
+// --benchmark_filter=decode_token: 28.7-39.2 GB/s, bf16's 26-34 in the same runs, where the quad kernel read
+// 16.7-25.3; int8's 27-29 against the word-pair kernel's 17.5-21). The integer sums are exact, acc = 256 * code.high +
+// low.code - zero * sum q = q . (code - zero) over at most 512 inputs (4-bit) or 256 (8-bit: |acc| <= 256 * 32767 * 255
+// < 2^31; the partial sums wrap and come back), and each lane's sum is its row's whole, so the f32 steps are one
+// multiply-add a row and flush (the quad kernel's four lanes a row are summed at the end); within the same bound
+// (kRowQuantized in the tests).
 constexpr int kLaneRows = 2;
 
 template <int MR, int BITS>

@@ -62,7 +62,7 @@ class QuantizedLinear {
   struct State;
 
  private:
-  // lane_panels: whether the codes may take the 4-bit integer kernel's layout (not e2m1's, whose codes are
+  // lane_panels: whether the codes may take the integer kernels' lane panels (not e2m1's, whose codes are
   // mapped once built).
   QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales, const Tensor& zeros,
                   const Tensor& g_idx, bool lane_panels);
