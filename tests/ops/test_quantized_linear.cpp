@@ -319,9 +319,11 @@ TEST(QuantizedLinear, F32ScalesKeepTheirValues) {
 }
 
 // What tp plan reports per rank before reading a weight is what loading holds (f16 scales), for the shapes with
-// panel padding (n not a multiple of 8), tails (k not a multiple of 32) and act-order's permutation.
+// panel padding (n not a multiple of 8), tails (k not a multiple of 32), act-order's permutation and lane panels
+// (rows a multiple of 64, where the integer kernels run).
 TEST(QuantizedLinear, ResidentBytesAreWhatItHolds) {
-  for (const Shape3& s : {Shape3{4, 40, 256, 128}, Shape3{4, 13, 100, 32}, Shape3{8, 7, 37, 16}, Shape3{4, 5, 23, 8}})
+  for (const Shape3& s : {Shape3{4, 40, 256, 128}, Shape3{4, 13, 100, 32}, Shape3{8, 7, 37, 16}, Shape3{4, 5, 23, 8},
+                          Shape3{4, 64, 256, 32}, Shape3{8, 128, 256, 64}})
     for (bool act : {false, true}) {
       const Quantized q = random_quantized(s.bits, s.n, s.k, s.group_size, act, 7);
       EXPECT_EQ(make(q).nbytes(), ops::QuantizedLinear::resident_bytes(s.bits, s.n, s.k, q.groups, act))
