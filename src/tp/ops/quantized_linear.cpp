@@ -1309,8 +1309,9 @@ void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out,
   }
 }
 
-// Each row's word of a step holds its 8 codes: inputs 8t ..< 8t + 4 in the bytes' low nibbles, the next 4 in
-// their high ones; the values are chunk_values' (scale * (code - zero)).
+// Each row's word of a step holds its codes of the step: 4-bit ones, inputs 8t ..< 8t + 4 in the bytes' low
+// nibbles and the next 4 in their high ones; 8-bit ones, inputs 4t ..< 4t + 4 a byte each. The values are
+// chunk_values' (scale * (code - zero)).
 void QuantizedLinear::State::dequantize_lane_rows(int64_t j0, int64_t j1, float* out, int64_t ld) const {
   // Two steps' words at once for 8-bit codes (8 inputs, a word each); one for 4-bit ones.
   const __m256i shifts =
