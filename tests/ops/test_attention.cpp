@@ -307,12 +307,12 @@ TEST(KVCache, Bf16CacheEqualsAttentionOverRoundedKeysAndValues) {
     for (int64_t b : {1, 2}) {
       for (int threads : {1, 2}) {  // b = 1 on 2 threads: the per-head decode path
         omp_set_num_threads(threads);
-        const int64_t t = 22, hq = 4, hkv = 2, prefill = 18;
+        const int64_t t = 40, hq = 4, hkv = 2, prefill = 18;  // decode over 18 to 39 keys: blocks of 16 and a tail
         Tensor q = Tensor::randn({b, t, hq, d}, 1), k = Tensor::randn({b, t, hkv, d}, 2),
                v = Tensor::randn({b, t, hkv, d}, 3);
         Tensor kr = k.to(DType::BF16).to(DType::F32), vr = v.to(DType::BF16).to(DType::F32);
         Tensor want = ops::attention(q, kr, vr);
-        ops::KVCache cache(b, 40, hkv, d, DType::BF16);
+        ops::KVCache cache(b, 48, hkv, d, DType::BF16);
         EXPECT_EQ(cache.keys().dtype(), DType::BF16);
         std::vector<Tensor> pieces;
         pieces.push_back(ops::attention_with_cache(q.narrow(1, 0, prefill), cache, k.narrow(1, 0, prefill),

@@ -110,6 +110,7 @@ std::vector<Case> cases() {
       {"sinks, prefill", 2, 70, 70, 4, 2, 8, 0, true, {}, {}},
       {"sinks and window, prefill", 1, 140, 140, 2, 1, 8, 16, true, {}, {}},
       {"sinks and window, decode", 1, 1, 40, 8, 2, 8, 6, true, {39}, {40}},
+      {"window over several key blocks, decode", 1, 1, 60, 4, 2, 8, 40, false, {59}, {60}},
   };
 }
 
