@@ -15,6 +15,10 @@
 // group spent in collectives (ProcessGroup::collective_seconds, waiting for the
 // slower rank included: "ep" the token dispatch's all-to-alls and the all-reduce
 // of its token chunks, "tp" the all-reduces and lm_head's gather) is given per token.
+// Decode also reads the KV cache: kv_cache_bytes_per_decode_token_rank0 is the
+// mean over the decode steps of the rows every layer's attention reads, and
+// decode_weight_and_kv_read_share_by_chunk_median sets weights plus those rows
+// against the read bandwidth around each chunk, as the weights-only share does.
 // Decode picks its greedy token as tp generate does: at tp > 1 with a column-parallel
 // lm_head, from each rank's slice of the logits (generation::vocab_parallel_argmax),
 // not from the whole row gathered on every rank.
@@ -151,6 +155,7 @@ int main(int argc, char** argv) {
   Tensor probe = Tensor::full({(int64_t{256} << 20) / 4}, 1.0);
   auto probe_gbs = [&] { return static_cast<double>(probe.nbytes()) / timed_read_pass(probe, group) / 1e9; };
   std::vector<double> chunk_s, chunk_ceiling_gbs;
+  std::vector<int64_t> chunk_first;  // each measured chunk's first decode step
 
   // Collective seconds of the tp and ep groups (rank 0's), over the measured prefills and decodes.
   dist::ProcessGroup& tp_group = model.mesh().group("tp");
@@ -216,6 +221,7 @@ int main(int argc, char** argv) {
       if (r > 0 && s0 + kChunk <= d_len) {
         chunk_s.push_back(tc);
         chunk_ceiling_gbs.push_back((before + after) / 2);
+        chunk_first.push_back(s0);
       }
       before = after;
     }
@@ -310,6 +316,24 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < chunk_s.size(); ++i)
       share.push_back(static_cast<double>(weight_bytes) * kChunk / chunk_s[i] / 1e9 / chunk_ceiling_gbs[i]);
     if (!share.empty()) j["decode_weight_read_share_by_chunk_median"] = median(share);
+    // Decode also reads the KV cache: step s (from 0) attends over prefill + s + 1 rows of every layer's keys
+    // and values. Rows per token of context, this rank's kv heads; a sliding-window layer reads fewer rows
+    // than it holds but is counted whole (the presets measured here have none).
+    int64_t kv_row_bytes = 0;
+    for (const auto& c : state.layers)
+      kv_row_bytes +=
+          (c.keys().numel() * dtype_size(c.keys().dtype()) + c.values().numel() * dtype_size(c.values().dtype())) /
+          (c.keys().size(0) * c.max_len());
+    auto kv_bytes = [&](int64_t first, int64_t steps) {  // decode steps [first, first + steps)
+      return static_cast<double>(kv_row_bytes) *
+             static_cast<double>(steps * (prefill + first + 1) + steps * (steps - 1) / 2);
+    };
+    j["kv_cache_bytes_per_decode_token_rank0"] = kv_bytes(0, decode) / static_cast<double>(decode);
+    std::vector<double> with_kv;
+    for (size_t i = 0; i < chunk_s.size(); ++i)
+      with_kv.push_back((static_cast<double>(weight_bytes) * kChunk + kv_bytes(chunk_first[i], kChunk)) / chunk_s[i] /
+                        1e9 / chunk_ceiling_gbs[i]);
+    if (!with_kv.empty()) j["decode_weight_and_kv_read_share_by_chunk_median"] = median(with_kv);
     j["bf16_decode_prefetch"] = ops::detail::bf16_decode_prefetch_choice();  // -1: undecided (no large one-row bf16 product)
     j["peak_rss_bytes_per_rank"] = all_rss.to_int_vector();
     j["tokens"] = tokens;  // the last repetition's greedy tokens: the prefill's argmax, then each step's

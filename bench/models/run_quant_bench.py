@@ -10,7 +10,9 @@ round whose memory bandwidth was about the same; the report gives the median (mi
 run measures the machine's ceilings right after itself (bench_inference: the bf16 matmul rate, the read
 bandwidth, and a short read pass around each 16-token decode chunk). Bytes read per token are what the ranks
 hold of the Linears (bf16: 2 a weight; quantized: codes, f16 scales and zero points as ops::QuantizedLinear
-holds them), from bench_inference's weight_bytes_rank0.
+holds them), from bench_inference's weight_bytes_rank0; decode also reads the KV cache (the mean over the decode
+steps of every layer's cached keys and values, kv_cache_bytes_per_decode_token_rank0), reported with them as a
+second share of the read bandwidth.
 
   bench/models/run_quant_bench.py [--build build] [--model out/qwen3-0.6b] [--rounds 3] [--chart PNG] [--json F]
 """
@@ -77,7 +79,8 @@ def main():
               f"{summary(each(lambda r: r[name]['tp1']['decode_tokens_per_s'] / r['bf16']['tp1']['decode_tokens_per_s']), '{:.2f}')}x bf16's; "
               f"weights read at {summary([o['decode_weight_read_share_by_chunk_median'] for o in one], '{:.0%}')} of the "
               f"read bandwidth around each chunk ({summary([o['read_bandwidth_gbs_same_run'] for o in one], '{:.1f}')} GB/s "
-              f"after the run)")
+              f"after the run); with the KV cache's {one[0]['kv_cache_bytes_per_decode_token_rank0'] / 1e6:.0f} MB a "
+              f"token, {summary([o['decode_weight_and_kv_read_share_by_chunk_median'] for o in one], '{:.0%}')}")
         print(f"  tp1 prefill {summary([o['prefill_tokens_per_s'] for o in one], '{:.0f}')} tok/s, "
               f"{summary(each(lambda r: r['bf16']['tp1']['prefill_s_median'] / r[name]['tp1']['prefill_s_median']), '{:.2f}')}x "
               f"bf16's rate ({summary([o['prefill_matmul_gflops_per_rank'] for o in one], '{:.0f}')} GFLOP/s; bf16 matmul "
