@@ -950,9 +950,10 @@ TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, in
     }
 }
 
-// x's 16-bit rows as the byte kernel reads them (Rows::low, high, prefix).
+// x's 16-bit rows as the byte kernel reads them (Rows::low, high, prefix; low_prefix where low_sums: only the
+// 8-bit lane kernel reads it).
 TP_AVX512_VNNI void split_rows(const int16_t* q, int64_t m, int64_t k, uint8_t* low, int8_t* high, int64_t* prefix,
-                               int64_t* low_prefix) {
+                               int64_t* low_prefix, bool low_sums) {
   const int64_t chunks = k / 32;
   const __m512i ones = _mm512_set1_epi16(1), low_byte = _mm512_set1_epi16(0xFF);
   for (int64_t i = 0; i < m; ++i) {
@@ -964,8 +965,9 @@ TP_AVX512_VNNI void split_rows(const int16_t* q, int64_t m, int64_t k, uint8_t* 
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(low + p), _mm512_cvtepi16_epi8(v));  // the low bytes
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(high + p), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
       sum += _mm512_reduce_add_epi32(_mm512_madd_epi16(v, ones));
-      low_sum += _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_and_si512(v, low_byte), ones));
       prefix[i * (chunks + 1) + ch + 1] = sum;
+      if (!low_sums) continue;
+      low_sum += _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_and_si512(v, low_byte), ones));
       low_prefix[i * (chunks + 1) + ch + 1] = low_sum;
     }
   }
@@ -1015,7 +1017,7 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
     high.resize(static_cast<size_t>(m * s.k));
     prefix.resize(static_cast<size_t>(m * (s.chunks32 + 1)));
     low_prefix.resize(prefix.size());
-    split_rows(x.q, m, s.k, low.data(), high.data(), prefix.data(), low_prefix.data());
+    split_rows(x.q, m, s.k, low.data(), high.data(), prefix.data(), low_prefix.data(), s.lanes && s.bits == 8);
     x.low = low.data();
     x.high = high.data();
     x.prefix = prefix.data();
