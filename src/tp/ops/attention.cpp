@@ -115,11 +115,12 @@ auto axpys_for(const detail::VecKernels& vk) {
 
 // Decode reads the cache in blocks of kKeyBlock keys, and each block's reads
 // prefetch the next block: the kernels read one kv head's slice of each key (a
-// short run at a long stride), which the hardware prefetchers do not follow (an
-// AMD EPYC read a decode's cache at ~7 GB/s without software prefetches). A whole
-// next block prefetched in memory order, a share per kv head, read it at 28-30
-// GB/s where prefetching each key's slice 16 keys ahead inside the kernels read
-// it at 21-28 (bench/ops/bench_attention.cpp).
+// short run at a long stride), which the hardware prefetchers do not follow. On
+// an AMD EPYC, the kernels over qwen3-0.6b's 28 caches of 640 tokens (a probe, as
+// bench/ops/bench_attention.cpp lays them out) read them at 6-8 GB/s without
+// software prefetches, 21-25 with each key's slice prefetched 16 keys ahead
+// inside the kernels, and 28-30 with the whole next block prefetched in memory
+// order, a share per kv head, as here.
 constexpr int64_t kKeyBlock = 16;
 
 // (Always inlined: GCC 12 counts a prefetch as no side effect, deems a function
@@ -229,7 +230,6 @@ void attention_forward_gemm(const Geometry& g, const T* q, const T* k, const T* 
 // memory order (all kv heads of key j are adjacent) a block at a time, so the
 // cache is read sequentially once instead of once per kv head at a stride of
 // Hkv*D; within a block each kv head's keys are visited for its whole group.
-
 template <typename T>
 void attention_forward_rows(const Geometry& g, const float* q, const T* k, const T* v, float* out) {
   parallel_region(true, [&] {
