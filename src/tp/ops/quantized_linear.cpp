@@ -1314,17 +1314,14 @@ void QuantizedLinear::State::dequantize_rows(int64_t j0, int64_t j1, float* out,
 // Each row's word of a step holds its codes of the step: 4-bit ones, inputs 8t ..< 8t + 4 in the bytes' low
 // nibbles and the next 4 in their high ones; 8-bit ones, inputs 4t ..< 4t + 4 a byte each. The values are
 // chunk_values' (scale * (code - zero)), 16 at a time (AVX-512: lane panels exist only where the VNNI kernel
-// runs; prefill dequantizes every weight, and 8 at a time this was ~13% of an int4 prefill), then 8.
+// runs; prefill dequantizes every weight, and 8 at a time this was ~13% of an int4 prefill). A run is whole
+// chunks of 32 inputs (lane panels need chunks_whole), so 16 at a time covers it.
 __attribute__((target("avx512f"))) void QuantizedLinear::State::dequantize_lane_rows(int64_t j0, int64_t j1,
                                                                                      float* out, int64_t ld) const {
-  // A word's 8 inputs (4-bit) or 4 (8-bit) in its lanes: shifts for each lane's code.
-  const __m512i shifts16 = bits == 8 ? _mm512_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24)
-                                     : _mm512_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28, 0, 8, 16, 24, 4, 12, 20, 28);
-  const __m512i mask16 = _mm512_set1_epi32(bits == 8 ? 255 : 15);
-  // Two steps' words at once for 8-bit codes (8 inputs, a word each); one for 4-bit ones.
-  const __m256i shifts =
-      bits == 8 ? _mm256_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24) : _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28);
-  const __m256i mask = _mm256_set1_epi32(bits == 8 ? 255 : 15);
+  // 16 inputs are 2 words (4-bit: 8 inputs a word) or 4 (8-bit); each lane shifts its code down.
+  const __m512i shifts = bits == 8 ? _mm512_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24)
+                                   : _mm512_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28, 0, 8, 16, 24, 4, 12, 20, 28);
+  const __m512i mask = _mm512_set1_epi32(bits == 8 ? 255 : 15);
   auto word_at = [](const uint8_t* at) {
     int32_t w;
     std::memcpy(&w, at, 4);
@@ -1334,14 +1331,11 @@ __attribute__((target("avx512f"))) void QuantizedLinear::State::dequantize_lane_
     float* dst = out + (j - j0) * ld;
     for (size_t run = 0; run + 1 < run_start.size(); ++run) {
       const int32_t g = run_group[run];
-      const __m256i zero_point = _mm256_set1_epi32(zero(j, g));
-      const __m256 group_scale = _mm256_set1_ps(scale(j, g));
-      const __m512i zero_point16 = _mm512_set1_epi32(zero(j, g));
-      const __m512 group_scale16 = _mm512_set1_ps(scale(j, g));
+      const __m512i zero_point = _mm512_set1_epi32(zero(j, g));
+      const __m512 group_scale = _mm512_set1_ps(scale(j, g));
       const uint8_t* word = codes.data() + lane_run_at(j, run) + lane_param_bytes + j % kLanePanel * 4;
-      const int64_t words_apart = bits == 8 ? kLaneStepBytes : 0;
-      int64_t p = run_start[run];
-      for (; p + 16 <= run_start[run + 1]; p += 16, word += 16 / lane_step_inputs() * kLaneStepBytes) {
+      for (int64_t p = run_start[run]; p < run_start[run + 1];
+           p += 16, word += 16 / lane_step_inputs() * kLaneStepBytes) {
         __m512i words;
         if (bits == 8) {
           const int32_t a = word_at(word), b = word_at(word + kLaneStepBytes), c = word_at(word + 2 * kLaneStepBytes),
@@ -1351,17 +1345,8 @@ __attribute__((target("avx512f"))) void QuantizedLinear::State::dequantize_lane_
           words = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(word_at(word))),
                                      _mm256_set1_epi32(word_at(word + kLaneStepBytes)), 1);
         }
-        const __m512i code = _mm512_and_si512(_mm512_srlv_epi32(words, shifts16), mask16);
-        _mm512_storeu_ps(dst + p,
-                         _mm512_mul_ps(group_scale16, _mm512_cvtepi32_ps(_mm512_sub_epi32(code, zero_point16))));
-      }
-      for (; p < run_start[run + 1]; p += 8, word += 8 / lane_step_inputs() * kLaneStepBytes) {
-        int32_t first, second;
-        std::memcpy(&first, word, 4);
-        std::memcpy(&second, word + words_apart, 4);
-        const __m256i both = _mm256_setr_epi32(first, first, first, first, second, second, second, second);
-        const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(both, shifts), mask);
-        _mm256_storeu_ps(dst + p, _mm256_mul_ps(group_scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(code, zero_point))));
+        const __m512i code = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
+        _mm512_storeu_ps(dst + p, _mm512_mul_ps(group_scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(code, zero_point))));
       }
     }
   }
