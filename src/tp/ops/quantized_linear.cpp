@@ -694,13 +694,14 @@ constexpr int64_t kCodePrefetchBytes = 4096;
 constexpr int32_t kParamPrefetchGroups = 4;
 
 // The address may lie past the codes (the last chunks' prefetch): a prefetch never faults, and the address is
-// formed as an integer, not as a pointer past its array.
-inline void prefetch_codes(const uint8_t* chunk) {
+// formed as an integer, not as a pointer past its array. Both helpers are always inlined: GCC 12 deems a
+// function of prefetches alone pure and may drop its calls (it did so to attention's).
+[[gnu::always_inline]] inline void prefetch_codes(const uint8_t* chunk) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(chunk) + kCodePrefetchBytes), _MM_HINT_T1);
 }
 
 // Row `row`'s panel's scales and zero points kParamPrefetchGroups after group g, when there is such a group.
-inline void prefetch_params(const QuantizedLinear::State& s, int64_t row, int32_t g) {
+[[gnu::always_inline]] inline void prefetch_params(const QuantizedLinear::State& s, int64_t row, int32_t g) {
   if (g + kParamPrefetchGroups >= s.groups) return;
   const size_t at = s.param_at(row, g + kParamPrefetchGroups);
   _mm_prefetch(s.scales16.empty() ? reinterpret_cast<const char*>(s.scales32.data() + at)
