@@ -21,7 +21,7 @@ bool same_slice(const nn::ParamShard& a, const nn::ParamShard& b) {
 // Experts kept packed at inference: a quantized checkpoint's per-expert Linears (GPTQ / AWQ / compressed-tensors;
 // inference only), and GPT-OSS's MXFP4 experts where this rank's slices hold whole blocks of 32 inputs (else, and
 // for training, they are read dequantised below).
-bool load_packed_experts(nn::Module& module, const Checkpoint& ckpt, bool inference_only) {
+bool load_packed_experts(nn::Module& module, const Checkpoint& ckpt, DType dtype, bool inference_only) {
   auto* experts = dynamic_cast<nn::MoeExperts*>(&module);
   if (experts == nullptr) return false;
   if (reads_quantized_experts(ckpt, *experts)) {
@@ -30,7 +30,7 @@ bool load_packed_experts(nn::Module& module, const Checkpoint& ckpt, bool infere
              "LoRA included, needs them unquantized", ckpt.dir().string(), experts->name(),
              ckpt.config().quantization->method);
     QuantizedExperts q = read_quantized_experts(ckpt, *experts);
-    experts->set_packed(std::move(q.gate), std::move(q.down), std::move(q.up));
+    experts->set_packed(std::move(q.gate), std::move(q.down), std::move(q.up), dtype);
     return true;
   }
   if (!inference_only || !experts->layout().gpt_oss) return false;
@@ -39,14 +39,14 @@ bool load_packed_experts(nn::Module& module, const Checkpoint& ckpt, bool infere
   std::vector<ops::QuantizedLinear> gu = read_mxfp4_packed(ckpt, gate_up.name, gate_up.global_shape, gate_up.shard);
   std::vector<ops::QuantizedLinear> dn = read_mxfp4_packed(ckpt, down.name, down.global_shape, down.shard);
   if (gu.empty() || dn.empty()) return false;
-  experts->set_packed(std::move(gu), std::move(dn));
+  experts->set_packed(std::move(gu), std::move(dn), {}, dtype);
   return true;
 }
 
 void load_own_parameters(nn::Module& module, const Checkpoint& ckpt, DType dtype,
                          const std::map<std::string, std::string>& tied,
                          const std::map<std::string, nn::Parameter*>& by_name, bool inference_only) {
-  const bool packed_experts = load_packed_experts(module, ckpt, inference_only);
+  const bool packed_experts = load_packed_experts(module, ckpt, dtype, inference_only);
   for (nn::Parameter* p : module.own_parameters()) {
     if (packed_experts && (p == &static_cast<nn::MoeExperts&>(module).gate_up_proj ||
                            p == &static_cast<nn::MoeExperts&>(module).down_proj))

@@ -51,7 +51,7 @@ MoeExperts::MoeExperts(std::string name, int64_t num_experts, int64_t hidden, in
 }
 
 void MoeExperts::set_packed(std::vector<ops::QuantizedLinear> gate_up, std::vector<ops::QuantizedLinear> down,
-                            std::vector<ops::QuantizedLinear> up) {
+                            std::vector<ops::QuantizedLinear> up, DType dtype) {
   TP_CHECK(!gate_up.empty() && gate_up.size() == down.size() && (up.empty() || up.size() == gate_up.size()) &&
                static_cast<int64_t>(gate_up.size()) == num_local_experts(),
            "{}: {} packed gate_up_proj ({} up) and {} down_proj for {} local experts", name(), gate_up.size(),
@@ -59,6 +59,7 @@ void MoeExperts::set_packed(std::vector<ops::QuantizedLinear> gate_up, std::vect
   packed_gate_up_ = std::move(gate_up);
   packed_up_ = std::move(up);
   packed_down_ = std::move(down);
+  packed_compute_ = dtype == DType::BF16 ? DType::BF16 : DType::F32;
   gate_up_proj.data = Tensor();
   down_proj.data = Tensor();
 }
@@ -81,6 +82,7 @@ Tensor MoeExperts::forward(const std::vector<Tensor>& inputs) {
     o.packed_up = packed_up_.empty() ? nullptr : &packed_up_;
     o.packed_down = &packed_down_;
     o.decode_tokens = DecodeRows::for_rows(inputs[0].size(0));
+    o.packed_compute = packed_compute_;
   }
   if (!layout_.gpt_oss) return ops::moe_experts(inputs[0], r.ids, r.weights, gate_up_proj.data, down_proj.data, o);
   o.gate_up_bias = gate_up_proj_bias->data;

@@ -99,9 +99,10 @@ class MoeExperts : public Module {
   bool experts_sharded() const { return !gate_up_proj.shard.replicated() && gate_up_proj.shard.dim == 0; }
   // Inference on experts kept packed (GPT-OSS's MXFP4; a quantized checkpoint's per-expert Linears): this rank's
   // experts' gate_up_proj and down_proj as QuantizedLinears in Linear's layout (ops::ExpertOptions), with `up`
-  // given gate_up holds the gate rows alone and up the up rows; the two parameters then hold no data.
+  // given gate_up holds the gate rows alone and up the up rows; the two parameters then hold no data. `dtype`:
+  // the model's, whose arithmetic a GEMM over them takes (ops::ExpertOptions::packed_compute).
   void set_packed(std::vector<ops::QuantizedLinear> gate_up, std::vector<ops::QuantizedLinear> down,
-                  std::vector<ops::QuantizedLinear> up = {});
+                  std::vector<ops::QuantizedLinear> up, DType dtype);
   bool packed() const { return !packed_gate_up_.empty(); }
   // Bytes the packed experts hold (0 when not packed).
   size_t packed_bytes() const;
@@ -113,6 +114,7 @@ class MoeExperts : public Module {
   int64_t top_k_;
   ExpertLayout layout_;
   std::vector<ops::QuantizedLinear> packed_gate_up_, packed_up_, packed_down_;
+  DType packed_compute_ = DType::F32;
 };
 
 }  // namespace tp::nn

@@ -113,17 +113,14 @@ struct ExpertPass {
   std::vector<float> y;   // [c, H] the expert's output (unweighted)
 };
 
-// An expert's share of a prompt is a few rows: up to this many run decode's kernels a block of kDecodeRows at a
-// time, which stream the codes once a block, rather than prefill's, which dequantize the whole weight for them.
-// (So a prompt token's bits depend on how many share its expert in its step; decode steps' do not: their pairs
-// run decode's kernels however many, ExpertOptions::decode_tokens.)
-constexpr int64_t kFewRows = 16, kDecodeRows = 4;
-
 // rows [m, n] = a [m, k] . W^T (+ bias [n]) for a packed expert weight W [n, k] (QuantizedLinear's kernels). The
 // first `decodes` rows are decode steps' (ExpertOptions::decode_tokens): flagged as such, decode's kernels
-// whatever their number; the others, a prompt's, by their count (above).
-void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, int64_t decodes, float* rows,
-                 const float* bias) {
+// whatever their number; the others, a prompt's, by their count: decode's kernels too where they are faster
+// (QuantizedLinear::decode_rows_limit: an expert's share of a prompt is often a few rows), else prefill's
+// dequantize-and-GEMM in `compute`'s arithmetic. (So a prompt token's bits depend on whether its expert has more
+// prompt rows than that in its step; decode steps' do not: ExpertOptions::decode_tokens.)
+void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, int64_t decodes, float* rows, const float* bias,
+                 DType compute) {
   const int64_t n = w.out_features(), k = w.in_features();
   Tensor x = Tensor::empty({m, k}), b, y = Tensor::empty({m, n});
   std::memcpy(x.data<float>(), a, static_cast<size_t>(m * k) * sizeof(float));
@@ -131,17 +128,10 @@ void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, int64_t de
     b = Tensor::empty({n});
     std::memcpy(b.data<float>(), bias, static_cast<size_t>(n) * sizeof(float));
   }
-  if (decodes > 0) {  // flagged decode rows: decode's kernels, each weight read once for them all
-    Tensor y_rows = y.narrow(0, 0, decodes);
-    linear_into(y_rows, x.narrow(0, 0, decodes), w, b, DType::F32,
-                std::vector<uint8_t>(static_cast<size_t>(decodes), 1));
-  }
-  const int64_t prompt = m - decodes;
-  const int64_t block = prompt <= kFewRows ? kDecodeRows : prompt;
-  for (int64_t r = decodes; r < m; r += block) {
-    Tensor y_rows = y.narrow(0, r, std::min(block, m - r));
-    linear_into(y_rows, x.narrow(0, r, std::min(block, m - r)), w, b);
-  }
+  // Rows flagged as decode steps take decode's kernels: the decode steps, and a prompt's rows when they are few.
+  std::vector<uint8_t> decode_rows(static_cast<size_t>(m), m - decodes <= w.decode_rows_limit() ? 1 : 0);
+  std::fill_n(decode_rows.begin(), decodes, uint8_t{1});
+  linear_into(y, x, w, b, compute, decode_rows);
   std::memcpy(rows, y.data<float>(), static_cast<size_t>(m * n) * sizeof(float));
 }
 
@@ -156,15 +146,16 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
   p.gu.resize(static_cast<size_t>(c * 2 * I));
   if (packed && l.o.packed_up != nullptr) {  // gate and up apart: each into its columns of gu
     p.a.resize(static_cast<size_t>(c * 2 * I));
-    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, decodes, p.a.data(), nullptr);
-    packed_rows(p.x.data(), (*l.o.packed_up)[e], c, decodes, p.a.data() + c * I, nullptr);
+    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, decodes, p.a.data(), nullptr, l.o.packed_compute);
+    packed_rows(p.x.data(), (*l.o.packed_up)[e], c, decodes, p.a.data() + c * I, nullptr, l.o.packed_compute);
     for (int64_t i = 0; i < c; ++i)
       for (int64_t j = 0; j < I; ++j) {
         p.gu[i * 2 * I + l.gate_col(j)] = p.a[i * I + j];
         p.gu[i * 2 * I + l.up_col(j)] = p.a[c * I + i * I + j];
       }
   } else if (packed) {
-    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, decodes, p.gu.data(), l.gate_up_bias(gate_up_bias, e));
+    packed_rows(p.x.data(), (*l.o.packed_gate_up)[e], c, decodes, p.gu.data(), l.gate_up_bias(gate_up_bias, e),
+                l.o.packed_compute);
   } else {
     expert_rows(p.x.data(), gate_up, e * 2 * I * H, c, 2 * I, H, l.trans_b(), p.gu.data(),
                 l.gate_up_bias(gate_up_bias, e));
@@ -189,7 +180,8 @@ void run_expert(ExpertPass& p, const float* x, const int64_t* pairs, int64_t c, 
   }
   p.y.resize(static_cast<size_t>(c * H));
   if (packed)
-    packed_rows(p.a.data(), (*l.o.packed_down)[e], c, decodes, p.y.data(), l.down_bias(down_bias, e));
+    packed_rows(p.a.data(), (*l.o.packed_down)[e], c, decodes, p.y.data(), l.down_bias(down_bias, e),
+                l.o.packed_compute);
   else
     expert_rows(p.a.data(), down, e * H * I, c, H, I, l.trans_b(), p.y.data(), l.down_bias(down_bias, e));
 }

@@ -49,6 +49,10 @@ struct ExpertOptions {
   // kernels however many an expert gets (ops::linear's decode_rows), so their bits do not depend on the tokens
   // beside them. Empty: every expert's pair count picks.
   std::span<const uint8_t> decode_tokens;
+  // Packed experts: the arithmetic of the GEMM an expert's prompt rows take when they are many (more than
+  // QuantizedLinear::decode_rows_limit; fewer take decode's kernels): the model's, bf16 for a bf16 model, as a
+  // quantized Linear's prefill.
+  DType packed_compute = DType::F32;
   static ExpertOptions gpt_oss(float limit, float alpha);
 };
 

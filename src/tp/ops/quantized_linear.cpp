@@ -1542,6 +1542,8 @@ Tensor QuantizedLinear::dequantize() const {
   return out;
 }
 
+int64_t QuantizedLinear::decode_rows_limit() const { return defined() && state_->lanes ? 48 : 16; }
+
 Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
               std::span<const uint8_t> decode_rows) {
   TP_CHECK(w.defined(), "linear: the quantized weight is not loaded");
