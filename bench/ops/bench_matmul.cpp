@@ -3,7 +3,8 @@
 // the same run, f32 and bf16 weights; and quantized weights (ops::QuantizedLinear:
 // 8-bit and 4-bit codes in groups of 128; prefill shapes in f32 and, suffix _bf16, in
 // a bf16 model's arithmetic; 8 and 16 rows also as a server's decode steps, suffix
-// /decode_steps), whose GB counter counts the bytes held (codes, scales and zeros).
+// /decode_steps), whose GB counter counts the bytes held (codes, scales and zeros); and GPT-OSS's expert shapes
+// at decode in MXFP4 against 4-bit codes (BM_tp_quantized_*_expert).
 //
 //   OMP_NUM_THREADS=1 ./build/bench/ops/bench_matmul --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true      (one line)
@@ -31,6 +32,7 @@
 #include "tp/ops/gemm.h"
 #include "tp/ops/linear.h"
 #include "tp/ops/quantized_linear.h"
+#include "tp/tensor/random.h"
 #include "tp/tensor/storage.h"
 
 using namespace tp;
@@ -129,8 +131,16 @@ void bm_onednn(benchmark::State& state, Shape3 s, DType dt, bool huge_pages) {
   set_counters(state, s, dt);
 }
 
-// Random codes, f16-valued scales and zeros in groups of 128 along K.
+// Random codes, f16-valued scales and zeros in groups of 128 along K; bits 0: MXFP4 (random E2M1 codes, an
+// exponent per 32 inputs).
 __attribute__((noinline)) ops::QuantizedLinear make_quantized(const Shape3& s, int bits, uint64_t seed) {
+  if (bits == 0) {
+    Tensor codes = Tensor::empty({s.n, s.k}, DType::U8), exponents = Tensor::empty({s.n, s.k / 32}, DType::U8);
+    for (int64_t i = 0; i < s.n * s.k; ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(mix64(seed + i) % 16);
+    for (int64_t i = 0; i < s.n * s.k / 32; ++i)
+      exponents.data<uint8_t>()[i] = static_cast<uint8_t>(118 + mix64(~seed - i) % 8);
+    return ops::QuantizedLinear::e2m1(codes, exponents);
+  }
   const int64_t groups = (s.k + 127) / 128;
   Tensor codes = Tensor::empty({s.n, s.k}, DType::U8), zeros = Tensor::empty({s.n, groups}, DType::U8);
   Tensor scales = Tensor::empty({s.n, groups});
@@ -254,6 +264,16 @@ int main(int argc, char** argv) {
             bm_tp_quantized(st, s, bits, compute, true);
           })->UseRealTime();
       }
+  // GPT-OSS's experts at decode (gpt-oss-20b: gate_up [5760, 2880], down [2880, 2880]; 1 and 4 rows): MXFP4
+  // against 4-bit codes in groups of 128, the same shapes in the same run.
+  for (const Shape3& s : {Shape3{1, 2880, 5760}, Shape3{1, 2880, 2880}, Shape3{4, 2880, 5760}})
+    for (const int bits : {0, 4}) {
+      const std::string name =
+          std::string("BM_tp_quantized_") + (bits == 0 ? "mxfp4" : "int4_g128") + "_expert" + shape_name(s);
+      benchmark::RegisterBenchmark(name.c_str(), [s, bits](benchmark::State& st) {
+        bm_tp_quantized(st, s, bits, DType::F32, false);
+      })->UseRealTime();
+    }
   for (const bool head : {false, true})
     for (const int bits : {16, 8, 4}) {
       const std::string name = std::string("BM_decode_token_linears_qwen3_0.6b_") +

@@ -371,42 +371,50 @@ TEST(QuantizedLinear, InputGradientIsDyTimesTheWeight) {
 // MXFP4 (GPT-OSS's experts): E2M1 codes (bit 3 the sign, bits 0-2 index {0, 0.5, 1, 1.5, 2, 3, 4, 6}) times
 // 2^(e - 127) per block of 32 inputs. dequantize() is that definition exactly; products are within each kernel's
 // bound of the double-precision product (the integer kernel where decode runs it, f32 rounding elsewhere), with
-// and without a bias; it holds codes and f16 scales only.
+// and without a bias; it holds codes and f16 scales only. 24 rows: the pair kernels' panels; 64 (where AVX512-VNNI
+// is): the integer kernels' lane panels, each code made its value by a byte shuffle.
 TEST(QuantizedLinear, E2m1CodesAreMxfp4Values) {
   constexpr double kE2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-  const int64_t n = 24, k = 96, blocks = k / 32;
-  std::mt19937_64 rng(41);
-  Tensor codes = Tensor::empty({n, k}, DType::U8), exponents = Tensor::empty({n, blocks}, DType::U8);
-  for (int64_t i = 0; i < n * k; ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 16);
-  for (int64_t i = 0; i < n * blocks; ++i) exponents.data<uint8_t>()[i] = static_cast<uint8_t>(118 + rng() % 12);
-  auto weight = [&](int64_t r, int64_t c) {
-    const uint8_t code = codes.data<uint8_t>()[r * k + c];
-    const double v = kE2m1[code & 7] * std::ldexp(1.0, exponents.data<uint8_t>()[r * blocks + c / 32] - 127);
-    return code & 8 ? -v : v;
-  };
-  const ops::QuantizedLinear w = ops::QuantizedLinear::e2m1(codes, exponents);
-  EXPECT_EQ(w.nbytes(), ops::QuantizedLinear::e2m1_resident_bytes(n, k));
-  EXPECT_EQ(w.nbytes(), size_t(n * k / 2 + n * blocks * 2));
-  const Tensor dense = w.dequantize();
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t c = 0; c < k; ++c) ASSERT_EQ(dense.data<float>()[r * k + c], static_cast<float>(weight(r, c)));
-  const Tensor bias = Tensor::randn({n}, 3);
-  for (int64_t m : {1, 2, 3, 4, 7, 16}) {
-    const Tensor x = Tensor::randn({m, k}, 50 + m);
-    const Tensor y = ops::linear(x, w), yb = ops::linear(x, w, bias);
-    for (int64_t i = 0; i < m; ++i) {
-      double x_max = 0;
-      for (int64_t c = 0; c < k; ++c) x_max = std::max(x_max, std::fabs(double{x.data<float>()[i * k + c]}));
-      for (int64_t j = 0; j < n; ++j) {
-        double want = 0, magnitude = 0, w_sum = 0;
-        for (int64_t c = 0; c < k; ++c) {
-          want += x.data<float>()[i * k + c] * weight(j, c);
-          magnitude += std::fabs(x.data<float>()[i * k + c] * weight(j, c));
-          w_sum += std::fabs(weight(j, c));
+  for (const int64_t n : {24, 64}) {
+    const int64_t k = 96, blocks = k / 32;
+    std::mt19937_64 rng(41 + n);
+    Tensor codes = Tensor::empty({n, k}, DType::U8), exponents = Tensor::empty({n, blocks}, DType::U8);
+    for (int64_t i = 0; i < n * k; ++i) codes.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 16);
+    for (int64_t i = 0; i < n * blocks; ++i) exponents.data<uint8_t>()[i] = static_cast<uint8_t>(118 + rng() % 12);
+    auto weight = [&](int64_t r, int64_t c) {
+      const uint8_t code = codes.data<uint8_t>()[r * k + c];
+      const double v = kE2m1[code & 7] * std::ldexp(1.0, exponents.data<uint8_t>()[r * blocks + c / 32] - 127);
+      return code & 8 ? -v : v;
+    };
+    const ops::QuantizedLinear w = ops::QuantizedLinear::e2m1(codes, exponents);
+    EXPECT_EQ(w.nbytes(), ops::QuantizedLinear::e2m1_resident_bytes(n, k));
+    EXPECT_EQ(w.nbytes(), size_t(n * k / 2 + n * blocks * 2));
+    if (n == 64 && ops::detail::quantized_decode_kernel(1) == ops::detail::QuantizedKernel::Avx512Vnni)
+      EXPECT_EQ(w.decode_rows_limit(), 48) << "64 rows of MXFP4 codes take the lane panels";
+    const Tensor dense = w.dequantize();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c)
+        ASSERT_EQ(dense.data<float>()[r * k + c], static_cast<float>(weight(r, c))) << n << " rows";
+    const Tensor bias = Tensor::randn({n}, 3);
+    for (int64_t m : {1, 2, 3, 4, 7, 16}) {
+      const Tensor x = Tensor::randn({m, k}, 50 + m);
+      const Tensor y = ops::linear(x, w), yb = ops::linear(x, w, bias);
+      for (int64_t i = 0; i < m; ++i) {
+        double x_max = 0;
+        for (int64_t c = 0; c < k; ++c) x_max = std::max(x_max, std::fabs(double{x.data<float>()[i * k + c]}));
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0, magnitude = 0, w_sum = 0;
+          for (int64_t c = 0; c < k; ++c) {
+            want += x.data<float>()[i * k + c] * weight(j, c);
+            magnitude += std::fabs(x.data<float>()[i * k + c] * weight(j, c));
+            w_sum += std::fabs(weight(j, c));
+          }
+          const double bound = dot_kernel(m) ? kRowQuantized * x_max * w_sum + magnitude / (1 << 20) : 1e-6 * magnitude;
+          ASSERT_NEAR(y.data<float>()[i * n + j], want, bound + 1e-30)
+              << n << " rows, m " << m << " at " << i << "," << j;
+          ASSERT_NEAR(yb.data<float>()[i * n + j], want + bias.data<float>()[j], bound + 1e-6)
+              << n << " rows, bias, m " << m;
         }
-        const double bound = dot_kernel(m) ? kRowQuantized * x_max * w_sum + magnitude / (1 << 20) : 1e-6 * magnitude;
-        ASSERT_NEAR(y.data<float>()[i * n + j], want, bound + 1e-30) << "m " << m << " at " << i << "," << j;
-        ASSERT_NEAR(yb.data<float>()[i * n + j], want + bias.data<float>()[j], bound + 1e-6) << "bias, m " << m;
       }
     }
   }

@@ -78,8 +78,11 @@ struct QuantizedLinear::State {
   // its low nibble, 8t + 4 + b in its high one), 4 for 8-bit ones (byte b: input 4t + b). A token's product then reads
   // one run of memory, its scales in it. (As a stream of their own the scales cost a stand-alone loop with the kernel's
   // arithmetic 12% of its rate, bench_decode_stream.) `codes` holds it all; scales16, scales32 and zeros stay empty.
+  // Mapped codes (MXFP4) keep no zero points there (they are all 0): the kernels read code c as the unsigned byte
+  // code_value[c] + kMappedOffset with a zero point of kMappedOffset.
   static constexpr int64_t kLanePanel = 64;
   static constexpr int64_t kLaneStepBytes = kLanePanel * 4;  // a step's 64 words
+  static constexpr int kMappedOffset = 12;                   // -min(code_value) of MXFP4's E2M1 values
   int64_t lane_step_inputs() const { return 32 / bits; }
   bool lanes = false;
   int64_t lane_scale_bytes = 2;  // 2 (f16) or 4 (f32)
@@ -93,7 +96,7 @@ struct QuantizedLinear::State {
   void lay_out_lanes(bool f16_scales) {
     lanes = true;
     lane_scale_bytes = f16_scales ? 2 : 4;
-    lane_param_bytes = kLanePanel * (lane_scale_bytes + 1);
+    lane_param_bytes = kLanePanel * (lane_scale_bytes + (mapped ? 0 : 1));
     group_run.assign(static_cast<size_t>(groups), -1);
     lane_run_offset.clear();
     int64_t at = 0;
@@ -111,6 +114,7 @@ struct QuantizedLinear::State {
   }
   size_t param_count() const { return static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel * groups); }
   int zero(int64_t row, int64_t group) const {
+    if (lanes && mapped) return 0;
     if (lanes)
       return codes[lane_run_at(row, static_cast<size_t>(group_run[static_cast<size_t>(group)])) +
                    static_cast<size_t>(kLanePanel * lane_scale_bytes + row % kLanePanel)];
@@ -202,7 +206,7 @@ struct QuantizedLinear::State {
     } else {
       std::memcpy(at + row % kLanePanel * 4, &scale, 4);
     }
-    at[kLanePanel * lane_scale_bytes + row % kLanePanel] = zero;
+    if (!mapped) at[kLanePanel * lane_scale_bytes + row % kLanePanel] = zero;
   }
 
   size_t run_of(int64_t p) const {
@@ -870,16 +874,21 @@ bool byte_kernel_fits(const QuantizedLinear::State& s) { return s.bits == 4 && !
 // low.code - zero * sum q = q . (code - zero) over at most 512 inputs (4-bit) or 256 (8-bit: |acc| <= 256 * 32767 * 255
 // < 2^31; the partial sums wrap and come back), and each lane's sum is its row's whole, so the f32 steps are one
 // multiply-add a row and flush (the quad kernel's four lanes a row are summed at the end); within the same bound
-// (kRowQuantized in the tests).
+// (kRowQuantized in the tests). MAPPED (MXFP4): one byte shuffle a nibble vector makes each code the unsigned
+// byte code_value[c] + 12 (at most 24: the bound holds), and the zero point is 12.
 constexpr int kLaneRows = 2;
 
-template <int MR, int BITS>
+template <int MR, int BITS, bool MAPPED = false>
 TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, int64_t j, const float* bias, float* c) {
-  constexpr int64_t kPanel = QuantizedLinear::State::kLanePanel, kStepBytes = QuantizedLinear::State::kLaneStepBytes;
+  using State = QuantizedLinear::State;
+  constexpr int64_t kPanel = State::kLanePanel, kStepBytes = State::kLaneStepBytes;
   constexpr int64_t kStepInputs = 32 / BITS, kFlushInputs = BITS == 4 ? 512 : 256;
   const int64_t k = s.k, chunks = s.chunks32;
   const uint8_t* panel = s.codes.data() + j / kPanel * s.lane_panel_bytes;
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  alignas(16) uint8_t mapped_bytes[16];
+  for (int v = 0; v < 16; ++v) mapped_bytes[v] = static_cast<uint8_t>(s.code_value[v] + State::kMappedOffset);
+  const __m512i mapped = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(mapped_bytes)));
   __m512 total[MR][4];
   for (int i = 0; i < MR; ++i)
     for (int q = 0; q < 4; ++q) total[i][q] = _mm512_setzero_ps();
@@ -907,6 +916,8 @@ TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, in
           if constexpr (BITS == 4) {
             __m512i code[2];  // inputs p ..< p + 4, then p + 4 ..< p + 8
             load_codes(step + 64 * q, code);
+            if constexpr (MAPPED)
+              for (int h = 0; h < 2; ++h) code[h] = _mm512_shuffle_epi8(mapped, code[h]);
 #pragma GCC unroll 2
             for (int i = 0; i < MR; ++i) byte_products(code, high[i], low[i], high_sum[i][q], low_sum[i][q]);
           } else {
@@ -925,8 +936,9 @@ TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, in
         const __m512 scale = s.lane_scale_bytes == 2
                                  ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(params + 32 * q)))
                                  : _mm512_load_ps(reinterpret_cast<const float*>(params) + 16 * q);
-        const __m512i zero = _mm512_cvtepu8_epi32(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(params + kPanel * s.lane_scale_bytes + 16 * q)));
+        const __m512i zero = MAPPED ? _mm512_set1_epi32(State::kMappedOffset)
+                                    : _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(
+                                          params + kPanel * s.lane_scale_bytes + 16 * q)));
 #pragma GCC unroll 2
         for (int i = 0; i < MR; ++i) {
           const int64_t* prefix = x.prefix + i * (chunks + 1);
@@ -1031,7 +1043,9 @@ void fused_product(const QuantizedLinear::State& s, int64_t m, const float* a, c
         const Rows xr = rows_from(x, s, r);
         const int64_t j = b * QuantizedLinear::State::kLanePanel;
         const bool pair = m - r >= 2;
-        if (s.bits == 4)
+        if (s.mapped)
+          (pair ? lane_tile<2, 4, true> : lane_tile<1, 4, true>)(s, xr, j, bias, c + r * s.n);
+        else if (s.bits == 4)
           (pair ? lane_tile<2, 4> : lane_tile<1, 4>)(s, xr, j, bias, c + r * s.n);
         else
           (pair ? lane_tile<2, 8> : lane_tile<1, 8>)(s, xr, j, bias, c + r * s.n);
@@ -1327,7 +1341,10 @@ __attribute__((target("avx512f"))) void QuantizedLinear::State::dequantize_lane_
   // lane_step_inputs() divided) every 16 values. That and building the 8-bit words' vector through general
   // registers and the stack made this ~2x (4-bit) and ~3x (8-bit) slower: an expert's [768, 2048] weight took as
   // long to dequantize for its prefill GEMM as the GEMM of 16 rows.
-  const bool eight = bits == 8;
+  const bool eight = bits == 8, is_mapped = mapped;
+  alignas(64) int32_t mapped_values[16];
+  for (int v = 0; v < 16; ++v) mapped_values[v] = code_value[v];
+  const __m512i values = _mm512_load_si512(mapped_values);           // mapped codes' values (their zero points are 0)
   const int64_t advance = 16 / lane_step_inputs() * kLaneStepBytes;  // the words of the next 16 inputs
   const size_t runs = run_start.size() - 1;
   for (int64_t j = j0; j < j1; ++j) {
@@ -1346,7 +1363,8 @@ __attribute__((target("avx512f"))) void QuantizedLinear::State::dequantize_lane_
         } else {
           words = _mm512_mask_broadcastd_epi32(words, 0xFF00, _mm_loadu_si32(word + kLaneStepBytes));
         }
-        const __m512i code = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
+        __m512i code = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
+        if (is_mapped) code = _mm512_permutexvar_epi32(code, values);
         _mm512_storeu_ps(dst + p, _mm512_mul_ps(group_scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(code, zero_point))));
       }
     }
@@ -1364,15 +1382,19 @@ void QuantizedLinear::State::dequantize_rows_bf16(int64_t j0, int64_t j1, bf16* 
 
 QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales,
                                  const Tensor& zeros, const Tensor& g_idx)
-    : QuantizedLinear(bits, group_size, codes, scales, zeros, g_idx, true) {}
+    : QuantizedLinear(bits, group_size, codes, scales, zeros, g_idx, false) {}
 
 QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales,
-                                 const Tensor& zeros, const Tensor& g_idx, bool lane_panels) {
+                                 const Tensor& zeros, const Tensor& g_idx, bool e2m1_codes) {
   TP_CHECK(bits == 4 || bits == 8, "QuantizedLinear: bits must be 4 or 8, got {}", bits);
   TP_CHECK(codes.defined() && codes.dim() == 2 && codes.dtype() == DType::U8,
            "QuantizedLinear: codes must be u8 [out, in], got {} {}", codes.defined() ? dtype_name(codes.dtype()) : "",
            codes.defined() ? shape_str(codes.shape()) : "undefined");
   auto st = std::make_shared<State>();
+  if (e2m1_codes) {  // 2 x E2M1: exact small integers; bit 3 is the sign
+    st->mapped = true;
+    st->code_value = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  }
   st->bits = bits;
   st->n = codes.size(0);
   st->k = codes.size(1);
@@ -1440,7 +1462,7 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
 
   // Lane panels where the integer kernels will run them (quantized_decode_kernel is fixed per process).
   st->lay_out_codes();  // chunks32 and the panels' sizes, which x's split rows are counted in either way
-  if (lane_panels && st->chunks_whole && n > 0 && n % State::kLanePanel == 0 &&
+  if (st->chunks_whole && n > 0 && n % State::kLanePanel == 0 &&
       detail::quantized_decode_kernel(1) == detail::QuantizedKernel::Avx512Vnni) {
     st->lay_out_lanes(f16_exact);
     st->codes.assign_zeros(static_cast<size_t>(n / State::kLanePanel * st->lane_panel_bytes));
@@ -1480,14 +1502,14 @@ QuantizedLinear::QuantizedLinear(int bits, int64_t group_size, const Tensor& cod
   } else {
     st->scales32.assign(st->param_count(), 0.f);
   }
-  st->zeros.assign(st->param_count(), 0);
+  if (!st->mapped) st->zeros.assign(st->param_count(), 0);  // (mapped codes' are all 0: none kept)
   for (int64_t i = 0; i < n * groups; ++i) {
     const size_t at = st->param_at(i / groups, i % groups);
     if (f16_exact)
       st->scales16[at] = to_f16(s[i]).bits;
     else
       st->scales32[at] = s[i];
-    st->zeros[at] = z[i];
+    if (!st->mapped) st->zeros[at] = z[i];
   }
   state_ = std::move(st);
 }
@@ -1515,13 +1537,7 @@ QuantizedLinear QuantizedLinear::e2m1(const Tensor& codes, const Tensor& exponen
   Tensor scales = Tensor::empty({n, groups});
   const uint8_t* e = exponents.data<uint8_t>();
   for (int64_t i = 0; i < n * groups; ++i) scales.data<float>()[i] = std::ldexp(1.f, static_cast<int>(e[i]) - 128);
-  QuantizedLinear q(4, 32, codes, scales, Tensor::zeros({n, groups}, DType::U8), Tensor(), /*lane_panels=*/false);
-  auto st = std::const_pointer_cast<State>(q.state_);  // just built: nothing shares it yet
-  st->mapped = true;
-  st->code_value = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-  st->zeros.clear();
-  st->zeros.shrink_to_fit();
-  return q;
+  return QuantizedLinear(4, 32, codes, scales, Tensor::zeros({n, groups}, DType::U8), Tensor(), /*e2m1_codes=*/true);
 }
 
 size_t QuantizedLinear::resident_bytes(int bits, int64_t n, int64_t k, int64_t groups, bool permuted) {

@@ -67,10 +67,9 @@ class QuantizedLinear {
   struct State;
 
  private:
-  // lane_panels: whether the codes may take the integer kernels' lane panels (not e2m1's, whose codes are
-  // mapped once built).
+  // e2m1_codes: each 4-bit code stands for 2 x its E2M1 value (e2m1), the zero points all 0.
   QuantizedLinear(int bits, int64_t group_size, const Tensor& codes, const Tensor& scales, const Tensor& zeros,
-                  const Tensor& g_idx, bool lane_panels);
+                  const Tensor& g_idx, bool e2m1_codes);
   friend void linear_into(Tensor& out, const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
                           std::span<const uint8_t> decode_rows);
   friend Tensor linear(const Tensor& x, const QuantizedLinear& w, const Tensor& b, DType compute,
