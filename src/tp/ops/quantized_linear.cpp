@@ -886,9 +886,12 @@ TP_AVX512_VNNI void lane_tile(const QuantizedLinear::State& s, const Rows& x, in
   const int64_t k = s.k, chunks = s.chunks32;
   const uint8_t* panel = s.codes.data() + j / kPanel * s.lane_panel_bytes;
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-  alignas(16) uint8_t mapped_bytes[16];
-  for (int v = 0; v < 16; ++v) mapped_bytes[v] = static_cast<uint8_t>(s.code_value[v] + State::kMappedOffset);
-  const __m512i mapped = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(mapped_bytes)));
+  __m512i mapped = _mm512_setzero_si512();  // MAPPED: each code's byte in every 128-bit lane
+  if constexpr (MAPPED) {
+    alignas(16) uint8_t mapped_bytes[16];
+    for (int v = 0; v < 16; ++v) mapped_bytes[v] = static_cast<uint8_t>(s.code_value[v] + State::kMappedOffset);
+    mapped = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(mapped_bytes)));
+  }
   __m512 total[MR][4];
   for (int i = 0; i < MR; ++i)
     for (int q = 0; q < 4; ++q) total[i][q] = _mm512_setzero_ps();
