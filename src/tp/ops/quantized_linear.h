@@ -60,8 +60,9 @@ class QuantizedLinear {
   Tensor dequantize() const;
   // Up to how many rows of x decode's kernels (decode_rows flagged) compute the product faster than prefill's
   // dequantize-and-GEMM in bf16. Measured on an MoE expert's [768, 2048] and [2048, 768] weights streamed from
-  // memory: the integer kernels' lane panels (4- and 8-bit codes, AVX512-VNNI) up to 48 rows (int4 to 56, int8 to
-  // 48; e.g. 24 rows of int4 in 247 us against 439); the other forms (MXFP4's mapped codes, AVX2) up to ~14.
+  // memory: the integer kernels' lane panels (4- and 8-bit codes and MXFP4's, rows a multiple of 64, AVX512-VNNI)
+  // up to 48 rows (int4 to 56, int8 and MXFP4 to 48; e.g. 24 rows of int4 in 247 us against 439); the other forms
+  // (the pair kernels' panels, AVX2) up to ~14 (MXFP4 on them).
   int64_t decode_rows_limit() const;
 
   struct State;
