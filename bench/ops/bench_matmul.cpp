@@ -162,7 +162,8 @@ void bm_tp_quantized(benchmark::State& state, Shape3 s, int bits, DType compute,
   // Decode streams from memory: enough distinct copies (>= 192 MiB) to defeat the caches.
   const char* cached_env = std::getenv("TP_BENCH_CACHED");
   const bool cached = cached_env != nullptr && std::string(cached_env) == "1";
-  const size_t copies = s.m <= kDecodeRows && !cached ? std::max<size_t>(2, (size_t{192} << 20) / bytes) : 1;
+  // (Up to 64 rows: an MoE expert's share of a prompt also reads its weight from memory.)
+  const size_t copies = s.m <= 64 && !cached ? std::max<size_t>(2, (size_t{192} << 20) / bytes) : 1;
   for (size_t c = 1; c < copies; ++c) ws.push_back(make_quantized(s, bits, 1 + c));
   Tensor x = Tensor::randn({s.m, s.k}, 1), y = Tensor::empty({s.m, s.n});
   const std::vector<uint8_t> flags(decode_steps ? static_cast<size_t>(s.m) : 0, 1);
@@ -272,6 +273,19 @@ int main(int argc, char** argv) {
           std::string("BM_tp_quantized_") + (bits == 0 ? "mxfp4" : "int4_g128") + "_expert" + shape_name(s);
       benchmark::RegisterBenchmark(name.c_str(), [s, bits](benchmark::State& st) {
         bm_tp_quantized(st, s, bits, DType::F32, false);
+      })->UseRealTime();
+    }
+  // An MoE expert's prompt rows (qwen3-30b-a3b's gate [768, 2048]): decode's kernels (/decode_steps) against
+  // prefill's dequantize-and-GEMM in bf16, the same rows in the same run (QuantizedLinear::decode_rows_limit).
+  for (const int64_t rows : {16, 32, 48, 64})
+    for (const int bits : {8, 4}) {
+      const Shape3 s{rows, 2048, 768};
+      const std::string name = "BM_tp_quantized_int" + std::to_string(bits) + "_g128_expert_rows" + shape_name(s);
+      benchmark::RegisterBenchmark((name + "/decode_steps").c_str(), [s, bits](benchmark::State& st) {
+        bm_tp_quantized(st, s, bits, DType::F32, true);
+      })->UseRealTime();
+      benchmark::RegisterBenchmark((name + "/prefill_bf16").c_str(), [s, bits](benchmark::State& st) {
+        bm_tp_quantized(st, s, bits, DType::BF16, false);
       })->UseRealTime();
     }
   for (const bool head : {false, true})

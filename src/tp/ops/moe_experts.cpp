@@ -116,7 +116,8 @@ struct ExpertPass {
 // rows [m, n] = a [m, k] . W^T (+ bias [n]) for a packed expert weight W [n, k] (QuantizedLinear's kernels). The
 // first `decodes` rows are decode steps' (ExpertOptions::decode_tokens): flagged as such, decode's kernels
 // whatever their number; the others, a prompt's, by their count: decode's kernels too where they are faster
-// (QuantizedLinear::decode_rows_limit: an expert's share of a prompt is often a few rows), else prefill's
+// (QuantizedLinear::decode_rows_limit: an expert's share of a prompt is often a few rows; bench_matmul
+// --benchmark_filter=expert_rows compares the two), else prefill's
 // dequantize-and-GEMM in `compute`'s arithmetic. (So a prompt token's bits depend on whether its expert has more
 // prompt rows than that in its step; decode steps' do not: ExpertOptions::decode_tokens.)
 void packed_rows(const float* a, const QuantizedLinear& w, int64_t m, int64_t decodes, float* rows, const float* bias,
