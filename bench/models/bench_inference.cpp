@@ -21,7 +21,8 @@
 // against the read bandwidth around each chunk, as the weights-only share does.
 // Decode picks its greedy token as tp generate does: at tp > 1 with a column-parallel
 // lm_head, from each rank's slice of the logits (generation::vocab_parallel_argmax),
-// not from the whole row gathered on every rank.
+// not from the whole row gathered on every rank; else from the whole row by
+// ops::sample_tokens' greedy scan.
 //
 // Rank 0's JSON also carries the greedy tokens of the last repetition (the prefill's
 // argmax, then each decode step's) and the prefill's top-8 logits, which
@@ -51,6 +52,7 @@
 #include "tp/nn/layers.h"
 #include "tp/nn/moe.h"
 #include "tp/ops/linear.h"
+#include "tp/ops/sampling.h"
 
 using namespace tp;
 using bench::Clock;
@@ -205,8 +207,7 @@ int main(int argc, char** argv) {
         if (on_shards) {
           next = generation::vocab_parallel_argmax(out.logits, out.vocab_start, tp_group)[0];
         } else {
-          l = out.logits.data<float>();
-          next = std::max_element(l, l + V) - l;
+          next = ops::sample_tokens(out.logits, {}, {0}, {s}).to_int_vector()[0];
         }
         tokens.push_back(next);
       }

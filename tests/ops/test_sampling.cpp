@@ -3,6 +3,7 @@
 // row's draw independent of its batch, and bad options named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -96,4 +97,37 @@ TEST(VocabParallelPieces, CandidatesOfEachPieceMakeTheWholeRowsArgmax) {
   EXPECT_EQ(all[1], 0) << "the first piece's NaN is past its first element: max_element keeps 1.0";
   EXPECT_EQ(ops::best_candidates(Tensor::from_ints(all, {3, 1, 2})).to_int_vector(), (std::vector<int64_t>{2}));
   EXPECT_EQ(sample({row}, {}), (std::vector<int64_t>{2}));
+}
+
+TEST(Sampling, GreedyOnLongRowsIsMaxElementsAnswer) {
+  // Greedy's scan is vectorized (16 lanes, a masked tail): rows of every length around the lane count and a real
+  // vocabulary, with repeated maxima across lanes, NaNs, infinities and signed zeros, against std::max_element (and
+  // a later piece against the same rule without a leading NaN).
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  uint64_t state = 12345;
+  auto next = [&] { return (state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  std::vector<int64_t> lengths = {1, 2, 15, 16, 17, 31, 32, 33, 47, 100, 151936};
+  for (int round = 0; round < 40; ++round) lengths.push_back(1 + static_cast<int64_t>(next() % 300));
+  for (int64_t n : lengths) {
+    for (int form = 0; form < 7; ++form) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (float& v : row) v = static_cast<float>(next() % 1000) / 100.f - 5.f;
+      const auto at = [&] { return static_cast<size_t>(next() % static_cast<uint64_t>(n)); };
+      if (form == 1) row.assign(row.size(), 7.f);         // all tied: the first
+      if (form == 2) row[at()] = 9.5f, row[at()] = 9.5f;  // the max twice, maybe in other lanes
+      if (form == 3) row[at()] = nan, row[at()] = nan, row[at()] = inf;
+      if (form == 4) row.assign(row.size(), -inf), row[at()] = nan;  // only -inf and a NaN
+      if (form == 5) row.assign(row.size(), nan);                    // only NaNs
+      if (form == 6) row.assign(row.size(), -1.f), row[at()] = -0.f, row[at()] = 0.f;
+      const int64_t want = std::max_element(row.begin(), row.end()) - row.begin();
+      EXPECT_EQ(sample({row}, {})[0], want) << "n " << n << " form " << form;
+      const Tensor logits = Tensor::from_vector(row, {1, n});
+      EXPECT_EQ(ops::argmax_candidates(logits, 100, true).to_int_vector()[1], 100 + want) << n << " " << form;
+      int64_t later = -1;  // a later piece: NaNs never answer
+      for (int64_t j = 0; j < n; ++j)
+        if (!std::isnan(row[j]) && (later < 0 || row[later] < row[j])) later = j;
+      EXPECT_EQ(ops::argmax_candidates(logits, 100, false).to_int_vector()[1], later < 0 ? -1 : 100 + later)
+          << "n " << n << " form " << form;
+    }
+  }
 }

@@ -7,6 +7,7 @@
 
 #include "tp/core/error.h"
 #include "tp/ops/detail/sampling_kernels.h"
+#include "tp/ops/vec.h"
 #include "tp/tensor/random.h"
 
 namespace tp::ops {
@@ -15,9 +16,16 @@ namespace {
 
 // ---- CPU kernels
 
+// std::max_element's answer over row[0..n) (-1 for n = 0), vectorized: the first largest logit, where a NaN is never
+// larger but a NaN in row[0], which starts max_element's scan, stays the answer.
+int64_t greedy_token(const float* row, int64_t n) {
+  if (n > 0 && std::isnan(row[0])) return 0;
+  return detail::vec_kernels().argmax(row, n);
+}
+
 // The token of one row of logits [vocab] (sample_tokens' rule).
 int64_t select_token(const float* logits, int64_t vocab, const SamplingOptions& o, int64_t stream, int64_t step) {
-  if (o.temperature == 0) return std::max_element(logits, logits + vocab) - logits;
+  if (o.temperature == 0) return greedy_token(logits, vocab);
 
   // Candidates by decreasing logit (stable: equal logits keep id order).
   std::vector<int64_t> ids(static_cast<size_t>(vocab));
@@ -64,15 +72,9 @@ void argmax_candidates_cpu(const Tensor& logits, int64_t vocab_start, bool first
   int64_t* m = out.data<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     const float* row = logits.data<float>() + b * n;
-    int64_t best = -1;
-    if (first_piece) {
-      // The row's first element starts std::max_element's scan; a NaN there stays the answer.
-      if (n > 0) best = std::max_element(row, row + n) - row;
-    } else {
-      // A NaN never replaces the running maximum (a number, else the first piece's NaN wins).
-      for (int64_t j = 0; j < n; ++j)
-        if (!std::isnan(row[j]) && (best < 0 || row[best] < row[j])) best = j;
-    }
+    // Only the first piece may answer a NaN (its row[0], as max_element would over the whole row); the others
+    // offer their largest number, else nothing.
+    const int64_t best = first_piece ? greedy_token(row, n) : detail::vec_kernels().argmax(row, n);
     m[2 * b] = best < 0 ? 0 : std::bit_cast<int32_t>(row[best]);
     m[2 * b + 1] = best < 0 ? -1 : vocab_start + best;
   }

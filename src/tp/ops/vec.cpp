@@ -112,6 +112,37 @@ __attribute__((target("avx512f"))) float max_avx512(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(mx);
 }
 
+// std::max_element's rule without its NaN quirk: a later element replaces the best only when strictly larger, and
+// a NaN never does (nor starts the scan).
+int64_t argmax_scalar(const float* x, int64_t n) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isnan(x[i]) && (best < 0 || x[best] < x[i])) best = i;
+  return best;
+}
+
+// Each lane keeps its largest number and where it first came (an ordered compare: a NaN is never larger); the answer
+// is the first of the lanes that hold the overall maximum. A maximum of -inf (no lane moved) and indices past int32
+// take the scalar scan.
+__attribute__((target("avx512f"))) int64_t argmax_avx512(const float* x, int64_t n) {
+  if (n > INT32_MAX) return argmax_scalar(x, n);
+  __m512 best = _mm512_set1_ps(-INFINITY);
+  __m512i where = _mm512_set1_epi32(-1);
+  __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    const __mmask16 larger = _mm512_mask_cmp_ps_mask(k, v, best, _CMP_GT_OQ);
+    best = _mm512_mask_mov_ps(best, larger, v);
+    where = _mm512_mask_mov_epi32(where, larger, index);
+    index = _mm512_add_epi32(index, sixteen);
+  }
+  const float top = _mm512_reduce_max_ps(best);
+  if (top == -INFINITY) return argmax_scalar(x, n);
+  return _mm512_mask_reduce_min_epi32(_mm512_cmp_ps_mask(best, _mm512_set1_ps(top), _CMP_EQ_OQ), where);
+}
+
 __attribute__((target("avx512f"))) float exp_sum_avx512(const float* x, int64_t n, float shift) {
   const __m512 s = _mm512_set1_ps(shift);
   __m512 total = _mm512_setzero_ps();
@@ -379,17 +410,18 @@ void axpys_bf16_avx2(const float* p, int64_t p_stride, int64_t rows, const bf16*
 }  // namespace
 
 VecKernels vec_kernels_avx2() {
-  return {dot_avx2, axpy_avx2, softmax_scalar, dots_avx2, axpys_avx2, dots_bf16_avx2, axpys_bf16_avx2,
-          swiglu_scalar, swiglu_backward_scalar, max_scalar, exp_sum_scalar, exp_scale_scalar, "avx2"};
+  return {dot_avx2,        axpy_avx2,     softmax_scalar,         dots_avx2,  axpys_avx2,     dots_bf16_avx2,
+          axpys_bf16_avx2, swiglu_scalar, swiglu_backward_scalar, max_scalar, exp_sum_scalar, exp_scale_scalar,
+          argmax_scalar,   "avx2"};
 }
 
 const VecKernels& vec_kernels() {
   static const VecKernels k =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
-          ? VecKernels{dot_row<float>,     axpy_avx512,        softmax_avx512,
-                       dots_avx512<float>, axpys_avx512<float>, dots_avx512<bf16>,
-                       axpys_avx512<bf16>, swiglu_avx512,      swiglu_backward_avx512, max_avx512,
-                       exp_sum_avx512,     exp_scale_avx512,   "avx512"}
+          ? VecKernels{dot_row<float>,         axpy_avx512,       softmax_avx512,     dots_avx512<float>,
+                       axpys_avx512<float>,    dots_avx512<bf16>, axpys_avx512<bf16>, swiglu_avx512,
+                       swiglu_backward_avx512, max_avx512,        exp_sum_avx512,     exp_scale_avx512,
+                       argmax_avx512,          "avx512"}
           : vec_kernels_avx2();
   return k;
 }

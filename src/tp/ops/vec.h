@@ -2,8 +2,8 @@
 // Vectorized inner loops. Attention's over f32 rows: dot, axpy, an in-place
 // softmax, and their blocked forms over the keys of one kv head (rows of q or p
 // against n key/value rows `key_stride` floats apart); and the SwiGLU activation,
-// which shares softmax's exp; and cross-entropy's passes over a row of logits. AVX-512 when the CPU has it (chosen once, at run
-// time), AVX2 (or scalar) otherwise.
+// which shares softmax's exp; cross-entropy's passes over a row of logits, and greedy decoding's argmax. AVX-512 when
+// the CPU has it (chosen once, at run time), AVX2 (or scalar) otherwise.
 #include <cstdint>
 
 #include "tp/tensor/dtype.h"
@@ -37,6 +37,8 @@ using MaxFn = float (*)(const float* x, int64_t n);                    // max of
 using ExpSumFn = float (*)(const float* x, int64_t n, float shift);    // sum of e^(x[i] - shift)
 // out[i] = scale * e^(x[i] - shift)
 using ExpScaleFn = void (*)(const float* x, int64_t n, float shift, float scale, float* out);
+// Greedy decoding's pick: the index of the first largest number in x[0..n), NaNs skipped; -1 if x holds none.
+using ArgmaxFn = int64_t (*)(const float* x, int64_t n);
 
 struct VecKernels {
   DotFn dot;
@@ -51,6 +53,7 @@ struct VecKernels {
   MaxFn max;
   ExpSumFn exp_sum;
   ExpScaleFn exp_scale;
+  ArgmaxFn argmax;
   const char* isa;  // "avx512" or "avx2"
 };
 
