@@ -236,6 +236,8 @@ int main(int argc, char** argv) {
   // decode step (bf16, or a quantized checkpoint's codes, scales and zeros), and prefill multiplies every token by all of them but
   // lm_head (logits only for the last position).
   int64_t weight_bytes = 0, active_bytes = 0, expert_bytes = 0;  // this rank's; the whole model's active; all experts'
+  // This rank's of lm_head, read last in a token (run_quant_bench.py gives bench_sync_stream the layers and it apart).
+  int64_t head_bytes = 0;
   double prefill_flops = 0;
   const int64_t ep = model.ep_size();
   for (nn::Module* m : lm.modules()) {
@@ -265,14 +267,11 @@ int main(int argc, char** argv) {
     auto* linear = dynamic_cast<nn::Linear*>(m);
     if (linear == nullptr) continue;
     int64_t n = numel(nn::local_shape(linear->weight));
-    if (linear->quantized().defined()) {  // a quantized checkpoint's: its codes, scales and zeros are what is read
-      const int64_t held = static_cast<int64_t>(linear->quantized().nbytes());
-      weight_bytes += held;
-      active_bytes += held * (numel(linear->weight.global_shape) / n);
-    } else {
-      weight_bytes += n * 2;
-      active_bytes += numel(linear->weight.global_shape) * 2;
-    }
+    // A quantized checkpoint's Linear: its codes, scales and zeros are what is read.
+    const int64_t held = linear->quantized().defined() ? static_cast<int64_t>(linear->quantized().nbytes()) : n * 2;
+    weight_bytes += held;
+    active_bytes += held * (numel(linear->weight.global_shape) / n);
+    if (linear->name() == "lm_head") head_bytes += held;
     prefill_flops += 2.0 * static_cast<double>(n) * static_cast<double>(linear->name() == "lm_head" ? 1 : prefill);
   }
   // Attention's two matmuls (Q K^T and P V) over the causal triangle, this rank's heads.
@@ -305,6 +304,7 @@ int main(int argc, char** argv) {
     j["decode_s_median"] = dc;
     j["decode_tokens_per_s"] = decode / dc;
     j["weight_bytes_rank0"] = weight_bytes;
+    j["lm_head_bytes_rank0"] = head_bytes;
     j["active_weight_bytes_per_token"] = active_bytes;  // the whole model's, one token (MoE: top_k experts)
     if (expert_bytes > 0) j["expert_weight_bytes_all"] = expert_bytes;
     const double measured = static_cast<double>(reps);

@@ -12,7 +12,10 @@ bandwidth, and a short read pass around each 16-token decode chunk). Bytes read 
 hold of the Linears (bf16: 2 a weight; quantized: codes, f16 scales and zero points as ops::QuantizedLinear
 holds them), from bench_inference's weight_bytes_rank0; decode also reads the KV cache (the mean over the decode
 steps of every layer's cached keys and values, kv_cache_bytes_per_decode_token_rank0), reported with them as a
-second share of the read bandwidth.
+second share of the read bandwidth. After each checkpoint's pair, bench/distributed/bench_sync_stream reads the
+same token's bytes (its layers' weights and KV cache in 2 pieces a layer, then lm_head) as plain read passes with
+tp's collectives between the pieces, at tp = 1 and 2: the tp2/tp1 that a decode made of nothing but its reads and
+collectives reaches in that round, beside the model's (and the same passes without the collectives: the bus alone).
 
   bench/models/run_quant_bench.py [--build build] [--model out/qwen3-0.6b] [--rounds 3] [--chart PNG] [--json F]
 """
@@ -39,6 +42,11 @@ def quantized_checkpoint(build, model, name, flags):
     return out
 
 
+def ceiling_ratio(run):
+    """tp2 / tp1 of bench_sync_stream's token (the variant's bytes as read passes, tp's collectives between them)."""
+    return run["read_passes"]["tp2"]["tokens_per_s_synced"] / run["read_passes"]["tp1"]["tokens_per_s_synced"]
+
+
 def main():
     ap = inference_arguments(__doc__, "out/qwen3-0.6b", 3, 64)
     ap.set_defaults(pairs=None)
@@ -50,6 +58,9 @@ def main():
     bench, tprun, env = setup(a.build, "models/bench_inference", a.model)
     models = {name: a.model if flags is None else quantized_checkpoint(a.build, a.model, name, flags)
               for name, flags in VARIANTS}
+    sync_stream = os.path.join(a.build, "bench", "distributed", "bench_sync_stream")
+    with open(os.path.join(a.model, "config.json")) as f:
+        layers = json.load(f)["num_hidden_layers"]  # 2 all-reduces a layer (attention's and the MLP's)
     cores = sorted(os.sched_getaffinity(0))
     rounds = []
     for i in range(a.rounds):
@@ -59,10 +70,17 @@ def main():
             args = ["--model", models[name], "--reps", "1", "--prefill", str(a.prefill), "--decode", str(a.decode)]
             one = run_json(["taskset", "-c", str(core), bench] + args, env)
             two = run_json([tprun, "--nproc-per-node", "2", bench] + args + ["--skip-ceilings"], env)
-            runs[name] = {"tp1": one, "tp2": two}
+            # The same token's bytes as plain read passes with tp's collectives: what tp2/tp1 could reach this round.
+            token = ["--mb", str((one["weight_bytes_rank0"] - one["lm_head_bytes_rank0"]
+                                  + one["kv_cache_bytes_per_decode_token_rank0"]) / 1e6),
+                     "--head-mb", str(one["lm_head_bytes_rank0"] / 1e6), "--segments", str(2 * layers)]
+            ceiling = {"tp1": run_json(["taskset", "-c", str(core), sync_stream] + token, env),
+                       "tp2": run_json([tprun, "--nproc-per-node", "2", sync_stream] + token, env)}
+            runs[name] = {"tp1": one, "tp2": two, "read_passes": ceiling}
             print(f"round {i + 1}/{a.rounds} {name}: tp1 on core {core}: prefill {one['prefill_s_median']:.3f} s, "
                   f"decode {one['decode_tokens_per_s']:.1f} tok/s | tp2: prefill {two['prefill_s_median']:.3f} s, "
-                  f"decode {two['decode_tokens_per_s']:.1f} tok/s", file=sys.stderr)
+                  f"decode {two['decode_tokens_per_s']:.1f} tok/s | read passes: tp2/tp1 "
+                  f"{ceiling_ratio(runs[name]):.2f}", file=sys.stderr)
         rounds.append(runs)
 
     def each(f):
@@ -87,6 +105,8 @@ def main():
               f"{summary([o['bf16_matmul_gflops_same_run'] for o in one], '{:.0f}')})")
         print(f"  tp2 / tp1: decode {summary(each(lambda r: r[name]['tp2']['decode_tokens_per_s'] / r[name]['tp1']['decode_tokens_per_s']), '{:.2f}')}x, "
               f"prefill {summary(each(lambda r: r[name]['tp1']['prefill_s_median'] / r[name]['tp2']['prefill_s_median']), '{:.2f}')}x; "
+              f"its bytes as read passes with tp's collectives {summary(each(lambda r: ceiling_ratio(r[name])), '{:.2f}')}x "
+              f"(without them {summary(each(lambda r: r[name]['read_passes']['tp2']['tokens_per_s_unsynced'] / r[name]['read_passes']['tp1']['tokens_per_s_unsynced']), '{:.2f}')}x); "
               f"peak RSS a rank {max(rounds[0][name]['tp2']['peak_rss_bytes_per_rank']) / 2**30:.2f} GiB "
               f"(tp1 {one[0]['peak_rss_bytes_per_rank'][0] / 2**30:.2f})")
         same = all(r[name]["tp1"]["tokens"] == r[name]["tp2"]["tokens"] for r in rounds)
