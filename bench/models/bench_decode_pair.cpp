@@ -7,7 +7,8 @@
 // the models take turns of --tokens greedy decode steps (picked as tp generate picks), the order rotating every
 // turn, for --turns turns after one warm-up turn. All models are at the same cache length in every turn, so each
 // turn's ratios compare the same work apart from the weights. Rank 0 prints one JSON line: each model's decode
-// tokens/s over its turns and its rate against the first model's, turn by turn: median, min and max.
+// tokens/s over its turns, its rate against the first model's, turn by turn (median, min and max), and its greedy
+// tokens (the prompt's, then every step's, the warm-up turn's included), which bench_inference gives too.
 //
 //   taskset -c 1 build/bench/models/bench_decode_pair --model out/qwen3-0.6b --model out/qwen3-0.6b-int4-g128
 //   build/src/tprun --nproc-per-node 2 build/bench/models/bench_decode_pair --model A --model B ...
@@ -37,7 +38,8 @@ struct Decoder {
   std::unique_ptr<PretrainedModel> model;
   KVState cache;
   int64_t next = 0;
-  bool on_shards = false;  // greedy from each rank's slice of the logits (tp generate's rule)
+  std::vector<int64_t> tokens;  // the prompt's greedy token, then every decode step's (bench_inference's "tokens")
+  bool on_shards = false;       // greedy from each rank's slice of the logits (tp generate's rule)
 
   int64_t pick(const CausalLMOutput& out, int64_t step) {
     if (on_shards) return generation::vocab_parallel_argmax(out.logits, out.vocab_start, model->mesh().group("tp"))[0];
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
     const CausalLMOutput out = d.model->lm().forward_ids(Tensor::from_ints(prompt, {1, prefill}),
                                                          {.cache = &d.cache, .logit_positions = {prefill - 1}});
     d.next = d.pick(out, 0);
+    d.tokens.push_back(d.next);
   }
   dist::ProcessGroup& group = dist::world();
 
@@ -99,6 +102,7 @@ int main(int argc, char** argv) {
             Tensor::from_ints({d.next}, {1, 1}),
             {.cache = &d.cache, .logit_positions = {0}, .decode = true, .sharded_logits = d.on_shards});
         d.next = d.pick(out, step + s);
+        d.tokens.push_back(d.next);
       }
       group.barrier();
       if (t > 0) turn_s[(t + i) % M].push_back(seconds(t0));
@@ -118,7 +122,8 @@ int main(int argc, char** argv) {
                              {"decode_tokens_per_s", static_cast<double>(turns * tokens) / total},
                              {"rate_over_first_median", bench::median(ratio)},
                              {"rate_over_first_min", *std::min_element(ratio.begin(), ratio.end())},
-                             {"rate_over_first_max", *std::max_element(ratio.begin(), ratio.end())}});
+                             {"rate_over_first_max", *std::max_element(ratio.begin(), ratio.end())},
+                             {"tokens", models[m].tokens}});
     }
     std::printf("%s\n", j.dump().c_str());
   }
