@@ -59,4 +59,11 @@ inline bool reset_peak_rss() {
   return static_cast<bool>(refs);
 }
 
+// The end-to-end benchmarks' prompt of n tokens: token i = (i * 7919 + 13) % vocab (torch_inference.py's too).
+inline std::vector<int64_t> synthetic_prompt(int64_t n, int64_t vocab) {
+  std::vector<int64_t> prompt(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % vocab;
+  return prompt;
+}
+
 }  // namespace tp::bench

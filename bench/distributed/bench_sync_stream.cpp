@@ -26,19 +26,15 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench_util.h"
 #include "tp/distributed/process_group.h"
 #include "tp/tensor/tensor.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using tp::bench::Clock;
+using tp::bench::median;
+using tp::bench::seconds;
 
 // 4 loads and 4 adds a 128-byte step (AVX2, so that any x86-64-v3 core runs it); the sum keeps the loads. noipa:
 // GCC would find it pure and skip the passes of a token that repeat the last one's (seen: a 25% faster "read").
@@ -101,7 +97,7 @@ int main(int argc, char** argv) {
     const Clock::time_point t = Clock::now();
     for (int i = 0; i < tokens; ++i) token(synced);
     group.barrier();
-    const double s = seconds_since(t);
+    const double s = seconds(t);
     return std::pair{tokens / s, (group.collective_seconds() - c0) / s};
   };
   token(true);  // warm the pages and the transport

@@ -80,8 +80,7 @@ int main(int argc, char** argv) {
     d.cache = d.model->lm().make_kv_state(1, prefill + (turns + 1) * tokens + 1);
     d.on_shards = d.model->tp_size() > 1 && !d.model->mesh().has_dim("ep") && d.model->can_shard_logits();
     const int64_t V = d.model->config().vocab_size;
-    std::vector<int64_t> prompt(static_cast<size_t>(prefill));
-    for (int64_t i = 0; i < prefill; ++i) prompt[i] = (i * 7919 + 13) % V;
+    const std::vector<int64_t> prompt = bench::synthetic_prompt(prefill, V);
     const CausalLMOutput out = d.model->lm().forward_ids(Tensor::from_ints(prompt, {1, prefill}),
                                                          {.cache = &d.cache, .logit_positions = {prefill - 1}});
     d.next = d.pick(out, 0);

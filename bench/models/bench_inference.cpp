@@ -144,8 +144,7 @@ int main(int argc, char** argv) {
   dist::ProcessGroup& group = model.mesh().root_group();  // every rank (under ep: every tp group)
   const int64_t V = model.config().vocab_size;
 
-  std::vector<int64_t> prompt(static_cast<size_t>(prefill));
-  for (int64_t i = 0; i < prefill; ++i) prompt[i] = (i * 7919 + 13) % V;
+  const std::vector<int64_t> prompt = bench::synthetic_prompt(prefill, V);
   Tensor ids = Tensor::from_ints(prompt, {1, prefill});
   KVState state = lm.make_kv_state(1, prefill + decode + 1);
 
