@@ -161,6 +161,7 @@ auto visit_dtype(DType dtype, Fn&& fn) {
 }  // namespace
 
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
+  if (n == 0) return;  // an empty tensor's data may be null, which memcpy must not be given
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, n * dtype_size(src_dtype));
     return;
