@@ -7,6 +7,11 @@
 // memory); f32 and bf16 caches. Counter: GB of K and V read per second (time per
 // call is the figure to compare across dtypes: bf16 reads half the bytes).
 //
+// Decode attention's kernels alone (decode_kernels): the score pass (dots) or the
+// value pass (axpys) of one layer over 64 positions, the same cache every call, so
+// it stays in L1/L2: what the arithmetic allows without the memory. Counter: GB of
+// that pass's K or V a second.
+//
 // Training attention (causal self-attention over a whole sequence, forward and
 // backward, compute_dtype f32 and bf16): qwen3-0.6b's heads at B = 1, T = 512,
 // next to the same run's plain GEMM rate (f32 and bf16 operands) for one
@@ -19,6 +24,7 @@
 //   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
 //   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_filter='training|gemm'
+//   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_filter=decode_kernels
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -27,6 +33,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/ops/attention.h"
 #include "tp/ops/gemm.h"
+#include "tp/ops/vec.h"
 
 using namespace tp;
 
@@ -51,6 +58,40 @@ void BM_decode_attention(benchmark::State& state) {
   }
   const double bytes = 2.0 * context * hkv * d * dtype_size(dtype);
   state.counters["GB"] = benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+// range(0): 0 the score pass, 1 the value pass; range(1): 1 for a bf16 cache, 0 for f32. Each kv head's pass over
+// the positions for its 2 query heads, as decode's rows path calls the kernels.
+void BM_decode_kernels(benchmark::State& state) {
+  const int64_t positions = 64, hq = 16, hkv = 8, d = 128, row = hkv * d, group = hq / hkv;
+  const bool values = state.range(0) == 1, bf16_cache = state.range(1) == 1;
+  const auto& vk = ops::detail::vec_kernels();
+  Tensor cache = Tensor::randn({positions, row}, 7).to(bf16_cache ? DType::BF16 : DType::F32);
+  std::vector<float> q = Tensor::randn({hq, d}, 8).to_vector(), o(static_cast<size_t>(hq * d));
+  std::vector<float> p(static_cast<size_t>(hq * positions), 1.f / positions);
+  for (auto _ : state) {
+    for (int64_t kh = 0; kh < hkv; ++kh) {
+      const int64_t h = kh * group;
+      if (!values && bf16_cache)
+        vk.dots_bf16(q.data() + h * d, group, cache.data<bf16>() + kh * d, row, positions, d, p.data() + h * positions,
+                     positions);
+      else if (!values)
+        vk.dots(q.data() + h * d, group, cache.data<float>() + kh * d, row, positions, d, p.data() + h * positions,
+                positions);
+      else if (bf16_cache)
+        vk.axpys_bf16(p.data() + h * positions, positions, group, cache.data<bf16>() + kh * d, row, positions, d,
+                      o.data() + h * d);
+      else
+        vk.axpys(p.data() + h * positions, positions, group, cache.data<float>() + kh * d, row, positions, d,
+                 o.data() + h * d);
+    }
+    benchmark::DoNotOptimize(p.data());
+    benchmark::DoNotOptimize(o.data());
+  }
+  state.counters["GB"] =
+      benchmark::Counter(static_cast<double>(cache.nbytes()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ns_per_position"] = benchmark::Counter(
+      static_cast<double>(positions), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 constexpr int64_t kT = 512, kHq = 16, kHkv = 8, kD = 128;
@@ -133,6 +174,11 @@ BENCHMARK(BM_training_attention_forward)->Arg(0)->Arg(1)->ArgName("bf16")->UseRe
 BENCHMARK(BM_training_attention_backward)->Arg(0)->Arg(1)->ArgName("bf16")->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_training_attention_backward_op)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gemm)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_decode_kernels)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"values", "bf16"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_decode_attention)
     ->ArgsProduct({{128, 640, 4096}, {0, 1}})
     ->ArgNames({"context", "bf16"})
