@@ -12,6 +12,15 @@
 //   int4_scales   int4_min with x walking (its split bytes broadcast 4 at a time from two arrays) and each
 //                 group of 128 inputs' 64 f16 scales from a separate array, as quantized_linear keeps them.
 //   int4_inline   the same with each group's scales stored after its 4 KiB of codes, in the one stream.
+//   keys_*        decode attention's score arithmetic (ops/vec.cpp's dots_8_keys for a kv group of 2 query heads)
+//                 on a bf16 cache read front to back: a key a 256-byte row of 128 elements, each 16 widened
+//                 (VPMOVZXWD and a shift) and two FMAs, one for each query row, into 16 chains (2 rows x 8 keys).
+//                 keys_l1 runs it over 32 KiB again and again (the arithmetic alone, no memory); keys_none
+//                 streams the buffer with no software prefetch, keys_t0 / keys_t1 with each line prefetched
+//                 4 KiB ahead into L1 / L2, keys_far 32 KiB ahead into L1 (attention prefetches a block of
+//                 16 positions ahead: 32 KiB of qwen3-0.6b's cache). The value pass does the same arithmetic a
+//                 byte (a widening and two FMAs each 16 elements), so together they say how fast decode
+//                 attention can stream its cache on this core, its reductions and the cache's layout aside.
 //
 // None of these is a product: the values are not checked. They measure what a layout lets a loop stream.
 //   OMP_NUM_THREADS=1 taskset -c 1 build/bench/ops/bench_decode_stream [--rounds 10] [--mib 256] [--k 1024]
@@ -59,6 +68,42 @@ BENCH_VNNI float bf16_loop(const uint8_t* w, size_t bytes, const uint32_t* x_pai
     sink = _mm512_add_ps(sink, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
   }
   return _mm512_reduce_add_ps(sink);
+}
+
+// keys_*: `prefetch` 0 none, 1 into L1 4 KiB ahead, 2 into L2 4 KiB ahead, 3 into L1 32 KiB ahead.
+// (noipa: GCC deems a loop that only reads pure, and computed keys_l1's repeated passes over the same bytes once.)
+template <int kPrefetch>
+__attribute__((noipa)) BENCH_VNNI float keys_loop(const uint8_t* w, size_t bytes, const float* q) {
+  constexpr int64_t kKeyBytes = 256, kDims = 128;
+  __m512 acc[2][8];
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm512_setzero_ps();
+  for (size_t off = 0; off + 8 * kKeyBytes <= bytes; off += 8 * kKeyBytes) {
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < kDims; c += 16) {
+      const __m512 q0 = _mm512_loadu_ps(q + c), q1 = _mm512_loadu_ps(q + kDims + c);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t* at = w + off + j * kKeyBytes + 2 * c;
+        if constexpr (kPrefetch != 0)
+          if (c % 32 == 0) {
+            const char* ahead = reinterpret_cast<const char*>(at + (kPrefetch == 3 ? 32768 : 4096));
+            if constexpr (kPrefetch == 2)
+              _mm_prefetch(ahead, _MM_HINT_T1);
+            else
+              _mm_prefetch(ahead, _MM_HINT_T0);
+          }
+        const __m512 k = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at))), 16));
+        acc[0][j] = _mm512_fmadd_ps(q0, k, acc[0][j]);
+        acc[1][j] = _mm512_fmadd_ps(q1, k, acc[1][j]);
+      }
+    }
+  }
+  __m512 total = _mm512_setzero_ps();
+  for (auto& row : acc)
+    for (auto& a : row) total = _mm512_add_ps(total, a);
+  return _mm512_reduce_add_ps(total);
 }
 
 enum Int4Form { kMinimal, kSeparateScales, kInlineScales };
@@ -174,8 +219,13 @@ int main(int argc, char** argv) {
   const size_t scale_groups = bytes / kGroupCodeBytes;
   const std::vector<uint16_t> scales(scale_groups * 64, 0x3c00);
 
-  const char* names[] = {"bf16", "int4_min", "int4_scales", "int4_inline"};
-  std::vector<double> read_gbs, ratio[4];
+  const std::vector<float> q(256, 0.01f);
+  constexpr size_t kInL1 = 32 << 10, kL1Passes = 2048;
+
+  constexpr int kLoops = 9;
+  const char* names[kLoops] = {"bf16",      "int4_min", "int4_scales", "int4_inline", "keys_l1",
+                               "keys_none", "keys_t0",  "keys_t1",     "keys_far"};
+  std::vector<double> read_gbs, ratio[kLoops];
   volatile float sink = 0;
   // The bytes a loop over whole panels of `panel` bytes reads.
   auto covered = [&](int64_t panel) { return static_cast<double>(bytes / static_cast<size_t>(panel) * panel); };
@@ -187,7 +237,7 @@ int main(int argc, char** argv) {
   const int64_t groups = k / kGroupInputs;
   for (int64_t r = 0; r < rounds; ++r) {
     const double read = rate(covered(256), [&] { return read_pass(w, bytes); });
-    const double got[4] = {
+    const double got[kLoops] = {
         rate(covered(64 * k * 2), [&] { return bf16_loop(w, bytes, x_pairs.data(), k); }),
         rate(
             covered(groups * kGroupCodeBytes),
@@ -197,12 +247,23 @@ int main(int argc, char** argv) {
              [&] {
                return int4_loop<kSeparateScales>(w, bytes, k, x_high.data(), x_low.data(), scales.data(), scale_groups);
              }),
-        rate(covered(groups * (kGroupCodeBytes + kGroupScaleBytes)), [&] {
-          return int4_loop<kInlineScales>(w, bytes, k, x_high.data(), x_low.data(), scales.data(), scale_groups);
-        })};
+        rate(covered(groups * (kGroupCodeBytes + kGroupScaleBytes)),
+             [&] {
+               return int4_loop<kInlineScales>(w, bytes, k, x_high.data(), x_low.data(), scales.data(), scale_groups);
+             }),
+        rate(static_cast<double>(kInL1 * kL1Passes),
+             [&] {
+               float sum = 0;
+               for (size_t i = 0; i < kL1Passes; ++i) sum += keys_loop<0>(w, kInL1, q.data());
+               return sum;
+             }),
+        rate(covered(2048), [&] { return keys_loop<0>(w, bytes, q.data()); }),
+        rate(covered(2048), [&] { return keys_loop<1>(w, bytes, q.data()); }),
+        rate(covered(2048), [&] { return keys_loop<2>(w, bytes, q.data()); }),
+        rate(covered(2048), [&] { return keys_loop<3>(w, bytes, q.data()); })};
     read_gbs.push_back(read);
     std::printf("round %lld: read %.1f GB/s", static_cast<long long>(r), read);
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kLoops; ++i) {
       ratio[i].push_back(got[i] / read);
       std::printf("  %s %.2f", names[i], got[i] / read);
     }
@@ -210,7 +271,7 @@ int main(int argc, char** argv) {
   }
   std::printf("{\"k\":%lld,\"mib\":%zu,\"rounds\":%lld,\"read_gbs_median\":%.2f", static_cast<long long>(k),
               bytes >> 20, static_cast<long long>(rounds), median(read_gbs));
-  for (int i = 0; i < 4; ++i) std::printf(",\"%s_over_read_median\":%.3f", names[i], median(ratio[i]));
+  for (int i = 0; i < kLoops; ++i) std::printf(",\"%s_over_read_median\":%.3f", names[i], median(ratio[i]));
   std::printf("}\n");
   std::free(w);
   return 0;
