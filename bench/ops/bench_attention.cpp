@@ -25,9 +25,21 @@
 //       --benchmark_report_aggregates_only=true
 //   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_filter='training|gemm'
 //   OMP_NUM_THREADS=1 build/bench/ops/bench_attention --benchmark_filter=decode_kernels
+//
+// The same decode step over a head-major cache (decode_head_major): each layer's
+// keys and values as [Hkv, context, D], the layout Transformers' cache keeps
+// ([B, H, T, D]), where KVCache keeps [context, Hkv, D]. The library's score and
+// value kernels walk each kv head's rows as one run of memory, each 16-position
+// block prefetching the next block of that run, with the same softmax between the
+// passes. The library's attention does not read this layout: the case measures
+// what reading it would give, against decode_attention in the same run.
+//   OMP_NUM_THREADS=1 taskset -c 1 build/bench/ops/bench_attention
+//       --benchmark_filter='decode_(attention|head_major)/context:(640|4096)/bf16:1'
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "tp/autograd/tape.h"
@@ -92,6 +104,51 @@ void BM_decode_kernels(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(cache.nbytes()), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ns_per_position"] = benchmark::Counter(
       static_cast<double>(positions), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+// range(0): tokens of context; a bf16 cache, qwen3-0.6b's 28 layers as in BM_decode_attention.
+void BM_decode_head_major(benchmark::State& state) {
+  const int64_t context = state.range(0), hq = 16, hkv = 8, d = 128, layers = 28, group = hq / hkv, block = 16;
+  // Every layer's keys then values, [Hkv, context, D] each, in one block on huge pages as KVCache::for_layers' are.
+  const int64_t per = hkv * context * d;
+  Tensor cache = Tensor::randn({layers * 2 * per}, 5).to(DType::BF16);
+  const bf16* base = cache.data<bf16>();
+  const std::vector<float> q = Tensor::randn({hq, d}, 99).to_vector();
+  std::vector<float> p(static_cast<size_t>(group * context)), o(static_cast<size_t>(hq * d));
+  const auto& vk = ops::detail::vec_kernels();
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  // The next block of a run (16 positions of one kv head: 4 KiB), when there is one.
+  auto prefetch_block = [&](const bf16* run, int64_t j) {
+    if (j >= context) return;
+    const char* at = reinterpret_cast<const char*>(run + j * d);
+    const int64_t bytes = std::min(block, context - j) * d * static_cast<int64_t>(sizeof(bf16));
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(at + b);
+  };
+  int64_t l = 0;
+  for (auto _ : state) {
+    const bf16* keys = base + 2 * l * per;
+    const bf16* values = keys + per;
+    std::fill(o.begin(), o.end(), 0.f);
+    for (int64_t kh = 0; kh < hkv; ++kh) {
+      const bf16* k = keys + kh * context * d;
+      const bf16* v = values + kh * context * d;
+      for (int64_t j = 0; j < context; j += block) {
+        prefetch_block(k, j + block);
+        vk.dots_bf16(q.data() + kh * group * d, group, k + j * d, d, std::min(block, context - j), d, p.data() + j,
+                     context);
+      }
+      for (int64_t r = 0; r < group; ++r) vk.softmax(p.data() + r * context, context, scale);
+      for (int64_t j = 0; j < context; j += block) {
+        prefetch_block(v, j + block);
+        vk.axpys_bf16(p.data() + j, context, group, v + j * d, d, std::min(block, context - j), d,
+                      o.data() + kh * group * d);
+      }
+    }
+    benchmark::DoNotOptimize(o.data());
+    l = (l + 1) % layers;
+  }
+  const double bytes = 2.0 * per * sizeof(bf16);
+  state.counters["GB"] = benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 constexpr int64_t kT = 512, kHq = 16, kHkv = 8, kD = 128;
@@ -181,6 +238,11 @@ BENCHMARK(BM_decode_kernels)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_decode_attention)
     ->ArgsProduct({{128, 640, 4096}, {0, 1}})
+    ->ArgNames({"context", "bf16"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_decode_head_major)
+    ->ArgsProduct({{128, 640, 4096}, {1}})
     ->ArgNames({"context", "bf16"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
