@@ -32,7 +32,9 @@
 // value kernels walk each kv head's rows as one run of memory, each 16-position
 // block prefetching the next block of that run, with the same softmax between the
 // passes. The library's attention does not read this layout: the case measures
-// what reading it would give, against decode_attention in the same run.
+// what reading it would give, against decode_attention in the same run. Before
+// timing, its step on layer 0 must equal ops::attention over the same keys and
+// values in KVCache's layout (within 1e-5 of the output's scale), or it errs.
 //   OMP_NUM_THREADS=1 taskset -c 1 build/bench/ops/bench_attention
 //       --benchmark_filter='decode_(attention|head_major)/context:(640|4096)/bf16:1'
 #include <benchmark/benchmark.h>
@@ -45,6 +47,7 @@
 #include "tp/autograd/tape.h"
 #include "tp/ops/attention.h"
 #include "tp/ops/gemm.h"
+#include "tp/ops/shape.h"
 #include "tp/ops/vec.h"
 
 using namespace tp;
@@ -124,8 +127,7 @@ void BM_decode_head_major(benchmark::State& state) {
     const int64_t bytes = std::min(block, context - j) * d * static_cast<int64_t>(sizeof(bf16));
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(at + b);
   };
-  int64_t l = 0;
-  for (auto _ : state) {
+  auto step = [&](int64_t l) {
     const bf16* keys = base + 2 * l * per;
     const bf16* values = keys + per;
     std::fill(o.begin(), o.end(), 0.f);
@@ -144,6 +146,29 @@ void BM_decode_head_major(benchmark::State& state) {
                       o.data() + kh * group * d);
       }
     }
+  };
+  // The step must be the library's decode attention over the same keys and values: layer 0's, laid out as KVCache
+  // keeps them ([1, context, Hkv, D]), through ops::attention.
+  {
+    autograd::NoGradGuard no_grad;
+    auto position_major = [&](int64_t offset) {
+      Tensor head_major = ops::reshape(cache.narrow(0, offset, per).to(DType::F32), {1, hkv, context, d});
+      return ops::transpose(head_major, 1, 2).to(DType::BF16);
+    };
+    const Tensor expected =
+        ops::attention(Tensor::from_vector(q, {1, 1, hq, d}), position_major(0), position_major(per));
+    step(0);
+    const std::vector<float> want = expected.to_vector();
+    float worst = 0, largest = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      worst = std::max(worst, std::abs(o[i] - want[i]));
+      largest = std::max(largest, std::abs(want[i]));
+    }
+    if (worst > 1e-5f * largest) state.SkipWithError("the head-major step differs from ops::attention");
+  }
+  int64_t l = 0;
+  for (auto _ : state) {
+    step(l);
     benchmark::DoNotOptimize(o.data());
     l = (l + 1) % layers;
   }
